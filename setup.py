@@ -32,12 +32,16 @@ setup(
         "torch": [TORCH],
         "backend": ["kubernetes>=29", "flytekit[connector]>=1.16,<2"],
         "examples": [TORCH, "matplotlib>=3.7"],
+        "docs": ["mkdocs>=1.6"],
         "test": [
             TORCH,
             "kubernetes>=29",
             "flytekit[connector]>=1.16,<2",
             "matplotlib>=3.7",
             "jsonschema>=4.17",
+            "kubernetes-validate>=1.30",
+            # flytekit's official plugin: only to prove our backend runs the templates it writes.
+            "flytekitplugins-kfpytorch>=1.16,<2",
             "hypothesis>=6.100",
             "pytest>=8",
             "pytest-timeout>=2.3",
