@@ -1,0 +1,49 @@
+"""pytest fixtures around the fake API server: `fake_api` yields (server, kubernetes ApiClient)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+import pytest
+
+from tests.fakeapi.server import FakeKubeApi
+
+
+class FakeApi(NamedTuple):
+    """The running server and a kubernetes ApiClient pointed at it (unpack as `server, client = fake_api`)."""
+
+    server: FakeKubeApi
+    client: Any
+
+
+def validate_on_create(_server: FakeKubeApi, job: dict) -> None:
+    """Create hook: every PyTorchJob created through the API must pass the CRD, webhook and core/v1 checks."""
+    from tests.kube_schema import assert_valid_pytorchjob
+
+    assert_valid_pytorchjob(job)
+
+
+@contextmanager
+def running_fake_api(validate: bool = True) -> Iterator[FakeApi]:
+    """Start a fake API server (validating creates unless `validate` is False) and stop it afterwards.
+
+    Raises:
+        AssertionError: on exit, when a create hook rejected a job (the create already got a 422).
+    """
+    server = FakeKubeApi(on_create=[validate_on_create] if validate else [])
+    with server:
+        client = server.api_client()
+        try:
+            yield FakeApi(server, client)
+        finally:
+            client.close()
+    assert not server.hook_errors, "jobs rejected by the create hook:\n" + "\n".join(server.hook_errors)
+
+
+@pytest.fixture
+def fake_api() -> Iterator[FakeApi]:
+    """A fake Kubernetes API server on 127.0.0.1 with a configured ApiClient; creates are schema-validated."""
+    with running_fake_api() as api:
+        yield api
