@@ -1,0 +1,535 @@
+"""Backend configuration: what a cluster operator decides once for every PyTorchJob the connector creates.
+
+One frozen-by-convention dataclass, `BackendConfig`, validated when built. It comes from code defaults, then an
+optional YAML file, then scalar environment overrides (`BackendConfig.from_env`), so a Helm chart can mount a
+ConfigMap and still flip a single value with an env var. `load_config()` is what the connector calls.
+
+Every field says which PyTorchJob field it sets and why its default is what it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+
+try:  # the SDK's exact parser; the backend image may ship without the SDK, hence the fallback
+    from flytekitplugins_pytorch.quantity import is_quantity, parse_quantity
+except ImportError:  # pragma: no cover - exercised only without the SDK installed
+    from decimal import Decimal
+
+    _Q = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei)|[eE]([+-]?\d+)|([numkMGTPE]?))")
+    _BIN = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+    _DEC = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+    def parse_quantity(value: Any) -> Decimal:  # type: ignore[misc]
+        """Minimal Kubernetes quantity parser (used only when the SDK is not installed)."""
+        m = _Q.fullmatch(str(value))
+        if m is None:
+            raise ValueError(f"{value!r} is not a Kubernetes quantity")
+        number = Decimal(m[1])
+        if m[2]:
+            return number * (1024 ** _BIN[m[2]])
+        if m[3] is not None:
+            return number.scaleb(int(m[3]))
+        return number.scaleb(_DEC[m[4]])
+
+    def is_quantity(value: Any) -> bool:  # type: ignore[misc]
+        """Whether `value` parses as a Kubernetes quantity."""
+        return _Q.fullmatch(str(value)) is not None
+
+
+__all__ = ["AcceleratorPlacement", "BackendConfig", "ConfigError", "load_config", "DEFAULT_ACCELERATOR_LABEL"]
+
+DEFAULT_ACCELERATOR_LABEL = "nvidia.com/gpu.product"
+"""Node label that NVIDIA GPU feature discovery (part of the GPU operator) puts on every GPU node."""
+
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+_TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
+_TOLERATION_OPERATORS = ("Exists", "Equal")
+_TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+# Label/annotation keys: optional DNS-subdomain prefix and a name of at most 63 characters.
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_PREFIX = re.compile(r"^([a-z]([-a-z0-9]{0,14}[a-z0-9])?-?)?$")
+
+
+class ConfigError(ValueError):
+    """A backend configuration value that is not allowed; the message names the field, the value and the rule."""
+
+
+def _gpu_tolerations() -> dict[str, list[dict[str, Any]]]:
+    # nvidia.com/gpu: the taint the NVIDIA GPU operator and most managed clusters (GKE, AKS) put on GPU nodes.
+    # flyte/gpu=dedicated: the taint Flyte's own docs recommend for GPU node pools; its Go plugin tolerates it.
+    nvidia = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "flyte/gpu", "operator": "Equal", "value": "dedicated", "effect": "NoSchedule"},
+    ]
+    # MIG slices live on the same tainted NVIDIA nodes, so they get the same tolerations.
+    return {"nvidia.com/gpu": nvidia, "nvidia.com/mig-*": [dict(t) for t in nvidia]}
+
+
+def _default_annotations() -> dict[str, str]:
+    # An Istio sidecar never exits, so a replica pod with one never completes and the job hangs; it also
+    # intercepts the rendezvous port. safe-to-evict=false stops the cluster autoscaler from draining a node
+    # mid-training: losing one rank kills the whole (non-elastic) job.
+    return {"sidecar.istio.io/inject": "false", "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+
+
+def _default_labels() -> dict[str, str]:
+    # Lets operators (and the connector) select every job this backend created with one label selector.
+    return {"app.kubernetes.io/managed-by": "flytekitplugins-pytorch"}
+
+
+@dataclass
+class AcceleratorPlacement:
+    """Where replicas asking for one accelerator type must run.
+
+    Examples (values are what the cloud puts on its nodes)::
+
+        # GKE
+        nvidia-tesla-a100: {node_selector: {cloud.google.com/gke-accelerator: [nvidia-tesla-a100]}}
+        # EKS (label added by the Flyte docs' node group setup)
+        nvidia-tesla-a100: {node_selector: {k8s.amazonaws.com/accelerator: [nvidia-tesla-a100]}}
+        # GPU feature discovery, any cloud
+        A100: {node_selector: {nvidia.com/gpu.product: [NVIDIA-A100-SXM4-40GB, NVIDIA-A100-SXM4-80GB]},
+               tolerations: [{key: dedicated, operator: Equal, value: a100, effect: NoSchedule}]}
+
+    Args:
+        node_selector: node label -> allowed values; becomes one `In` match expression each in
+            `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution` of GPU replicas.
+        tolerations: core/v1 tolerations added to GPU replicas of this accelerator type (e.g. a dedicated pool's
+            taint). When None, a toleration `<label>=<value>:NoSchedule` for each single-valued selector is used,
+            which matches the taint convention of Flyte's Go plugin.
+
+    Raises:
+        ConfigError: an empty selector, a bad label key or value, or a malformed toleration.
+    """
+
+    node_selector: dict[str, list[str]] = field(default_factory=dict)
+    tolerations: Optional[list[dict[str, Any]]] = None
+
+    def __post_init__(self) -> None:
+        if not self.node_selector:
+            raise ConfigError("accelerators.<type>.node_selector is empty; give at least one label: [values]")
+        selector: dict[str, list[str]] = {}
+        for key, values in self.node_selector.items():
+            if isinstance(values, str):
+                values = [values]
+            _check_label_key(f"accelerators.<type>.node_selector key {key!r}", key)
+            if not values:
+                raise ConfigError(f"accelerators.<type>.node_selector[{key!r}] has no values; give at least one")
+            for v in values:
+                _check_label_value(f"accelerators.<type>.node_selector[{key!r}]", v)
+            selector[key] = [str(v) for v in values]
+        self.node_selector = selector
+        if self.tolerations is not None:
+            self.tolerations = [_check_toleration("accelerators.<type>.tolerations", t) for t in self.tolerations]
+
+    def resolved_tolerations(self) -> list[dict[str, Any]]:
+        """The tolerations to add to GPU replicas of this accelerator type.
+
+        Returns:
+            The configured tolerations, or one `<label>=<value>:NoSchedule` per single-valued selector.
+        """
+        if self.tolerations is not None:
+            return [dict(t) for t in self.tolerations]
+        return [
+            {"key": k, "operator": "Equal", "value": v[0], "effect": "NoSchedule"}
+            for k, v in self.node_selector.items()
+            if len(v) == 1
+        ]
+
+
+@dataclass
+class BackendConfig:
+    """Cluster-wide settings for the PyTorchJobs the backend builds.
+
+    Args: see each field's comment. All mappings are copied and validated in `__post_init__`.
+
+    Raises:
+        ConfigError: any field out of range; the message names the field, the value and what is allowed.
+    """
+
+    namespace: str = "default"
+    """`metadata.namespace` when the execution does not give one. Flyte always passes `<project>-<domain>`;
+    `default` only matters for `pytorchjob render`, where it matches what `kubectl apply` would pick."""
+
+    job_name_prefix: str = ""
+    """Prepended to every job name (e.g. `pt-`). Empty by default: every character counts toward the 50 a job
+    name may use so that `<name>-worker-<index>` pod names stay within 63."""
+
+    gpu_resource_name: str = "nvidia.com/gpu"
+    """Extended resource that a Flyte `GPU` request is written under. NVIDIA's device plugin is by far the most
+    common; AMD clusters set `amd.com/gpu` here (tasks can also choose per task with `pytorch.gpu_resource`)."""
+
+    extra_gpu_resource_names: tuple[str, ...] = ("nvidia.com/mig-*", "amd.com/gpu", "gpu.intel.com/*")
+    """Resource names (glob patterns) that also count as GPUs when deciding placement: a replica requesting any
+    of them gets GPU tolerations and accelerator affinity. Covers MIG slices and other vendors' plugins."""
+
+    gpu_tolerations: dict[str, list[dict[str, Any]]] = field(default_factory=_gpu_tolerations)
+    """GPU resource name (glob pattern) -> tolerations added to replicas requesting it. Defaults tolerate the
+    `nvidia.com/gpu` taint of the GPU operator and Flyte's `flyte/gpu=dedicated:NoSchedule` convention. Replicas
+    without GPUs never get these, so a CPU-only master does not squat on an expensive GPU node."""
+
+    accelerator_label: str = DEFAULT_ACCELERATOR_LABEL
+    """Node label used for an accelerator type that is not in `accelerators`: the type is taken as the label
+    value as-is. `nvidia.com/gpu.product` is set by GPU feature discovery on any cloud. Use
+    `cloud.google.com/gke-accelerator` on GKE or `k8s.amazonaws.com/accelerator` on EKS."""
+
+    accelerators: dict[str, AcceleratorPlacement] = field(default_factory=dict)
+    """Accelerator type (`pytorch.accelerator`, or flytekit's `accelerator=` device) -> placement. Empty by
+    default: names differ per cluster, see `AcceleratorPlacement` for GKE / EKS / GFD examples."""
+
+    mig_resource_template: str = "nvidia.com/mig-{partition}"
+    """Resource name a MIG partition (flytekit `A100.partition_1g_5gb` -> `1g.5gb`) is requested as. This is the
+    NVIDIA device plugin's `mixed` strategy naming, the only one where a pod can pick a slice size."""
+
+    default_labels: dict[str, str] = field(default_factory=_default_labels)
+    """Labels on every PyTorchJob and every replica pod (execution labels win on conflicts)."""
+
+    default_annotations: dict[str, str] = field(default_factory=_default_annotations)
+    """Annotations on every PyTorchJob and every replica pod (execution annotations win on conflicts)."""
+
+    shm_enabled: bool = True
+    """Mount a memory-backed emptyDir at `/dev/shm` in every replica. Docker's 64 MiB default breaks DataLoader
+    workers and NCCL's shared-memory transport, the most common first failure of a multi-GPU job."""
+
+    shm_size: Optional[str] = None
+    """`sizeLimit` of that emptyDir, or None for no limit. No limit by default: tmpfs pages are charged to the
+    container's memory cgroup anyway, so the memory limit bounds it; a fixed size is either too small for big
+    loaders or a lie above the memory limit. Tasks override with `pytorch.shm_size` ("0" disables)."""
+
+    clean_pod_policy: str = "Running"
+    """`runPolicy.cleanPodPolicy` when the task does not set it. `Running` deletes pods still running when the
+    job ends (hung workers holding GPUs) but keeps finished pods, so log links and failure messages survive."""
+
+    backoff_limit: Optional[int] = None
+    """`runPolicy.backoffLimit` default. Unset: Flyte owns retries (a new job per attempt); the operator's own
+    retries only apply with OnFailure/ExitCode restart policies, which set it per task."""
+
+    active_deadline_seconds: Optional[int] = None
+    """`runPolicy.activeDeadlineSeconds` default. Unset: Flyte's task timeout already aborts (and deletes) it."""
+
+    ttl_seconds_after_finished: Optional[int] = 86400
+    """`runPolicy.ttlSecondsAfterFinished` default: a safety net for jobs whose Flyte execution was lost. The
+    connector deletes the jobs it finalizes; one day leaves time to debug a failure with kubectl."""
+
+    suspend: bool = False
+    """`runPolicy.suspend` default. Kueue suspends queued jobs itself; a cluster can force `True` to require an
+    admission controller to release every job."""
+
+    gang_scheduling: bool = False
+    """Set `schedulingPolicy.minAvailable` to all replicas when the task does not say. Off by default because it
+    only means something with a gang scheduler (Volcano, scheduler-plugins) installed."""
+
+    rdzv_backend: str = "c10d"
+    """`elasticPolicy.rdzvBackend` for elastic jobs whose template leaves it empty: c10d needs no etcd."""
+
+    service_account: Optional[str] = None
+    """`serviceAccountName` of replica pods when neither the execution nor the pod template names one."""
+
+    # --- connector settings (owned by connector helper) ---
+
+    api_timeout_s: float = 10.0
+    """Per-request timeout (connect + read) of every Kubernetes API call the connector makes. The API server
+    answers a healthy GET in milliseconds; 10 s rides out a busy apiserver while leaving room for retries inside
+    `api_retry_budget_s` before Flyte's own connector call deadline."""
+
+    api_retry_budget_s: float = 30.0
+    """Total time one create/get/delete may spend retrying 429/500/503 answers and timeouts, with exponential
+    backoff and jitter. Past it the error is raised; Flyte re-polls (get) or retries the task (create)."""
+
+    api_backoff_initial_s: float = 0.25
+    """First backoff between retries; doubled after each attempt up to `api_backoff_max_s`, each with full jitter
+    so a thousand jobs polling through an apiserver blip do not retry in lockstep."""
+
+    api_backoff_max_s: float = 4.0
+    """Upper bound of one backoff sleep."""
+
+    operator_pickup_timeout_s: float = 300.0
+    """A job with no conditions this long after creation is failed with a message saying the Kubeflow training
+    operator may not be installed (or not watching the namespace). The operator adds `Created` within seconds;
+    five minutes tolerates an operator restart."""
+
+    image_pull_grace_s: float = 120.0
+    """How long a replica may sit in ErrImagePull / InvalidImageName / CreateContainerConfigError before the job
+    is failed. The kubelet retries pulls (a registry blip heals in seconds to a minute), but a wrong image name or a
+    missing Secret never heals, and without this the job would wait in QUEUED until Flyte's timeout."""
+
+    log_links: tuple[dict[str, str], ...] = ()
+    """Log link templates, one `{name, template}` mapping each, rendered for every replica pod (see
+    `backend_plugin.logs`). Empty by default: the URL of a cluster's dashboard or log store is site-specific."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.namespace, str) or not _DNS1123_LABEL.match(self.namespace):
+            raise ConfigError(f"namespace={self.namespace!r} is not a DNS-1123 label (lowercase a-z, 0-9, '-')")
+        if not isinstance(self.job_name_prefix, str) or not _PREFIX.match(self.job_name_prefix):
+            raise ConfigError(
+                f"job_name_prefix={self.job_name_prefix!r} must be empty or start with a-z, use a-z 0-9 '-', "
+                "and be at most 17 characters (e.g. 'pt-')"
+            )
+        _check_resource_name("gpu_resource_name", self.gpu_resource_name)
+        if isinstance(self.extra_gpu_resource_names, str):
+            raise ConfigError("extra_gpu_resource_names must be a list of names, not a string")
+        self.extra_gpu_resource_names = tuple(str(n) for n in self.extra_gpu_resource_names)
+        if not isinstance(self.gpu_tolerations, Mapping):
+            raise ConfigError(f"gpu_tolerations={self.gpu_tolerations!r} must map resource name -> tolerations")
+        self.gpu_tolerations = {
+            str(name): [_check_toleration(f"gpu_tolerations[{name!r}]", t) for t in (tols or [])]
+            for name, tols in self.gpu_tolerations.items()
+        }
+        _check_label_key("accelerator_label", self.accelerator_label)
+        if not isinstance(self.accelerators, Mapping):
+            raise ConfigError(f"accelerators={self.accelerators!r} must map accelerator type -> placement")
+        accelerators = {}
+        for name, placement in self.accelerators.items():
+            if isinstance(placement, Mapping):
+                try:
+                    placement = AcceleratorPlacement(**placement)
+                except TypeError as e:
+                    raise ConfigError(f"accelerators[{name!r}]: {e}; allowed keys: node_selector, tolerations") from e
+            if not isinstance(placement, AcceleratorPlacement):
+                raise ConfigError(f"accelerators[{name!r}]={placement!r} is not a placement mapping")
+            accelerators[str(name)] = placement
+        self.accelerators = accelerators
+        if "{partition}" not in self.mig_resource_template:
+            raise ConfigError(
+                f"mig_resource_template={self.mig_resource_template!r} must contain '{{partition}}', "
+                "e.g. 'nvidia.com/mig-{partition}'"
+            )
+        for attr in ("default_labels", "default_annotations"):
+            value = getattr(self, attr)
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{attr}={value!r} must be a mapping of string keys to string values")
+            clean = {}
+            for k, v in value.items():
+                _check_label_key(f"{attr} key {k!r}", k)
+                if attr == "default_labels":
+                    _check_label_value(f"{attr}[{k!r}]", v)
+                clean[str(k)] = str(v)
+            setattr(self, attr, clean)
+        if self.shm_size is not None:
+            self.shm_size = str(self.shm_size)
+            _check_quantity("shm_size", self.shm_size)
+        if self.clean_pod_policy not in CLEAN_POD_POLICIES:
+            raise ConfigError(f"clean_pod_policy={self.clean_pod_policy!r} is not one of {list(CLEAN_POD_POLICIES)}")
+        for attr in ("backoff_limit", "active_deadline_seconds", "ttl_seconds_after_finished"):
+            value = getattr(self, attr)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigError(f"{attr}={value!r} must be a non-negative integer or None")
+        if self.active_deadline_seconds == 0:
+            raise ConfigError("active_deadline_seconds=0 is not allowed; use None for no deadline or a positive int")
+        for attr in ("shm_enabled", "suspend", "gang_scheduling"):
+            if not isinstance(getattr(self, attr), bool):
+                raise ConfigError(f"{attr}={getattr(self, attr)!r} must be true or false")
+        if self.rdzv_backend not in ("c10d", "etcd", "etcd-v2", "static"):
+            raise ConfigError(f"rdzv_backend={self.rdzv_backend!r} is not one of ['c10d', 'etcd', 'etcd-v2', 'static']")
+        if self.service_account is not None and not re.match(
+            r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", str(self.service_account)
+        ):
+            raise ConfigError(f"service_account={self.service_account!r} is not a DNS-1123 subdomain")
+
+    # -- queries used by the builder -----------------------------------------------------------------------
+
+    def is_gpu_resource(self, name: str) -> bool:
+        """Whether a container resource name counts as a GPU for placement.
+
+        Args:
+            name: a Kubernetes resource name, e.g. `nvidia.com/mig-1g.5gb`.
+
+        Returns:
+            True for `gpu_resource_name` and any match of `extra_gpu_resource_names` / `gpu_tolerations` keys.
+        """
+        if name == self.gpu_resource_name:
+            return True
+        patterns = (*self.extra_gpu_resource_names, *self.gpu_tolerations)
+        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    def tolerations_for(self, resource_names: list[str]) -> list[dict[str, Any]]:
+        """GPU tolerations for a replica requesting `resource_names` (duplicates removed, order kept).
+
+        Args:
+            resource_names: the GPU resource names one replica requests.
+
+        Returns:
+            The union of the `gpu_tolerations` entries whose pattern matches any of the names.
+        """
+        out: list[dict[str, Any]] = []
+        for name in resource_names:
+            for pattern, tolerations in self.gpu_tolerations.items():
+                if fnmatch.fnmatchcase(name, pattern):
+                    out.extend(dict(t) for t in tolerations if t not in out)
+        return out
+
+    def placement_for(self, accelerator: str) -> AcceleratorPlacement:
+        """Placement of an accelerator type: the configured one, else `accelerator_label` = type.
+
+        Args:
+            accelerator: the accelerator type from the task.
+
+        Returns:
+            The `AcceleratorPlacement` to apply to GPU replicas.
+
+        Raises:
+            ConfigError: the type is not configured and is not a valid label value.
+        """
+        if accelerator in self.accelerators:
+            return self.accelerators[accelerator]
+        return AcceleratorPlacement(node_selector={self.accelerator_label: [accelerator]})
+
+    # -- loading --------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BackendConfig:
+        """Build from a mapping of field names (YAML keys may use '-' or '_').
+
+        Args:
+            data: field name -> value.
+
+        Returns:
+            The validated config.
+
+        Raises:
+            ConfigError: unknown keys (listed with the allowed ones) or invalid values.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"backend config must be a mapping of field -> value, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in data.items():
+            name = str(key).replace("-", "_")
+            if name not in names:
+                raise ConfigError(f"unknown backend config key {key!r}; allowed: {sorted(names)}")
+            kwargs[name] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def from_yaml(cls, path_or_str: Union[str, os.PathLike]) -> BackendConfig:
+        """Load from a YAML file path or a YAML document string.
+
+        Args:
+            path_or_str: a path to an existing file, or YAML text (anything that is not an existing path).
+
+        Returns:
+            The validated config; an empty document gives the defaults.
+
+        Raises:
+            ConfigError: the YAML does not parse, is not a mapping, or has bad keys/values.
+        """
+        text = str(path_or_str)
+        source = "YAML string"
+        if isinstance(path_or_str, os.PathLike) or ("\n" not in text and Path(text).is_file()):
+            source = str(path_or_str)
+            text = Path(path_or_str).read_text(encoding="utf-8")
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"backend config {source} is not valid YAML: {e}") from e
+        if data is None:
+            data = {}
+        try:
+            return cls.from_dict(data)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from e
+
+    @classmethod
+    def from_env(cls, prefix: str = "PYTORCHJOB_", environ: Optional[Mapping[str, str]] = None) -> BackendConfig:
+        """Load `<prefix>CONFIG` (a YAML file path) if set, then apply scalar `<prefix><FIELD>` overrides.
+
+        Scalar fields only (strings, ints, bools, `shm_size`); values are parsed as YAML scalars, so
+        `PYTORCHJOB_SUSPEND=true` and `PYTORCHJOB_BACKOFF_LIMIT=3` work, and an empty value or `null` means None.
+        Mapping fields (labels, tolerations, accelerators) come from the YAML file only.
+
+        Args:
+            prefix: environment variable prefix.
+            environ: the environment to read; `os.environ` when None.
+
+        Returns:
+            The validated config.
+
+        Raises:
+            ConfigError: the file or any override is invalid, or an override names a mapping field.
+        """
+        env = os.environ if environ is None else environ
+        data: dict[str, Any] = {}
+        path = env.get(f"{prefix}CONFIG")
+        if path:
+            file = Path(path)
+            if not file.is_file():
+                raise ConfigError(f"{prefix}CONFIG={path!r} is not a readable file")
+            data = dataclasses.asdict(cls.from_yaml(file))
+        scalar = {
+            f.name for f in dataclasses.fields(cls) if not isinstance(getattr(cls(), f.name), (dict, list, tuple))
+        }
+        for f in dataclasses.fields(cls):
+            key = f"{prefix}{f.name.upper()}"
+            if key not in env:
+                continue
+            if f.name not in scalar:
+                raise ConfigError(f"{key} cannot be set from the environment; put {f.name} in the {prefix}CONFIG file")
+            raw = env[key]
+            value = yaml.safe_load(raw) if raw.strip() else None
+            if f.name in ("namespace", "job_name_prefix", "gpu_resource_name", "shm_size") and value is not None:
+                value = raw  # keep strings such as "010" or "1e3" verbatim
+            data[f.name] = value
+        return cls.from_dict(data)
+
+
+def load_config(environ: Optional[Mapping[str, str]] = None) -> BackendConfig:
+    """The config the connector uses: defaults, then `PYTORCHJOB_CONFIG` YAML, then `PYTORCHJOB_*` overrides.
+
+    Args:
+        environ: the environment to read; `os.environ` when None.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: when the file or an override is invalid.
+    """
+    return BackendConfig.from_env(environ=environ)
+
+
+def _check_label_key(what: str, key: Any) -> None:
+    if not isinstance(key, str) or not _LABEL_KEY.match(key):
+        raise ConfigError(f"{what} is not a Kubernetes label key (optional 'prefix/' and name of <=63 [A-Za-z0-9-_.])")
+
+
+def _check_label_value(what: str, value: Any) -> None:
+    if not isinstance(value, (str, int)) or isinstance(value, bool) or not _LABEL_VALUE.match(str(value)):
+        raise ConfigError(f"{what}={value!r} is not a Kubernetes label value (<=63 of [A-Za-z0-9-_.])")
+
+
+def _check_resource_name(what: str, name: Any) -> None:
+    if not isinstance(name, str) or not _LABEL_KEY.match(name) or "/" not in name:
+        raise ConfigError(f"{what}={name!r} is not an extended resource name like 'nvidia.com/gpu' or 'amd.com/gpu'")
+
+
+def _check_quantity(what: str, value: str) -> None:
+    if not is_quantity(value):
+        raise ConfigError(f"{what}={value!r} is not a Kubernetes quantity; use e.g. '16Gi' or '512Mi'")
+
+
+def _check_toleration(what: str, toleration: Any) -> dict[str, Any]:
+    if not isinstance(toleration, Mapping):
+        raise ConfigError(f"{what}: {toleration!r} is not a toleration mapping")
+    unknown = set(toleration) - _TOLERATION_KEYS
+    if unknown:
+        raise ConfigError(f"{what}: unknown toleration keys {sorted(unknown)}; allowed: {sorted(_TOLERATION_KEYS)}")
+    op = toleration.get("operator", "Equal")
+    if op not in _TOLERATION_OPERATORS:
+        raise ConfigError(f"{what}: operator={op!r} is not one of {list(_TOLERATION_OPERATORS)}")
+    if op == "Exists" and toleration.get("value"):
+        raise ConfigError(f"{what}: operator Exists must not have a value (got {toleration['value']!r})")
+    if toleration.get("effect", "") not in _TOLERATION_EFFECTS:
+        raise ConfigError(f"{what}: effect={toleration.get('effect')!r} is not one of {list(_TOLERATION_EFFECTS)}")
+    return {k: toleration[k] for k in ("key", "operator", "value", "effect", "tolerationSeconds") if k in toleration}
