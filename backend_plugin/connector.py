@@ -1,0 +1,574 @@
+"""flytekit connector for `pytorch` tasks: create / get / delete Kubeflow PyTorchJobs.
+
+The connector only talks to the API; everything else is pure and lives elsewhere: the job comes from
+`builder.build_pytorchjob`, the phase from `status.job_status`, log links from `logs.log_links`, errors from
+`errors.classify`. Importing this module registers the connector for task type "pytorch" versions 0 and 1 with
+flytekit's `ConnectorRegistry`; it loads neither the kubernetes client nor any kube config (the API client is
+built on first use by a replaceable factory, see `set_api_client_factory`).
+
+Serve it with `pyflyte serve connector --modules backend_plugin.connector`.
+
+Failure handling:
+- 429/5xx and timeouts are retried with exponential backoff and full jitter within `api_retry_budget_s`;
+- a create that got no answer is followed by a GET before it is retried, so a slow API server never gets two jobs;
+- AlreadyExists adopts the existing job when its spec is the one we would create, and is a `Conflict` otherwise;
+- `get` only reports what it read: API trouble is an exception (Flyte polls again), never an invented phase;
+- a job deleted behind Flyte's back is reported FAILED with that reason; `delete` of a missing job is success.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional, TypeVar
+
+from flyteidl.core.execution_pb2 import TaskExecution
+from flytekit.extend.backend.base_connector import AsyncConnectorBase, ConnectorRegistry, Resource, ResourceMeta
+from flytekit.models.literals import LiteralMap
+from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
+
+from backend_plugin.builder import ExecutionMetadata, build_pytorchjob, job_name, template_to_dict
+from backend_plugin.config import BackendConfig, ConfigError, load_config
+from backend_plugin.errors import Conflict, KubeApiError, NotFound, Unavailable, classify
+from backend_plugin.logs import check_templates, log_links
+from backend_plugin.status import job_status, needs_pods
+
+logger = logging.getLogger(__name__)
+
+GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+TASK_TYPE = "pytorch"
+T = TypeVar("T")
+
+ApiClientFactory = Callable[[], Any]
+
+
+def default_api_client() -> Any:
+    """A kubernetes `ApiClient` from the in-cluster service account, else from the local kubeconfig.
+
+    Returns:
+        A new `kubernetes.client.ApiClient`.
+
+    Raises:
+        kubernetes.config.ConfigException: neither in-cluster config nor a kubeconfig is available.
+    """
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+_factory: ApiClientFactory = default_api_client
+
+
+def set_api_client_factory(factory: Optional[ApiClientFactory]) -> None:
+    """Replace the function that builds the kubernetes `ApiClient` (tests point it at a fake API server).
+
+    Connectors built without their own factory pick the new one up on their next call.
+
+    Args:
+        factory: a zero-argument callable returning an ApiClient; None restores `default_api_client`.
+    """
+    global _factory
+    _factory = factory or default_api_client
+
+
+def check_connector_settings(config: BackendConfig) -> None:
+    """Validate the connector section of `BackendConfig`.
+
+    Args:
+        config: the backend config.
+
+    Raises:
+        ConfigError: a timeout, budget or backoff that is not a positive number, or a malformed log link template.
+    """
+    for attr in ("api_timeout_s", "api_backoff_initial_s", "api_backoff_max_s"):
+        value = getattr(config, attr)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{attr}={value!r} must be a positive number of seconds")
+    for attr in ("api_retry_budget_s", "operator_pickup_timeout_s", "image_pull_grace_s"):
+        value = getattr(config, attr)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"{attr}={value!r} must be a non-negative number of seconds")
+    check_templates(config.log_links)
+
+
+@dataclass
+class PyTorchJobMetadata(ResourceMeta):
+    """What Flyte stores between calls: enough to find the job again, and to notice a same-named replacement.
+
+    Attributes:
+        namespace: the job's namespace.
+        name: the job's name.
+        uid: `metadata.uid` of the job we created or adopted ("" if unknown).
+    """
+
+    namespace: str
+    name: str
+    uid: str = ""
+
+
+def spec_differences(desired: Any, stored: Any, path: str = "spec") -> list[str]:
+    """Fields where a stored object differs from the one we would create, ignoring what the server added.
+
+    Every value we set must be present and equal in `stored`; keys only in `stored` are defaults filled in by the
+    API server or the operator's webhook and do not count.
+
+    Args:
+        desired: the value we would send.
+        stored: the value the API server holds.
+        path: the dotted path of these values, for the report.
+
+    Returns:
+        Dotted paths that differ (empty when `stored` matches).
+    """
+    if isinstance(desired, dict) and isinstance(stored, dict):
+        out: list[str] = []
+        for key, value in desired.items():
+            if key not in stored:
+                out.append(f"{path}.{key}")
+            else:
+                out.extend(spec_differences(value, stored[key], f"{path}.{key}"))
+        return out
+    if isinstance(desired, list) and isinstance(stored, list):
+        if len(desired) != len(stored):
+            return [path]
+        out = []
+        for i, (a, b) in enumerate(zip(desired, stored, strict=True)):
+            out.extend(spec_differences(a, b, f"{path}[{i}]"))
+        return out
+    if desired == stored or str(desired) == str(stored) and isinstance(stored, (int, float, str)):
+        return []
+    return [path]
+
+
+class PyTorchJobConnector(AsyncConnectorBase):
+    """Runs `pytorch` tasks as Kubeflow PyTorchJobs.
+
+    Args:
+        task_type_version: 1 for templates from this SDK and flytekit's kfpytorch plugin, 0 for legacy ones.
+        config: backend config; `load_config()` on first use when None.
+        api_client_factory: builds the kubernetes ApiClient on first use; the module-level factory when None.
+        clock: returns the current time (tests freeze it).
+        sleep: sleeps between retries (tests make it instant).
+    """
+
+    name = "PyTorchJob Connector"
+
+    def __init__(
+        self,
+        task_type_version: int = 1,
+        config: Optional[BackendConfig] = None,
+        api_client_factory: Optional[ApiClientFactory] = None,
+        clock: Optional[Callable[[], datetime.datetime]] = None,
+        sleep: Optional[Callable[[float], None]] = None,
+    ) -> None:
+        super().__init__(
+            task_type_name=TASK_TYPE, task_type_version=task_type_version, metadata_type=PyTorchJobMetadata
+        )
+        self._config = config
+        self._factory = api_client_factory
+        self._clock = clock or (lambda: datetime.datetime.now(datetime.timezone.utc))
+        self._sleep = sleep or time.sleep
+        self._client: Optional[tuple[ApiClientFactory, Any]] = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lazy dependencies
+    @property
+    def config(self) -> BackendConfig:
+        """The backend config (loaded and checked on first use)."""
+        if self._config is None:
+            config = load_config()
+            check_connector_settings(config)
+            self._config = config
+        return self._config
+
+    def _apis(self) -> tuple[Any, Any]:
+        """(CustomObjectsApi, CoreV1Api) over the current factory's ApiClient, built once per factory."""
+        from kubernetes import client
+
+        factory = self._factory or _factory
+        with self._lock:
+            if self._client is None or self._client[0] is not factory:
+                self._client = (factory, factory())
+            api_client = self._client[1]
+        return client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+
+    # ------------------------------------------------------------------ API calls with retries
+    def _call(
+        self,
+        fn: Callable[[], T],
+        verb: str,
+        namespace: str,
+        name: str,
+        k8s_verb: str,
+        resource: str = PLURAL,
+        group: str = GROUP,
+        retry: bool = True,
+    ) -> T:
+        """Run one API call; retry transient failures with backoff within the budget; raise classified errors."""
+        config = self.config
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except Exception as e:  # noqa: BLE001 - classified below; the cause is chained
+                if not _is_api_failure(e):
+                    raise
+                error = classify(e, verb, namespace, name, k8s_verb=k8s_verb, resource=resource, group=group)
+                cap = min(config.api_backoff_max_s, config.api_backoff_initial_s * (2**attempt))
+                backoff = random.uniform(0, cap)
+                elapsed = time.monotonic() - start
+                if not (retry and error.retryable) or elapsed + backoff > config.api_retry_budget_s:
+                    if error.retryable and retry:
+                        error = Unavailable(
+                            verb,
+                            namespace,
+                            name,
+                            f"{error.reason} (gave up after {attempt + 1} attempts in {elapsed:.1f}s, "
+                            f"api_retry_budget_s={config.api_retry_budget_s:g})",
+                            error.status,
+                        )
+                    raise error from e
+                logger.info("%s (attempt %d); retrying in %.2fs", error, attempt + 1, backoff)
+                self._sleep(backoff)
+                attempt += 1
+
+    def _timeout(self) -> float:
+        return float(self.config.api_timeout_s)
+
+    def _read_job(self, namespace: str, name: str, verb: str = "get") -> dict:
+        custom, _ = self._apis()
+        return self._call(
+            lambda: custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self._timeout()
+            ),
+            verb,
+            namespace,
+            name,
+            "get",
+        )
+
+    def _list_pods(self, namespace: str, name: str) -> list[dict]:
+        _, core = self._apis()
+        response = self._call(
+            lambda: core.list_namespaced_pod(
+                namespace,
+                label_selector=f"{JOB_NAME_LABEL}={name}",
+                _request_timeout=self._timeout(),
+                _preload_content=False,
+            ),
+            "list pods of",
+            namespace,
+            name,
+            "list",
+            resource="pods",
+            group="",
+        )
+        import json
+
+        return list(json.loads(response.data).get("items") or [])
+
+    # ------------------------------------------------------------------ create
+    def execution_metadata(
+        self,
+        template: dict,
+        output_prefix: str,
+        task_execution_metadata: Optional[TaskExecutionMetadata],
+    ) -> ExecutionMetadata:
+        """Derive the builder's `ExecutionMetadata` from flytekit's execution metadata and the output prefix.
+
+        The job name is deterministic in (project, domain, execution, node, retry attempt), so a create that is
+        retried for the same attempt finds the job it already created. Paths follow flytekit's connector
+        convention: `<output_prefix>/inputs.pb`, `/raw_output`, `/checkpoint_output`; the previous attempt's
+        checkpoint is used when the output prefix ends with the attempt number (propeller's layout).
+
+        Args:
+            template: the task template dict.
+            output_prefix: where the task writes outputs.pb.
+            task_execution_metadata: from the create request; None for local runs.
+
+        Returns:
+            The execution metadata for `build_pytorchjob`.
+        """
+        config = self.config
+        prefix = output_prefix.rstrip("/")
+        meta = task_execution_metadata
+        if meta is not None and meta.task_execution_id is not None:
+            tid = meta.task_execution_id
+            wf = tid.node_execution_id.execution_id
+            project, domain, execution, node = wf.project, wf.domain, wf.name, tid.node_execution_id.node_id
+            attempt = int(tid.retry_attempt or 0)
+        else:
+            tid_ = (template.get("id") or {}) if isinstance(template, dict) else {}
+            project, domain = str(tid_.get("project", "local")), str(tid_.get("domain", "local"))
+            execution = "local-" + hashlib.sha256(prefix.encode()).hexdigest()[:10]
+            node, attempt = str(tid_.get("name", "task")).rsplit(".", 1)[-1], 0
+        prev = ""
+        if attempt > 0 and prefix.endswith(f"/{attempt}"):
+            prev = f"{prefix[: -len(str(attempt))]}{attempt - 1}/checkpoint_output"
+        return ExecutionMetadata(
+            namespace=(meta.namespace if meta is not None and meta.namespace else config.namespace),
+            job_name=job_name(project, domain, execution, node, attempt, prefix=config.job_name_prefix),
+            labels=dict((meta.labels if meta is not None else None) or {}),
+            annotations=dict((meta.annotations if meta is not None else None) or {}),
+            environment=dict((meta.environment_variables if meta is not None else None) or {}),
+            input_path=f"{prefix}/inputs.pb",
+            output_prefix=prefix,
+            raw_output_prefix=f"{prefix}/raw_output",
+            checkpoint_prefix=f"{prefix}/checkpoint_output",
+            prev_checkpoint_prefix=prev,
+            service_account=(meta.k8s_service_account if meta is not None else None) or None,
+            project=project,
+            domain=domain,
+            execution_name=execution,
+            node_id=node,
+            retry_attempt=attempt,
+        )
+
+    def create(
+        self,
+        task_template: TaskTemplate,
+        output_prefix: str,
+        inputs: Optional[LiteralMap] = None,
+        task_execution_metadata: Optional[TaskExecutionMetadata] = None,
+        **kwargs: Any,
+    ) -> PyTorchJobMetadata:
+        """Write the inputs, build the PyTorchJob and create it (or adopt the identical job that already exists).
+
+        Args:
+            task_template: the task's template.
+            output_prefix: the execution's output prefix (inputs.pb is written under it).
+            inputs: the task's inputs; an empty map is written when None (pyflyte-execute always reads one).
+            task_execution_metadata: execution identity, namespace, labels, annotations, env, service account.
+            **kwargs: ignored (future flytekit arguments).
+
+        Returns:
+            The job's namespace, name and uid.
+
+        Raises:
+            TemplateError: the template cannot be turned into a PyTorchJob.
+            Conflict: a different job with the same name exists.
+            Forbidden: RBAC denies creating PyTorchJobs (the message names the permission).
+            KubeApiError: any other API failure, after retries for transient ones.
+        """
+        template = template_to_dict(task_template)
+        meta = self.execution_metadata(template, output_prefix, task_execution_metadata)
+        job = build_pytorchjob(template, meta, self.config)
+        _write_inputs(inputs, meta.input_path)
+        return self.create_job(job)
+
+    def create_job(self, job: dict) -> PyTorchJobMetadata:
+        """POST a built PyTorchJob, never creating a second copy (see the module docstring).
+
+        Args:
+            job: the PyTorchJob dict.
+
+        Returns:
+            The job's namespace, name and uid.
+
+        Raises:
+            Conflict: a different job with the same name exists.
+            KubeApiError: the create failed (retried within budget for transient failures).
+        """
+        custom, _ = self._apis()
+        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        config = self.config
+        start, attempt = time.monotonic(), 0
+        while True:
+            try:
+                created = self._call(
+                    lambda: custom.create_namespaced_custom_object(
+                        GROUP, VERSION, namespace, PLURAL, job, _request_timeout=self._timeout()
+                    ),
+                    "create",
+                    namespace,
+                    name,
+                    "create",
+                    retry=False,
+                )
+                logger.info("created PyTorchJob %s/%s", namespace, name)
+                return PyTorchJobMetadata(namespace, name, str(created["metadata"].get("uid", "")))
+            except Conflict:
+                return self._adopt(job, namespace, name)
+            except Unavailable as e:
+                # The create may have happened without us seeing the answer: look before trying again.
+                try:
+                    return self._adopt(job, namespace, name)
+                except (NotFound, Unavailable):
+                    pass  # not there (or unknown): a repeated POST is safe, the name is deterministic (409)
+                cap = min(config.api_backoff_max_s, config.api_backoff_initial_s * (2**attempt))
+                backoff = random.uniform(0, cap)
+                if time.monotonic() - start + backoff > config.api_retry_budget_s:
+                    raise Unavailable(
+                        "create",
+                        namespace,
+                        name,
+                        f"{e.reason} (gave up after {attempt + 1} attempts, api_retry_budget_s="
+                        f"{config.api_retry_budget_s:g})",
+                        e.status,
+                    ) from e
+                logger.info("%s; job not found, retrying create in %.2fs", e, backoff)
+                self._sleep(backoff)
+                attempt += 1
+
+    def _adopt(self, job: dict, namespace: str, name: str) -> PyTorchJobMetadata:
+        """Take over an existing job of this name when it is the one we would create; else raise Conflict."""
+        stored = self._read_job(namespace, name, verb="create")
+        if (stored.get("metadata") or {}).get("deletionTimestamp"):
+            raise Conflict(
+                "create", namespace, name, "a job with this name exists and is being deleted; retry once it is gone"
+            )
+        diffs = spec_differences(job.get("spec"), stored.get("spec"))
+        if diffs:
+            shown = ", ".join(diffs[:5]) + (f" and {len(diffs) - 5} more" if len(diffs) > 5 else "")
+            raise Conflict(
+                "create",
+                namespace,
+                name,
+                f"a different PyTorchJob with this name already exists (differs in {shown}); delete it with "
+                f"`kubectl delete pytorchjob -n {namespace} {name}` or rerun under a new execution",
+            )
+        logger.info("adopted existing PyTorchJob %s/%s with the same spec", namespace, name)
+        return PyTorchJobMetadata(namespace, name, str(stored["metadata"].get("uid", "")))
+
+    # ------------------------------------------------------------------ get
+    def get(self, resource_meta: PyTorchJobMetadata, **kwargs: Any) -> Resource:
+        """Read the job (and its pods only when needed to explain it) and report phase, message and log links.
+
+        Args:
+            resource_meta: what `create` returned.
+            **kwargs: ignored.
+
+        Returns:
+            A `Resource` with the phase, a message saying why, log links for every replica and the job's status
+            (conditions, replica counts, times) as `custom_info`.
+
+        Raises:
+            KubeApiError: the job could not be read (after retries); Flyte polls again.
+        """
+        ns, name = resource_meta.namespace, resource_meta.name
+        try:
+            job = self._read_job(ns, name)
+        except NotFound:
+            return Resource(
+                phase=TaskExecution.FAILED,
+                message=f"PyTorchJob {ns}/{name} no longer exists: it was deleted outside Flyte (for example with "
+                "kubectl, by ttlSecondsAfterFinished, or with its namespace) before it finished",
+                custom_info={"namespace": ns, "name": name, "uid": resource_meta.uid, "deleted": True},
+            )
+        uid = str((job.get("metadata") or {}).get("uid", ""))
+        if resource_meta.uid and uid and uid != resource_meta.uid:
+            return Resource(
+                phase=TaskExecution.FAILED,
+                message=f"PyTorchJob {ns}/{name} was deleted outside Flyte and a different job of the same name "
+                f"now exists (uid {uid}, ours was {resource_meta.uid})",
+                custom_info={"namespace": ns, "name": name, "uid": resource_meta.uid, "replaced_by": uid},
+            )
+        pods: Optional[list[dict]] = None
+        note = ""
+        if needs_pods(job):
+            try:
+                pods = self._list_pods(ns, name)
+            except KubeApiError as e:
+                # The job's own conditions still decide the phase; only the explanation is poorer.
+                logger.warning("%s", e)
+                note = f" (replica details unavailable: {e.reason})"
+        status = job_status(job, pods, self.config, self._clock())
+        return Resource(
+            phase=status.phase,
+            message=status.message + note,
+            log_links=log_links(job, pods, self.config, self._clock()),
+            custom_info=_custom_info(job),
+        )
+
+    # ------------------------------------------------------------------ delete
+    def delete(self, resource_meta: PyTorchJobMetadata, **kwargs: Any) -> None:
+        """Delete the job and, in the foreground, its pods; a job that is already gone is success.
+
+        Args:
+            resource_meta: what `create` returned.
+            **kwargs: ignored.
+
+        Raises:
+            KubeApiError: the delete failed (after retries for transient failures).
+        """
+        from kubernetes import client
+
+        custom, _ = self._apis()
+        ns, name = resource_meta.namespace, resource_meta.name
+        try:
+            self._call(
+                lambda: custom.delete_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    ns,
+                    PLURAL,
+                    name,
+                    body=client.V1DeleteOptions(propagation_policy="Foreground"),
+                    _request_timeout=self._timeout(),
+                ),
+                "delete",
+                ns,
+                name,
+                "delete",
+            )
+        except NotFound:
+            logger.info("PyTorchJob %s/%s already deleted", ns, name)
+
+
+def _is_api_failure(e: BaseException) -> bool:
+    """Whether `e` came from the API round trip (HTTP error status, timeout, connection failure)."""
+    if hasattr(e, "status") and hasattr(e, "body"):  # kubernetes ApiException
+        return True
+    import urllib3
+
+    return isinstance(e, (urllib3.exceptions.HTTPError, TimeoutError, ConnectionError))
+
+
+def _write_inputs(inputs: Optional[LiteralMap], path: str) -> None:
+    """Write the inputs LiteralMap (empty when None) to `path` through flytekit's file access."""
+    from flytekit.core import utils
+    from flytekit.core.context_manager import FlyteContextManager
+
+    ctx = FlyteContextManager.current_context()
+    local = ctx.file_access.get_random_local_path()
+    utils.write_proto_to_file((inputs or LiteralMap(literals={})).to_flyte_idl(), local)
+    ctx.file_access.put_data(local, path)
+
+
+def _custom_info(job: dict) -> dict[str, Any]:
+    """The job's identity and status as a JSON-able dict (shown in Flyte's task details)."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    info: dict[str, Any] = {"namespace": meta.get("namespace", ""), "name": meta.get("name", "")}
+    info["uid"] = meta.get("uid", "")
+    for key in ("conditions", "replicaStatuses", "startTime", "completionTime", "lastReconcileTime"):
+        if key in status:
+            info[key] = status[key]
+    return info
+
+
+def register() -> None:
+    """Register the connector for `pytorch` task versions 0 and 1 (idempotent)."""
+    for version in (0, 1):
+        try:
+            if isinstance(ConnectorRegistry.get_connector(TASK_TYPE, version), PyTorchJobConnector):
+                continue
+        except Exception:  # noqa: BLE001 - FlyteConnectorNotFound: not registered yet
+            pass
+        ConnectorRegistry.register(PyTorchJobConnector(task_type_version=version), override=True)
+
+
+register()
