@@ -1,0 +1,37 @@
+"""flytekitplugins-pytorch: distributed PyTorch tasks for Flyte.
+
+``@pytorch_task(...)`` (or ``@task(task_config=PyTorch(...))`` / ``Elastic(...)``) on a typed function runs locally
+as real multi-process ``torch.distributed`` and on a cluster as a Kubeflow PyTorchJob. Importing this package (which
+flytekit does through the ``flytekit.plugins`` entry point) registers the task types; it never imports torch.
+
+Local-run environment variables (read by the launcher):
+
+- ``FLYTE_PYTORCH_INPROCESS=1``: run the function in-process with world size 1 (for breakpoints).
+- ``FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE=N``: cap the local world size (one log line when the declared one is larger).
+"""
+
+from flytekitplugins_pytorch.config import (
+    CleanPodPolicy,
+    ConfigError,
+    Elastic,
+    Master,
+    PyTorch,
+    RestartPolicy,
+    RunPolicy,
+    Worker,
+)
+from flytekitplugins_pytorch.task import ElasticPyTorchFunctionTask, PyTorchFunctionTask, pytorch_task
+
+__all__ = [
+    "pytorch_task",
+    "PyTorch",
+    "Master",
+    "Worker",
+    "RunPolicy",
+    "Elastic",
+    "RestartPolicy",
+    "CleanPodPolicy",
+    "ConfigError",
+    "PyTorchFunctionTask",
+    "ElasticPyTorchFunctionTask",
+]

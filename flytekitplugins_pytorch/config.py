@@ -1,0 +1,756 @@
+"""Configuration of distributed PyTorch tasks: dataclasses that check themselves when built.
+
+Every check runs in ``__post_init__``, so a bad setting fails when the task is decorated (at import of the user's
+module), not minutes later when the PyTorchJob is rejected by the cluster. Errors follow one shape::
+
+    <Class>.<field>=<value!r> is <problem>; <what is allowed>
+
+This module never imports torch: defining, serializing and registering a task works on a machine without it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from decimal import Decimal
+from enum import Enum
+from typing import Any, Optional, Union
+
+from flytekit import Resources
+
+from flytekitplugins_pytorch.quantity import QuantityError, parse_quantity
+
+__all__ = [
+    "ConfigError",
+    "UnknownOptionError",
+    "RestartPolicy",
+    "CleanPodPolicy",
+    "RunPolicy",
+    "Master",
+    "Worker",
+    "PyTorch",
+    "Elastic",
+    "START_METHODS",
+    "NPROC_PER_NODE_WORDS",
+]
+
+INT32_MAX = 2**31 - 1  # the proto fields (replicas, backoff limit, deadlines) are int32
+START_METHODS = ("spawn", "fork", "forkserver")
+"""Process start methods of `torch.multiprocessing` / torchrun, in the order of preference."""
+NPROC_PER_NODE_WORDS = ("auto", "cpu", "gpu")
+"""The non-numeric values torchrun accepts for ``--nproc-per-node``."""
+
+QUANTITY_EXAMPLES = "a Kubernetes quantity such as '500m', '2', '4Gi', '512Mi', '1e3'"
+RESOURCE_FIELDS = ("cpu", "mem", "gpu", "ephemeral_storage")
+
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_EXTENDED_RESOURCE = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+_NNODES = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")
+
+
+class ConfigError(ValueError):
+    """A setting of a PyTorch task that cannot work.
+
+    The message names the setting, the bad value and what is allowed:
+    ``"Worker.replicas=-1 is negative; use a whole number >= 0"``.
+
+    Args:
+        message: the full message.
+        field: the dotted name of the setting (``"Worker.replicas"``), when there is one.
+        value: the rejected value.
+    """
+
+    def __init__(self, message: str, *, field: Optional[str] = None, value: Any = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+class UnknownOptionError(ConfigError, TypeError):
+    """A keyword argument that no option has; a `TypeError` too, like any unexpected keyword in Python."""
+
+
+def _fail(name: str, value: Any, problem: str, allowed: str) -> ConfigError:
+    """Build the one-shape error: ``<name>=<value!r> is <problem>; <allowed>``."""
+    return ConfigError(f"{name}={value!r} is {problem}; {allowed}", field=name, value=value)
+
+
+def unknown_option(owner: str, name: str, valid: Iterable[str]) -> UnknownOptionError:
+    """The error for an unknown keyword, suggesting the closest valid names.
+
+    Args:
+        owner: what was called (``"pytorch_task"``).
+        name: the unknown keyword.
+        valid: every keyword that would have been accepted.
+
+    Returns:
+        The error to raise.
+    """
+    valid = sorted(valid)
+    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else f"valid options: {', '.join(valid)}"
+    return UnknownOptionError(f"{owner}.{name} is not an option; {hint}", field=f"{owner}.{name}", value=name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Field checks. Each takes the dotted name used in the message and returns the (possibly normalized) value.
+
+
+def check_int(name: str, value: Any, *, minimum: int, optional: bool = False, maximum: int = INT32_MAX) -> Any:
+    """A whole number in ``[minimum, maximum]`` (bool is not a number here); None passes when `optional`.
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check.
+        minimum: smallest allowed value.
+        optional: whether None is allowed.
+        maximum: largest allowed value (int32 by default, the width of the proto fields).
+
+    Returns:
+        `value` unchanged.
+
+    Raises:
+        ConfigError: `value` is not an int in range.
+    """
+    if value is None and optional:
+        return None
+    allowed = f"use a whole number >= {minimum}" + (" or None" if optional else "")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(name, value, f"not a whole number ({type(value).__name__})", allowed)
+    if value < minimum:
+        raise _fail(name, value, "negative" if value < 0 else f"below {minimum}", allowed)
+    if value > maximum:
+        raise _fail(name, value, f"above {maximum}", f"use a whole number <= {maximum}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """True or False, nothing truthy.
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check.
+
+    Returns:
+        `value` unchanged.
+
+    Raises:
+        ConfigError: `value` is not a bool.
+    """
+    if not isinstance(value, bool):
+        raise _fail(name, value, f"not a bool ({type(value).__name__})", "use True or False")
+    return value
+
+
+def check_quantity(name: str, value: Any, *, optional: bool = True) -> Optional[Decimal]:
+    """A non-negative Kubernetes quantity.
+
+    Args:
+        name: dotted field name for the message.
+        value: str, int or float quantity, or None when `optional`.
+        optional: whether None is allowed.
+
+    Returns:
+        The parsed value, or None.
+
+    Raises:
+        ConfigError: `value` is not a quantity, or is negative.
+    """
+    if value is None and optional:
+        return None
+    try:
+        amount = parse_quantity(value)
+    except QuantityError:
+        raise _fail(name, value, "not a Kubernetes quantity", f"use {QUANTITY_EXAMPLES}") from None
+    if amount < 0:
+        raise _fail(name, value, "negative", f"use {QUANTITY_EXAMPLES}")
+    return amount
+
+
+def check_gpu(name: str, value: Any) -> Optional[int]:
+    """A GPU count: a non-negative whole number, as int or digits (``1`` or ``"1"``; not ``"500m"`` or ``"1.5"``).
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check, or None.
+
+    Returns:
+        The count, or None.
+
+    Raises:
+        ConfigError: `value` is not a whole non-negative number.
+    """
+    if value is None:
+        return None
+    allowed = "GPUs are whole devices: use a whole number >= 0 such as 1 or '2'"
+    if isinstance(value, bool):
+        raise _fail(name, value, "not a GPU count", allowed)
+    if isinstance(value, int):
+        if value < 0:
+            raise _fail(name, value, "negative", allowed)
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    raise _fail(name, value, "not a GPU count", allowed)
+
+
+def check_resources(
+    requests: Optional[Resources],
+    limits: Optional[Resources],
+    name_of: Callable[[str, Optional[str]], str],
+) -> None:
+    """Check a requests/limits pair: quantities, GPU counts, and that no limit is below its request.
+
+    Args:
+        requests: flytekit ``Resources`` used as requests, or None.
+        limits: flytekit ``Resources`` used as limits, or None.
+        name_of: ``(kind, attr) -> dotted name`` for messages, kind being ``"requests"`` or ``"limits"`` and attr a
+            ``Resources`` field (``"mem"``) or None for the whole object.
+
+    Raises:
+        ConfigError: any value is malformed, or a limit is below its request.
+    """
+    parsed: dict[str, dict[str, Decimal]] = {"requests": {}, "limits": {}}
+    for kind, res in (("requests", requests), ("limits", limits)):
+        if res is None:
+            continue
+        if not isinstance(res, Resources):
+            raise _fail(
+                name_of(kind, None),
+                res,
+                f"not flytekit.Resources ({type(res).__name__})",
+                "use flytekit.Resources(cpu=..., mem=..., gpu=..., ephemeral_storage=...) or None",
+            )
+        for attr in RESOURCE_FIELDS:
+            value = getattr(res, attr)
+            if value is None:
+                continue
+            name = name_of(kind, attr)
+            if isinstance(value, (list, tuple)):
+                raise _fail(name, value, "a (request, limit) pair", "give requests and limits separately")
+            if attr == "gpu":
+                parsed[kind][attr] = Decimal(check_gpu(name, value))
+            else:
+                parsed[kind][attr] = check_quantity(name, value)
+    for attr, request in parsed["requests"].items():
+        limit = parsed["limits"].get(attr)
+        if limit is None:
+            continue
+        limit_name, request_name = name_of("limits", attr), name_of("requests", attr)
+        limit_value, request_value = getattr(limits, attr), getattr(requests, attr)
+        if limit < request:
+            raise _fail(
+                limit_name, limit_value, f"below {request_name}={request_value!r}", "a limit must be >= its request"
+            )
+        if attr == "gpu" and limit != request:
+            raise _fail(
+                limit_name,
+                limit_value,
+                f"different from {request_name}={request_value!r}",
+                "Kubernetes requires GPU requests and limits to be equal (or give only the limit)",
+            )
+
+
+def coerce_enum(name: str, value: Any, enum: type[Enum]) -> Any:
+    """Accept an Enum member, or a string naming one case-insensitively (``"OnFailure"``, ``"on_failure"``).
+
+    Args:
+        name: dotted field name for the message.
+        value: member or string.
+        enum: the Enum class.
+
+    Returns:
+        The Enum member.
+
+    Raises:
+        ConfigError: `value` names no member.
+    """
+    if isinstance(value, enum):
+        return value
+    if isinstance(value, str):
+        key = value.replace("_", "").replace("-", "").lower()
+        for member in enum:
+            if key in (str(member.value).lower(), member.name.replace("_", "").lower()):
+                return member
+    allowed = ", ".join(repr(m.value) for m in enum)
+    raise _fail(name, value, f"not a {enum.__name__}", f"use one of {allowed} (or {enum.__name__}.<NAME>)")
+
+
+def check_name(name: str, value: Any, pattern: re.Pattern, max_len: int, what: str) -> Optional[str]:
+    """A Kubernetes name (label value, DNS subdomain, resource name) or None.
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check.
+        pattern: the full-match pattern.
+        max_len: the longest allowed length.
+        what: the allowed form, for the message.
+
+    Returns:
+        `value` unchanged.
+
+    Raises:
+        ConfigError: `value` is not a matching string.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > max_len or not pattern.fullmatch(value):
+        raise _fail(name, value, "not a valid name", f"use {what}, or None")
+    return value
+
+
+def check_nproc_per_node(name: str, value: Any) -> Union[int, str]:
+    """Processes per node: a positive int, or ``"auto"``, ``"cpu"``, ``"gpu"`` (torchrun's words).
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check.
+
+    Returns:
+        The int, or the word in lower case.
+
+    Raises:
+        ConfigError: anything else (bool, 0, negative, other strings).
+    """
+    allowed = "use a positive int, 'auto' (one per GPU, else per CPU), 'cpu' or 'gpu'"
+    if isinstance(value, str) and value.lower() in NPROC_PER_NODE_WORDS:
+        return value.lower()
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(name, value, "not a process count", allowed)
+    if value < 1:
+        raise _fail(name, value, "not positive", allowed)
+    return value
+
+
+def check_start_method(name: str, value: Any) -> str:
+    """One of ``"spawn"``, ``"fork"``, ``"forkserver"``.
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check.
+
+    Returns:
+        `value` unchanged.
+
+    Raises:
+        ConfigError: anything else.
+    """
+    if value not in START_METHODS:
+        raise _fail(name, value, "not a start method", f"use one of {', '.join(map(repr, START_METHODS))}")
+    return value
+
+
+def check_timeout(name: str, value: Any) -> Optional[datetime.timedelta]:
+    """A positive duration: a ``timedelta``, or seconds as int/float. None passes.
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check.
+
+    Returns:
+        A ``timedelta`` or None.
+
+    Raises:
+        ConfigError: not a duration, or not positive.
+    """
+    if value is None:
+        return None
+    allowed = "use a positive datetime.timedelta (or seconds), or None for the backend's default"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = datetime.timedelta(seconds=value)
+    if not isinstance(value, datetime.timedelta):
+        raise _fail(name, value, "not a duration", allowed)
+    if value <= datetime.timedelta(0):
+        raise _fail(name, value, "not positive", allowed)
+    return value
+
+
+def check_image(name: str, value: Any) -> Optional[str]:
+    """A non-empty image reference without whitespace, or None (None = the task's image).
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check.
+
+    Returns:
+        `value` unchanged.
+
+    Raises:
+        ConfigError: empty or not a string.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise _fail(name, value, "not an image reference", "use e.g. 'ghcr.io/org/train:1.0', or None for the task's")
+    return value
+
+
+def check_shm_size(name: str, value: Any) -> Optional[str]:
+    """Size of the in-memory ``/dev/shm``: a non-negative quantity (``"0"`` disables the volume), or None.
+
+    Args:
+        name: dotted field name for the message.
+        value: quantity string or int.
+
+    Returns:
+        The quantity as a string, or None.
+
+    Raises:
+        ConfigError: not a non-negative quantity.
+    """
+    if value is None:
+        return None
+    check_quantity(name, value, optional=False)
+    return value if isinstance(value, str) else str(value)
+
+
+def _check_fields_common(owner: str, obj: Any) -> None:
+    """Checks shared by `PyTorch` and `Elastic`: run policy, shm, accelerator, GPU resource, start method, timeout."""
+    if not isinstance(obj.run_policy, RunPolicy):
+        raise _fail(
+            f"{owner}.run_policy",
+            obj.run_policy,
+            f"not a RunPolicy ({type(obj.run_policy).__name__})",
+            "use flytekitplugins_pytorch.RunPolicy(...)",
+        )
+    obj.shm_size = check_shm_size(f"{owner}.shm_size", obj.shm_size)
+    if obj.accelerator is not None and (not isinstance(obj.accelerator, str) or not obj.accelerator.strip()):
+        raise _fail(
+            f"{owner}.accelerator",
+            obj.accelerator,
+            "not an accelerator name",
+            "use a name such as 'nvidia-tesla-a100' or 'A100', or None",
+        )
+    check_name(
+        f"{owner}.gpu_resource",
+        obj.gpu_resource,
+        _EXTENDED_RESOURCE,
+        253,
+        "an extended resource name such as 'nvidia.com/gpu', 'amd.com/gpu' or 'nvidia.com/mig-1g.5gb'",
+    )
+    obj.nproc_per_node = check_nproc_per_node(f"{owner}.nproc_per_node", obj.nproc_per_node)
+    check_start_method(f"{owner}.start_method", obj.start_method)
+    obj.collective_timeout = check_timeout(f"{owner}.collective_timeout", obj.collective_timeout)
+
+
+def _check_min_available(owner: str, run_policy: RunPolicy, total: int, total_text: str) -> None:
+    if run_policy.min_available is not None and run_policy.min_available > total:
+        raise _fail(
+            f"{owner}.run_policy.min_available",
+            run_policy.min_available,
+            f"more than the job's {total_text}",
+            f"use 1..{total}",
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The public configuration.
+
+
+class RestartPolicy(Enum):
+    """What the training operator does when a replica's pod fails (``spec.pytorchReplicaSpecs.<role>.restartPolicy``).
+
+    ``EXIT_CODE`` restarts only on retryable exit codes (128+signal, e.g. a preempted node) and fails at once on a
+    user error (exit 1) -- usually what a training job wants when its code checkpoints.
+    """
+
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+    ALWAYS = "Always"
+    EXIT_CODE = "ExitCode"
+
+
+class CleanPodPolicy(Enum):
+    """Which pods the operator deletes when the job finishes (``spec.runPolicy.cleanPodPolicy``)."""
+
+    NONE = "None"
+    RUNNING = "Running"
+    ALL = "All"
+
+
+@dataclass
+class RunPolicy:
+    """Job-level policy (``spec.runPolicy`` of the PyTorchJob).
+
+    Args:
+        clean_pod_policy: pods to delete when the job finishes. Default ``RUNNING``: finished pods keep their logs
+            for debugging, while stragglers (ranks still blocked in a collective after rank 0 failed) are removed
+            so they stop holding GPUs.
+        backoff_limit: pod restarts before the job is marked failed (``spec.runPolicy.backoffLimit``); None = the
+            operator's default.
+        active_deadline_seconds: wall-clock limit of the whole job, > 0 (``spec.runPolicy.activeDeadlineSeconds``).
+        ttl_seconds_after_finished: delete the job this long after it finished, >= 0
+            (``spec.runPolicy.ttlSecondsAfterFinished``); None = keep it.
+        queue: Kueue / Volcano queue (``spec.runPolicy.schedulingPolicy.queue`` and the
+            ``kueue.x-k8s.io/queue-name`` label), a Kubernetes label value.
+        priority_class: PriorityClass name (``spec.runPolicy.schedulingPolicy.priorityClass``).
+        gang_scheduling: start all replicas together or none (``schedulingPolicy.minAvailable`` = all replicas).
+            Default False: it needs a gang scheduler (Volcano, scheduler-plugins) on the cluster.
+        min_available: replicas that must be schedulable together, 1..total (overrides the gang default).
+        suspend: create the job suspended (``spec.runPolicy.suspend``), e.g. for Kueue admission.
+
+    Raises:
+        ConfigError: a value out of range or of the wrong type.
+    """
+
+    clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
+    backoff_limit: Optional[int] = None
+    active_deadline_seconds: Optional[int] = None
+    ttl_seconds_after_finished: Optional[int] = None
+    queue: Optional[str] = None
+    priority_class: Optional[str] = None
+    gang_scheduling: bool = False
+    min_available: Optional[int] = None
+    suspend: bool = False
+
+    def __post_init__(self) -> None:
+        self.clean_pod_policy = coerce_enum("RunPolicy.clean_pod_policy", self.clean_pod_policy, CleanPodPolicy)
+        check_int("RunPolicy.backoff_limit", self.backoff_limit, minimum=0, optional=True)
+        check_int("RunPolicy.active_deadline_seconds", self.active_deadline_seconds, minimum=1, optional=True)
+        check_int("RunPolicy.ttl_seconds_after_finished", self.ttl_seconds_after_finished, minimum=0, optional=True)
+        check_name(
+            "RunPolicy.queue",
+            self.queue,
+            _LABEL_VALUE,
+            63,
+            "a Kubernetes label value (letters, digits, '-', '_', '.'; at most 63 characters)",
+        )
+        check_name(
+            "RunPolicy.priority_class",
+            self.priority_class,
+            _DNS_SUBDOMAIN,
+            253,
+            "a PriorityClass name (lower-case DNS subdomain)",
+        )
+        check_bool("RunPolicy.gang_scheduling", self.gang_scheduling)
+        check_int("RunPolicy.min_available", self.min_available, minimum=1, optional=True)
+        check_bool("RunPolicy.suspend", self.suspend)
+
+
+@dataclass
+class Master:
+    """The master replica group: always exactly one pod (global rank 0 lives there).
+
+    Args:
+        image: image of the master; None = the task's image.
+        requests: resource requests (flytekit ``Resources``); None = the task container's.
+        limits: resource limits; None = the task container's.
+        restart_policy: what the operator does when the pod fails; a `RestartPolicy` or its value as a string.
+            Default ``NEVER``: Flyte's own retries restart the whole job consistently.
+
+    Raises:
+        ConfigError: a malformed quantity, a limit below its request, or an unknown policy.
+    """
+
+    image: Optional[str] = None
+    requests: Optional[Resources] = None
+    limits: Optional[Resources] = None
+    restart_policy: RestartPolicy = RestartPolicy.NEVER
+
+    def __post_init__(self) -> None:
+        _check_replica(type(self).__name__, self)
+
+
+@dataclass
+class Worker:
+    """The worker replica group.
+
+    Args:
+        replicas: number of worker pods, >= 0 (0 = a master-only job).
+        image: image of the workers; None = the task's image.
+        requests: resource requests (flytekit ``Resources``); None = the task container's.
+        limits: resource limits; None = the task container's.
+        restart_policy: as `Master.restart_policy`.
+
+    Raises:
+        ConfigError: a negative or non-integer replica count, a malformed quantity, a limit below its request,
+            or an unknown policy.
+    """
+
+    replicas: int = 1
+    image: Optional[str] = None
+    requests: Optional[Resources] = None
+    limits: Optional[Resources] = None
+    restart_policy: RestartPolicy = RestartPolicy.NEVER
+
+    def __post_init__(self) -> None:
+        check_int("Worker.replicas", self.replicas, minimum=0)
+        _check_replica(type(self).__name__, self)
+
+
+def _check_replica(owner: str, replica: Union[Master, Worker]) -> None:
+    replica.restart_policy = coerce_enum(f"{owner}.restart_policy", replica.restart_policy, RestartPolicy)
+    check_image(f"{owner}.image", replica.image)
+
+    def name_of(kind: str, attr: Optional[str]) -> str:
+        return f"{owner}.{kind}.{attr}" if attr else f"{owner}.{kind}"
+
+    check_resources(replica.requests, replica.limits, name_of)
+
+
+@dataclass
+class PyTorch:
+    """A non-elastic PyTorchJob: one master and ``worker.replicas`` workers, each running ``nproc_per_node`` ranks.
+
+    Use as ``@task(task_config=PyTorch(...))``, or through the flat `pytorch_task` decorator.
+
+    Args:
+        master: the master replica group.
+        worker: the worker replica group.
+        run_policy: job-level policy.
+        nproc_per_node: ranks per pod: a positive int, ``"auto"`` (one per GPU, else per CPU), ``"cpu"``, ``"gpu"``.
+        shm_size: size of the in-memory ``/dev/shm`` on every replica (a quantity); None = the backend's default;
+            ``"0"`` disables the volume. DataLoader workers exchange batches through it, and the container
+            runtime's 64Mi default is too small for most image pipelines.
+        accelerator: accelerator type for node selection, e.g. ``"nvidia-tesla-a100"``; mapped by the backend.
+        gpu_resource: the extended resource GPUs are requested under, e.g. ``"amd.com/gpu"``; None =
+            the backend's default (``nvidia.com/gpu``).
+        start_method: how ranks are started inside a pod or locally: ``"spawn"`` (default; safe with CUDA and
+            threads), ``"fork"`` or ``"forkserver"``.
+        collective_timeout: timeout of ``init_process_group`` and collectives; None lets the launcher choose per
+            backend (gloo / nccl).
+
+    Raises:
+        ConfigError: any invalid setting, including ``run_policy.min_available`` above the number of replicas.
+    """
+
+    master: Master = field(default_factory=Master)
+    worker: Worker = field(default_factory=Worker)
+    run_policy: RunPolicy = field(default_factory=RunPolicy)
+    nproc_per_node: Union[int, str] = 1
+    shm_size: Optional[str] = None
+    accelerator: Optional[str] = None
+    gpu_resource: Optional[str] = None
+    start_method: str = "spawn"
+    collective_timeout: Optional[datetime.timedelta] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.master, Master):
+            raise _fail(
+                "PyTorch.master",
+                self.master,
+                f"not a Master ({type(self.master).__name__})",
+                "use flytekitplugins_pytorch.Master(...)",
+            )
+        if not isinstance(self.worker, Worker):
+            raise _fail(
+                "PyTorch.worker",
+                self.worker,
+                f"not a Worker ({type(self.worker).__name__})",
+                "use flytekitplugins_pytorch.Worker(replicas=...)",
+            )
+        _check_fields_common("PyTorch", self)
+        total = 1 + self.worker.replicas
+        _check_min_available(
+            "PyTorch", self.run_policy, total, f"{total} replicas (1 master + {self.worker.replicas} workers)"
+        )
+
+    @property
+    def replicas(self) -> int:
+        """Pods in the job: the master plus the workers."""
+        return 1 + self.worker.replicas
+
+
+@dataclass
+class Elastic:
+    """A torchrun-style elastic job: no master; between ``min_nodes`` and ``max_nodes`` worker pods rendezvous.
+
+    Use as ``@task(task_config=Elastic(...))``.
+
+    Args:
+        nnodes: number of pods, an int or ``"min:max"`` (1 <= min <= max).
+        nproc_per_node: ranks per pod, as `PyTorch.nproc_per_node`.
+        start_method: as `PyTorch.start_method`.
+        monitor_interval: seconds between health checks of the local ranks, > 0.
+        max_restarts: times the whole rank group is restarted after a failure, >= 0.
+        rdzv_join_timeout: seconds to wait for ``min_nodes`` to join the rendezvous, > 0. Default 900: pods on
+            freshly scaled nodes pull the image first.
+        rdzv_last_call_timeout: seconds to wait for more nodes after ``min_nodes`` joined, > 0.
+        rdzv_close_timeout: seconds to wait for the rendezvous to close, > 0.
+        run_policy: job-level policy.
+        shm_size: as `PyTorch.shm_size`.
+        accelerator: as `PyTorch.accelerator`.
+        gpu_resource: as `PyTorch.gpu_resource`.
+        collective_timeout: as `PyTorch.collective_timeout`.
+
+    Raises:
+        ConfigError: any invalid setting.
+    """
+
+    nnodes: Union[int, str] = 1
+    nproc_per_node: Union[int, str] = 1
+    start_method: str = "spawn"
+    monitor_interval: float = 1.0
+    max_restarts: int = 0
+    rdzv_join_timeout: int = 900
+    rdzv_last_call_timeout: int = 30
+    rdzv_close_timeout: int = 30
+    run_policy: RunPolicy = field(default_factory=RunPolicy)
+    shm_size: Optional[str] = None
+    accelerator: Optional[str] = None
+    gpu_resource: Optional[str] = None
+    collective_timeout: Optional[datetime.timedelta] = None
+
+    def __post_init__(self) -> None:
+        self._min_nodes, self._max_nodes = _parse_nnodes(self.nnodes)
+        _check_fields_common("Elastic", self)
+        if (
+            isinstance(self.monitor_interval, bool)
+            or not isinstance(self.monitor_interval, (int, float))
+            or not (self.monitor_interval > 0)
+        ):
+            raise _fail(
+                "Elastic.monitor_interval", self.monitor_interval, "not a positive number of seconds", "use e.g. 1.0"
+            )
+        check_int("Elastic.max_restarts", self.max_restarts, minimum=0)
+        for name in ("rdzv_join_timeout", "rdzv_last_call_timeout", "rdzv_close_timeout"):
+            check_int(f"Elastic.{name}", getattr(self, name), minimum=1)
+        _check_min_available("Elastic", self.run_policy, self._max_nodes, f"{self._max_nodes} nodes at most")
+
+    @property
+    def min_nodes(self) -> int:
+        """The fewest pods the job runs with (the ``min`` of ``nnodes``)."""
+        return self._min_nodes
+
+    @property
+    def max_nodes(self) -> int:
+        """The most pods the job runs with (the ``max`` of ``nnodes``; the PyTorchJob's worker replicas)."""
+        return self._max_nodes
+
+
+def _parse_nnodes(value: Any) -> tuple[int, int]:
+    allowed = "use a positive int or 'min:max' with 1 <= min <= max, e.g. 2 or '1:4'"
+    if isinstance(value, bool):
+        raise _fail("Elastic.nnodes", value, "not a node count", allowed)
+    if isinstance(value, int):
+        low = high = value
+    elif isinstance(value, str) and (match := _NNODES.fullmatch(value)):
+        low = int(match[1])
+        high = int(match[2]) if match[2] is not None else low
+    else:
+        raise _fail("Elastic.nnodes", value, "not a node count", allowed)
+    if low < 1:
+        raise _fail("Elastic.nnodes", value, "below 1 node", allowed)
+    if low > high:
+        raise _fail("Elastic.nnodes", value, "a range with min > max", allowed)
+    if high > INT32_MAX:
+        raise _fail("Elastic.nnodes", value, f"above {INT32_MAX}", allowed)
+    return low, high
+
+
+def option_names(cls: type) -> list[str]:
+    """The constructor keywords of a config dataclass (for suggestions in errors).
+
+    Args:
+        cls: a dataclass.
+
+    Returns:
+        Its field names.
+    """
+    return [f.name for f in fields(cls)]

@@ -1,0 +1,480 @@
+"""Flyte task types for distributed PyTorch, and their serialization into a task template.
+
+The template format is specified in ``docs/template-format.md``: ``custom`` is Flyte's own
+``DistributedPyTorchTrainingTask`` proto as a JSON dict (so Flyte's built-in PyTorch backend can run it too), and
+``config`` carries what the proto cannot, under ``pytorch.*`` keys. Execution is delegated to
+``flytekitplugins_pytorch.launcher``, imported only when a task runs, so nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Optional, Union
+
+import flytekit
+from flyteidl.plugins.kubeflow import common_pb2, pytorch_pb2
+from flytekit import PythonFunctionTask, Resources
+from flytekit.configuration import SerializationSettings
+from flytekit.core.resources import convert_resources_to_resource_model
+from flytekit.extend import TaskPlugins
+from flytekit.extras.accelerators import BaseAccelerator
+from google.protobuf import json_format
+
+from flytekitplugins_pytorch.config import (
+    CleanPodPolicy,
+    ConfigError,
+    Elastic,
+    Master,
+    PyTorch,
+    RestartPolicy,
+    RunPolicy,
+    Worker,
+    check_gpu,
+    check_int,
+    check_quantity,
+    check_resources,
+    unknown_option,
+)
+
+__all__ = ["PyTorchFunctionTask", "ElasticPyTorchFunctionTask", "pytorch_task", "TASK_TYPE", "TASK_TYPE_VERSION"]
+
+TASK_TYPE = "pytorch"
+TASK_TYPE_VERSION = 1  # version 0 is the legacy `{"workers": N}` custom; see docs/template-format.md
+
+# ExitCode has no proto value. NEVER is the safe stand-in for a backend that ignores our config key: the job fails
+# and Flyte's retries apply, whereas ON_FAILURE would restart user errors forever.
+_PROTO_RESTART_POLICY = {
+    RestartPolicy.NEVER: common_pb2.RESTART_POLICY_NEVER,
+    RestartPolicy.ON_FAILURE: common_pb2.RESTART_POLICY_ON_FAILURE,
+    RestartPolicy.ALWAYS: common_pb2.RESTART_POLICY_ALWAYS,
+    RestartPolicy.EXIT_CODE: common_pb2.RESTART_POLICY_NEVER,
+}
+_PROTO_CLEAN_POD_POLICY = {
+    CleanPodPolicy.NONE: common_pb2.CLEANPOD_POLICY_NONE,
+    CleanPodPolicy.RUNNING: common_pb2.CLEANPOD_POLICY_RUNNING,
+    CleanPodPolicy.ALL: common_pb2.CLEANPOD_POLICY_ALL,
+}
+RDZV_BACKEND = "c10d"  # torchrun's default; needs no etcd
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Serialization: pure functions of the config, so the backend's tests can reuse them.
+
+
+def _replica_spec(
+    replicas: int,
+    image: Optional[str],
+    requests: Optional[Resources],
+    limits: Optional[Resources],
+    restart_policy: RestartPolicy,
+) -> pytorch_pb2.DistributedPyTorchTrainingReplicaSpec:
+    """One replica group in the proto's top-level (deprecated but universally read) fields."""
+    spec = pytorch_pb2.DistributedPyTorchTrainingReplicaSpec(
+        replicas=replicas, restart_policy=_PROTO_RESTART_POLICY[restart_policy]
+    )
+    if image:
+        spec.image = image
+    resources = convert_resources_to_resource_model(requests=requests, limits=limits)
+    if resources.requests or resources.limits:
+        spec.resources.CopyFrom(resources.to_flyte_idl())
+    return spec
+
+
+def _run_policy(policy: RunPolicy) -> tuple[common_pb2.RunPolicy, dict[str, int]]:
+    """The proto run policy, plus the fields whose value is the proto's zero (which JSON would drop)."""
+    proto = common_pb2.RunPolicy(clean_pod_policy=_PROTO_CLEAN_POD_POLICY[policy.clean_pod_policy])
+    zeros = {}
+    for attr, json_name in (
+        ("backoff_limit", "backoffLimit"),
+        ("active_deadline_seconds", "activeDeadlineSeconds"),
+        ("ttl_seconds_after_finished", "ttlSecondsAfterFinished"),
+    ):
+        value = getattr(policy, attr)
+        if value is not None:
+            setattr(proto, attr, value)
+            if value == 0:
+                zeros[json_name] = 0
+    return proto, zeros
+
+
+def _to_dict(job: pytorch_pb2.DistributedPyTorchTrainingTask, run_policy_zeros: dict[str, int]) -> dict[str, Any]:
+    custom = json_format.MessageToDict(job)
+    if run_policy_zeros:
+        # An explicit 0 (e.g. backoff_limit=0: "never retry a pod") differs from "unset" for the operator; proto3
+        # JSON drops zeros, so they are written back explicitly. ParseDict accepts them.
+        custom.setdefault("runPolicy", {}).update(run_policy_zeros)
+    return custom
+
+
+def pytorch_custom(config: PyTorch) -> dict[str, Any]:
+    """The template's ``custom`` for a non-elastic job.
+
+    Args:
+        config: the task's configuration.
+
+    Returns:
+        ``DistributedPyTorchTrainingTask`` as a protobuf JSON dict. A master-only job (``worker.replicas == 0``)
+        has no ``workerReplicas``.
+    """
+    master, worker = config.master, config.worker
+    run_policy, zeros = _run_policy(config.run_policy)
+    job = pytorch_pb2.DistributedPyTorchTrainingTask(
+        master_replicas=_replica_spec(1, master.image, master.requests, master.limits, master.restart_policy),
+        run_policy=run_policy,
+    )
+    if worker.replicas > 0:
+        job.worker_replicas.CopyFrom(
+            _replica_spec(worker.replicas, worker.image, worker.requests, worker.limits, worker.restart_policy)
+        )
+    return _to_dict(job, zeros)
+
+
+def elastic_custom(config: Elastic) -> dict[str, Any]:
+    """The template's ``custom`` for an elastic job: ``elasticConfig`` and ``workerReplicas`` (max nodes), no master.
+
+    Args:
+        config: the task's configuration.
+
+    Returns:
+        ``DistributedPyTorchTrainingTask`` as a protobuf JSON dict.
+    """
+    run_policy, zeros = _run_policy(config.run_policy)
+    elastic = pytorch_pb2.ElasticConfig(
+        rdzv_backend=RDZV_BACKEND,
+        min_replicas=config.min_nodes,
+        max_replicas=config.max_nodes,
+        max_restarts=config.max_restarts,
+    )
+    if isinstance(config.nproc_per_node, int):
+        elastic.nproc_per_node = config.nproc_per_node
+    job = pytorch_pb2.DistributedPyTorchTrainingTask(
+        worker_replicas=pytorch_pb2.DistributedPyTorchTrainingReplicaSpec(replicas=config.max_nodes),
+        run_policy=run_policy,
+        elastic_config=elastic,
+    )
+    return _to_dict(job, zeros)
+
+
+def _common_config(config: Union[PyTorch, Elastic]) -> dict[str, str]:
+    policy = config.run_policy
+    entries = {"pytorch.clean_pod_policy": policy.clean_pod_policy.value}
+    optional = {
+        "pytorch.queue": policy.queue,
+        "pytorch.priority_class": policy.priority_class,
+        "pytorch.gang_scheduling": "true" if policy.gang_scheduling else None,
+        "pytorch.min_available": None if policy.min_available is None else str(policy.min_available),
+        "pytorch.suspend": "true" if policy.suspend else None,
+        "pytorch.shm_size": config.shm_size,
+        "pytorch.accelerator": config.accelerator,
+        "pytorch.gpu_resource": config.gpu_resource,
+    }
+    entries.update({k: v for k, v in optional.items() if v is not None})
+    return entries
+
+
+def pytorch_config(config: PyTorch) -> dict[str, str]:
+    """The template's ``pytorch.*`` config entries for a non-elastic job.
+
+    Args:
+        config: the task's configuration.
+
+    Returns:
+        String map; see ``docs/template-format.md``. ``pytorch.nproc_per_node`` and ``pytorch.clean_pod_policy``
+        are always written (the operator's defaults for them, ``auto`` and ``None``, differ from ours); boolean
+        keys only when true; the rest only when set.
+    """
+    entries = _common_config(config)
+    entries["pytorch.nproc_per_node"] = str(config.nproc_per_node)
+    if config.master.restart_policy is RestartPolicy.EXIT_CODE:
+        entries["pytorch.master.restart_policy"] = RestartPolicy.EXIT_CODE.value
+    if config.worker.replicas > 0 and config.worker.restart_policy is RestartPolicy.EXIT_CODE:
+        entries["pytorch.worker.restart_policy"] = RestartPolicy.EXIT_CODE.value
+    if config.master.image:
+        entries["pytorch.master.image"] = config.master.image
+    return dict(sorted(entries.items()))
+
+
+def elastic_config(config: Elastic) -> dict[str, str]:
+    """The template's ``pytorch.*`` config entries for an elastic job.
+
+    Args:
+        config: the task's configuration.
+
+    Returns:
+        String map; ``pytorch.nproc_per_node`` only when it is a word (an int travels in ``elasticConfig``).
+    """
+    entries = _common_config(config)
+    if isinstance(config.nproc_per_node, str):
+        entries["pytorch.nproc_per_node"] = config.nproc_per_node
+    return dict(sorted(entries.items()))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Task types.
+
+
+class PyTorchFunctionTask(PythonFunctionTask[PyTorch]):
+    """A Python function run as a PyTorchJob with a master and workers (task type ``pytorch``, version 1).
+
+    Built by ``@task(task_config=PyTorch(...))`` or `pytorch_task`. Locally it runs as real multi-process
+    ``torch.distributed``; on a cluster each replica runs it and rank 0's outputs are the task's.
+
+    Args:
+        task_config: the job configuration.
+        task_function: the user's function.
+        **kwargs: flytekit ``PythonFunctionTask`` options.
+
+    Raises:
+        ConfigError: `task_config` is not a `PyTorch`.
+    """
+
+    _TASK_TYPE = TASK_TYPE
+
+    def __init__(self, task_config: PyTorch, task_function: Callable, **kwargs: Any) -> None:
+        if not isinstance(task_config, PyTorch):
+            raise ConfigError(
+                f"task_config={task_config!r} is not a PyTorch; use flytekitplugins_pytorch.PyTorch(...)",
+                field="task_config",
+                value=task_config,
+            )
+        super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
+
+    def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
+        """``DistributedPyTorchTrainingTask`` as a JSON dict (see `pytorch_custom`)."""
+        return pytorch_custom(self.task_config)
+
+    def get_config(self, settings: SerializationSettings) -> dict[str, str]:
+        """flytekit's own entries (``primary_container_name`` with a pod template) plus the ``pytorch.*`` keys."""
+        return {**(super().get_config(settings) or {}), **pytorch_config(self.task_config)}
+
+    def execute(self, **kwargs: Any) -> Any:
+        """Run the function distributed (locally: a process group; on a cluster: this replica's ranks).
+
+        Args:
+            **kwargs: the task's inputs.
+
+        Returns:
+            What the function returned on global rank 0.
+        """
+        from flytekitplugins_pytorch.launcher import run_distributed
+
+        return run_distributed(self, kwargs)
+
+
+class ElasticPyTorchFunctionTask(PythonFunctionTask[Elastic]):
+    """A Python function run torchrun-style: ``nnodes`` pods rendezvous, no master (task type ``pytorch``, v1).
+
+    Built by ``@task(task_config=Elastic(...))``.
+
+    Args:
+        task_config: the elastic job configuration.
+        task_function: the user's function.
+        **kwargs: flytekit ``PythonFunctionTask`` options.
+
+    Raises:
+        ConfigError: `task_config` is not an `Elastic`.
+    """
+
+    _TASK_TYPE = TASK_TYPE
+
+    def __init__(self, task_config: Elastic, task_function: Callable, **kwargs: Any) -> None:
+        if not isinstance(task_config, Elastic):
+            raise ConfigError(
+                f"task_config={task_config!r} is not an Elastic; use flytekitplugins_pytorch.Elastic(...)",
+                field="task_config",
+                value=task_config,
+            )
+        super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
+
+    def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
+        """``DistributedPyTorchTrainingTask`` with ``elasticConfig`` as a JSON dict (see `elastic_custom`)."""
+        return elastic_custom(self.task_config)
+
+    def get_config(self, settings: SerializationSettings) -> dict[str, str]:
+        """flytekit's own entries plus the ``pytorch.*`` keys (see `elastic_config`)."""
+        return {**(super().get_config(settings) or {}), **elastic_config(self.task_config)}
+
+    def execute(self, **kwargs: Any) -> Any:
+        """Run the function elastically (locally: a process group; on a cluster: this node's ranks).
+
+        Args:
+            **kwargs: the task's inputs.
+
+        Returns:
+            What the function returned on global rank 0.
+        """
+        from flytekitplugins_pytorch.launcher import run_distributed
+
+        return run_distributed(self, kwargs)
+
+
+TaskPlugins.register_pythontask_plugin(PyTorch, PyTorchFunctionTask)
+TaskPlugins.register_pythontask_plugin(Elastic, ElasticPyTorchFunctionTask)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The flat decorator of the original Flyte PyTorch docs.
+
+_RESOURCE_WORDS = {"cpu": "cpu", "mem": "memory", "gpu": "gpu", "ephemeral_storage": "storage"}
+"""flytekit ``Resources`` field -> the word in ``per_replica_<word>_{request,limit}``."""
+
+
+@functools.lru_cache(maxsize=1)
+def _flytekit_task_options() -> frozenset[str]:
+    """Keywords of ``flytekit.task`` that `pytorch_task` passes through (read from its signature)."""
+    params = inspect.signature(flytekit.task).parameters
+    names = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY or p.default is not p.empty}
+    # flytekit pops these from **kwargs for backwards compatibility.
+    names |= {"cache_serialize", "cache_version", "cache_ignore_input_vars"}
+    return frozenset(names - {"_task_function", "task_config"})
+
+
+def pytorch_task(
+    _task_function: Optional[Callable] = None,
+    *,
+    workers_count: int = 1,
+    per_replica_cpu_request: Optional[Union[str, int, float]] = None,
+    per_replica_cpu_limit: Optional[Union[str, int, float]] = None,
+    per_replica_memory_request: Optional[Union[str, int]] = None,
+    per_replica_memory_limit: Optional[Union[str, int]] = None,
+    per_replica_gpu_request: Optional[Union[str, int]] = None,
+    per_replica_gpu_limit: Optional[Union[str, int]] = None,
+    per_replica_storage_request: Optional[Union[str, int]] = None,
+    per_replica_storage_limit: Optional[Union[str, int]] = None,
+    nproc_per_node: Union[int, str] = 1,
+    queue: Optional[str] = None,
+    priority_class: Optional[str] = None,
+    gang_scheduling: bool = False,
+    min_available: Optional[int] = None,
+    suspend: bool = False,
+    shm_size: Optional[str] = None,
+    accelerator: Optional[Union[str, BaseAccelerator]] = None,
+    gpu_resource: Optional[str] = None,
+    restart_policy: Union[RestartPolicy, str] = RestartPolicy.NEVER,
+    clean_pod_policy: Union[CleanPodPolicy, str] = CleanPodPolicy.RUNNING,
+    backoff_limit: Optional[int] = None,
+    active_deadline_seconds: Optional[int] = None,
+    ttl_seconds_after_finished: Optional[int] = None,
+    start_method: str = "spawn",
+    collective_timeout: Optional[Any] = None,
+    **task_options: Any,
+) -> Union[PyTorchFunctionTask, Callable[[Callable], PyTorchFunctionTask]]:
+    """Decorate a typed function as a distributed PyTorch task (one master + ``workers_count`` workers).
+
+    Usable bare (``@pytorch_task``) or with arguments::
+
+        @pytorch_task(workers_count=2, per_replica_cpu_request="500m", per_replica_memory_request="4Gi",
+                      per_replica_memory_limit="8Gi", per_replica_gpu_limit="1")
+        def train(batch_size: int, epochs: int, learning_rate: float) -> List[float]: ...
+
+    Every setting is checked here, at decoration time.
+
+    Args:
+        _task_function: the function, when used bare.
+        workers_count: worker pods besides the master, >= 0 (0 = master only).
+        per_replica_cpu_request: CPU request of every replica (master and workers), a quantity.
+        per_replica_cpu_limit: CPU limit of every replica.
+        per_replica_memory_request: memory request of every replica, e.g. ``"4Gi"``.
+        per_replica_memory_limit: memory limit of every replica.
+        per_replica_gpu_request: GPUs per replica, a whole number (Kubernetes needs it equal to the limit).
+        per_replica_gpu_limit: GPUs per replica, a whole number.
+        per_replica_storage_request: ephemeral-storage request of every replica.
+        per_replica_storage_limit: ephemeral-storage limit of every replica.
+        nproc_per_node: ranks per pod (`PyTorch.nproc_per_node`).
+        queue: `RunPolicy.queue`.
+        priority_class: `RunPolicy.priority_class`.
+        gang_scheduling: `RunPolicy.gang_scheduling`.
+        min_available: `RunPolicy.min_available`.
+        suspend: `RunPolicy.suspend`.
+        shm_size: `PyTorch.shm_size`.
+        accelerator: a string is `PyTorch.accelerator` (``pytorch.accelerator``); a flytekit ``BaseAccelerator`` is
+            passed to flytekit's ``@task(accelerator=...)``.
+        gpu_resource: `PyTorch.gpu_resource`.
+        restart_policy: restart policy of master and workers (`RestartPolicy` or its value, e.g. ``"ExitCode"``).
+        clean_pod_policy: `RunPolicy.clean_pod_policy`.
+        backoff_limit: `RunPolicy.backoff_limit`.
+        active_deadline_seconds: `RunPolicy.active_deadline_seconds`.
+        ttl_seconds_after_finished: `RunPolicy.ttl_seconds_after_finished`.
+        start_method: `PyTorch.start_method`.
+        collective_timeout: `PyTorch.collective_timeout`.
+        **task_options: any option of flytekit's ``@task`` (``retries``, ``timeout``, ``cache``, ``cache_version``,
+            ``interruptible``, ``environment``, ``container_image``, ``secret_requests``, ``pod_template``,
+            ``pod_template_name``, ``requests``, ``limits``, deck options, ...).
+
+    Returns:
+        The task, or (with arguments) a decorator producing it.
+
+    Raises:
+        ConfigError: a bad setting (the message names the keyword, the value and what is allowed); for an unknown
+            keyword an `UnknownOptionError` (also a ``TypeError``) suggesting the closest valid name.
+    """
+    valid_flytekit = _flytekit_task_options()
+    for name in task_options:
+        if name not in valid_flytekit:
+            skip = ("_task_function", "task_options")
+            ours = [p for p in inspect.signature(pytorch_task).parameters if p not in skip]
+            raise unknown_option("pytorch_task", name, [*ours, *valid_flytekit])
+
+    check_int("pytorch_task.workers_count", workers_count, minimum=0)
+    flat = {
+        ("requests", "cpu"): per_replica_cpu_request,
+        ("limits", "cpu"): per_replica_cpu_limit,
+        ("requests", "mem"): per_replica_memory_request,
+        ("limits", "mem"): per_replica_memory_limit,
+        ("requests", "gpu"): per_replica_gpu_request,
+        ("limits", "gpu"): per_replica_gpu_limit,
+        ("requests", "ephemeral_storage"): per_replica_storage_request,
+        ("limits", "ephemeral_storage"): per_replica_storage_limit,
+    }
+
+    def flat_name(kind: str, attr: Optional[str]) -> str:
+        return f"pytorch_task.per_replica_{_RESOURCE_WORDS.get(attr or '', '')}_{kind[:-1]}"
+
+    # Check each value before flytekit's Resources sees it (it raises a bare AssertionError on a float memory).
+    for (kind, attr), value in flat.items():
+        if attr == "gpu":
+            check_gpu(flat_name(kind, attr), value)
+        else:
+            check_quantity(flat_name(kind, attr), value)
+    requests = Resources(**{a: str(v) for (k, a), v in flat.items() if k == "requests" and v is not None})
+    limits = Resources(**{a: str(v) for (k, a), v in flat.items() if k == "limits" and v is not None})
+    check_resources(requests, limits, flat_name)
+    requests_or_none = requests if requests != Resources() else None
+    limits_or_none = limits if limits != Resources() else None
+
+    if isinstance(accelerator, BaseAccelerator):
+        task_options["accelerator"] = accelerator
+        accelerator = None
+
+    config = PyTorch(
+        master=Master(requests=requests_or_none, limits=limits_or_none, restart_policy=restart_policy),
+        worker=Worker(
+            replicas=workers_count, requests=requests_or_none, limits=limits_or_none, restart_policy=restart_policy
+        ),
+        run_policy=RunPolicy(
+            clean_pod_policy=clean_pod_policy,
+            backoff_limit=backoff_limit,
+            active_deadline_seconds=active_deadline_seconds,
+            ttl_seconds_after_finished=ttl_seconds_after_finished,
+            queue=queue,
+            priority_class=priority_class,
+            gang_scheduling=gang_scheduling,
+            min_available=min_available,
+            suspend=suspend,
+        ),
+        nproc_per_node=nproc_per_node,
+        shm_size=shm_size,
+        accelerator=accelerator,
+        gpu_resource=gpu_resource,
+        start_method=start_method,
+        collective_timeout=collective_timeout,
+    )
+
+    def wrapper(fn: Callable) -> PyTorchFunctionTask:
+        return flytekit.task(fn, task_config=config, **task_options)
+
+    if _task_function is not None:
+        return wrapper(_task_function)
+    return wrapper
