@@ -599,7 +599,8 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
             for key in ("command", "args"):
                 if c.get(key):
                     c[key] = [_fill(str(a), values) for a in c[key]]
-        env = _merge_env(identity_env, container.get("env") or [], exec_env)
+        # fresh dicts per replica: shared objects would turn into YAML anchors in `render` output
+        env = [dict(e) for e in _merge_env(identity_env, container.get("env") or [], exec_env)]
 
         if rep.resources is not None:
             res = _k8s_resources(rep.resources, f"{path}.resources", gpu_name)
