@@ -183,7 +183,7 @@ def _text(condition: dict) -> str:
 
 def _not_picked_up(job: dict, name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:
     created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
-    age = (now - created).total_seconds() if created else 0.0
+    age = max(0.0, (now - created).total_seconds()) if created else 0.0
     if age >= config.operator_pickup_timeout_s:
         ns = (job.get("metadata") or {}).get("namespace", "?")
         return JobStatus(
@@ -283,7 +283,7 @@ def _fatal_waiting(pods: list[dict], job: dict, config: BackendConfig, now: date
         if waiting is None or waiting[0] not in FATAL_WAITING_REASONS:
             continue
         since = parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or job_created
-        age = (now - since).total_seconds() if since else 0.0
+        age = max(0.0, (now - since).total_seconds()) if since else 0.0
         if age >= config.image_pull_grace_s:
             reason, message = waiting
             detail = f": {message}" if message else ""
