@@ -31,14 +31,22 @@ ENUMS = ("RestartPolicy", "CleanPodPolicy")
 
 
 def _sections(page: Path) -> dict[str, str]:
-    """Page text by heading: the first backticked name in each ``##``/``###`` heading -> the section's text."""
+    """Page text by heading: the first backticked name of a ``##``/``###`` heading -> its section's text.
+
+    A heading without a backticked name (``### Scheduling``) continues the section of the name above it.
+    """
     text = page.read_text(encoding="utf-8")
     out: dict[str, str] = {}
+    current = ""
     parts = re.split(r"^(#{2,3} .*)$", text, flags=re.M)
     for heading, body in zip(parts[1::2], parts[2::2], strict=True):
         m = re.search(r"`([\w.]+)", heading)
         if m:
-            out[m.group(1)] = out.get(m.group(1), "") + body
+            current = m.group(1)
+        elif heading.startswith("## "):
+            current = ""
+        if current:
+            out[current] = out.get(current, "") + body
     return out
 
 
@@ -132,8 +140,11 @@ def _returns_value(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return False
 
 
-def _problems(name: str, obj: object, doc_owner: object | None = None) -> list[str]:
-    """What is missing from the docstring of a function, method or class."""
+def _problems(name: str, obj: object, doc_owner: object | None = None, is_property: bool = False) -> list[str]:
+    """What is missing from the docstring of a function, method or class.
+
+    A property getter documents an attribute (Google style), so it needs no ``Returns:`` section.
+    """
     doc = inspect.getdoc(doc_owner if doc_owner is not None else obj) or ""
     if not doc.strip():
         return [f"{name}: no docstring"]
@@ -148,14 +159,15 @@ def _problems(name: str, obj: object, doc_owner: object | None = None) -> list[s
     if node.args.vararg or node.args.kwarg or args:
         if "Args:" not in doc and "Arguments:" not in doc:
             out.append(f"{name}: takes {args or 'arguments'} but has no 'Args:' section")
-    if node.name != "__init__" and _returns_value(node) and "Returns:" not in doc and "Yields:" not in doc:
+    needs_returns = node.name != "__init__" and not is_property and _returns_value(node)
+    if needs_returns and "Returns:" not in doc and "Yields:" not in doc:
         out.append(f"{name}: returns a value but has no 'Returns:' section")
     if _own_raises(node) and "Raises:" not in doc:
         out.append(f"{name}: raises but has no 'Raises:' section")
     return out
 
 
-def _public_members(cls: type) -> Iterator[tuple[str, object]]:
+def _public_members(cls: type) -> Iterator[tuple[str, object, bool]]:
     for attr, value in vars(cls).items():
         if attr.startswith("_") and attr != "__init__":
             continue
@@ -163,14 +175,15 @@ def _public_members(cls: type) -> Iterator[tuple[str, object]]:
             continue
         if isinstance(value, (staticmethod, classmethod)):
             value = value.__func__
-        if isinstance(value, property):
+        is_property = isinstance(value, property)
+        if is_property:
             value = value.fget
         if inspect.isfunction(value):
-            yield attr, value
+            yield attr, value, is_property
 
 
-def _symbols() -> list[tuple[str, object, object | None]]:
-    """(qualified name, object, object whose docstring documents it) for every public symbol we check."""
+def _symbols() -> list[tuple[str, object, object | None, bool]]:
+    """(qualified name, object, object whose docstring documents it, is a property) for every public symbol."""
     out: list[tuple[str, object, object | None]] = []
     sdk = _sdk()
     exported = getattr(sdk, "__all__", [n for n in dir(sdk) if not n.startswith("_")])
@@ -183,20 +196,21 @@ def _symbols() -> list[tuple[str, object, object | None]]:
                 continue
             if inspect.isfunction(obj) or inspect.isclass(obj):
                 out.append((f"{mod_name}.{name}", obj, None))
-    expanded: list[tuple[str, object, object | None]] = []
+    expanded: list[tuple[str, object, object | None, bool]] = []
     for qual, obj, owner in out:
-        expanded.append((qual, obj, owner))
+        expanded.append((qual, obj, owner, False))
         if inspect.isclass(obj) and not issubclass(obj, enum.Enum):
-            for attr, fn in _public_members(obj):
+            for attr, fn, is_property in _public_members(obj):
                 if getattr(fn, "__module__", "").split(".")[0] not in ("flytekitplugins_pytorch", "backend_plugin"):
                     continue
                 if dataclasses.is_dataclass(obj) and attr == "__init__":
                     continue  # generated; the class docstring documents the fields
                 # An __init__ may be documented by its class docstring (Google style allows either).
-                expanded.append((f"{qual}.{attr}", fn, obj if attr == "__init__" and not fn.__doc__ else None))
+                owner = obj if attr == "__init__" and not fn.__doc__ else None
+                expanded.append((f"{qual}.{attr}", fn, owner, is_property))
     return expanded
 
 
 def test_docstrings_have_args_returns_raises():
-    problems = [p for qual, obj, owner in _symbols() for p in _problems(qual, obj, owner)]
+    problems = [p for qual, obj, owner, prop in _symbols() for p in _problems(qual, obj, owner, prop)]
     assert problems == [], "docstrings missing or incomplete:\n" + "\n".join(problems)
