@@ -1,0 +1,153 @@
+"""BackendConfig: defaults, YAML, environment overrides, validation messages, GPU queries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backend_plugin.config import AcceleratorPlacement, BackendConfig, ConfigError, load_config
+
+
+def test_defaults():
+    config = BackendConfig()
+    assert config.gpu_resource_name == "nvidia.com/gpu"
+    assert config.default_annotations == {
+        "sidecar.istio.io/inject": "false",
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+    }
+    assert config.tolerations_for(["nvidia.com/gpu"]) == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "flyte/gpu", "operator": "Equal", "value": "dedicated", "effect": "NoSchedule"},
+    ]
+    assert config.shm_enabled and config.shm_size is None
+    assert config.clean_pod_policy == "Running"
+
+
+@pytest.mark.parametrize(
+    "name, is_gpu",
+    [
+        ("nvidia.com/gpu", True),
+        ("nvidia.com/mig-1g.5gb", True),
+        ("amd.com/gpu", True),
+        ("gpu.intel.com/i915", True),
+        ("cpu", False),
+        ("memory", False),
+        ("example.com/fpga", False),
+    ],
+    ids=lambda v: str(v),
+)
+def test_is_gpu_resource(name: str, is_gpu: bool):
+    assert BackendConfig().is_gpu_resource(name) is is_gpu
+
+
+def test_mig_gets_nvidia_tolerations_and_amd_gets_none_by_default():
+    config = BackendConfig()
+    assert config.tolerations_for(["nvidia.com/mig-3g.20gb"]) == config.tolerations_for(["nvidia.com/gpu"])
+    assert config.tolerations_for(["amd.com/gpu"]) == []
+
+
+def test_from_yaml_path_and_string(tmp_path: Path):
+    text = """
+    namespace: ml
+    gpu-resource-name: amd.com/gpu
+    gpu_tolerations:
+      amd.com/gpu: [{key: amd.com/gpu, operator: Exists, effect: NoSchedule}]
+    accelerators:
+      MI300X: {node_selector: {amd.com/gpu.product: MI300X}}
+    shm_size: 8Gi
+    """
+    path = tmp_path / "backend.yaml"
+    path.write_text(text)
+    for source in (path, str(path), text):
+        config = BackendConfig.from_yaml(source)
+        assert config.namespace == "ml" and config.gpu_resource_name == "amd.com/gpu"
+        assert config.tolerations_for(["amd.com/gpu"]) == [
+            {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+        placement = config.placement_for("MI300X")
+        assert placement.node_selector == {"amd.com/gpu.product": ["MI300X"]}
+        assert placement.resolved_tolerations() == [
+            {"key": "amd.com/gpu.product", "operator": "Equal", "value": "MI300X", "effect": "NoSchedule"}
+        ]
+    assert BackendConfig.from_yaml("") == BackendConfig()
+
+
+def test_from_env_overrides_yaml(tmp_path: Path):
+    path = tmp_path / "backend.yaml"
+    path.write_text("namespace: ml\nsuspend: false\nbackoff_limit: 1\n")
+    env = {
+        "PYTORCHJOB_CONFIG": str(path),
+        "PYTORCHJOB_SUSPEND": "true",
+        "PYTORCHJOB_BACKOFF_LIMIT": "3",
+        "PYTORCHJOB_TTL_SECONDS_AFTER_FINISHED": "",
+        "PYTORCHJOB_SHM_SIZE": "1e3",
+        "UNRELATED": "x",
+    }
+    config = load_config(env)
+    assert config.namespace == "ml"
+    assert config.suspend is True and config.backoff_limit == 3
+    assert config.ttl_seconds_after_finished is None
+    assert config.shm_size == "1e3"
+    assert BackendConfig.from_env(prefix="X_", environ={"X_NAMESPACE": "other"}).namespace == "other"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"namespace": "ML_Team"}, "namespace='ML_Team' is not a DNS-1123 label"),
+        ({"job_name_prefix": "9x-"}, "job_name_prefix='9x-' must be empty or start with a-z"),
+        ({"gpu_resource_name": "gpu"}, "gpu_resource_name='gpu' is not an extended resource name"),
+        ({"clean_pod_policy": "Sometimes"}, "clean_pod_policy='Sometimes' is not one of ['None', 'Running', 'All']"),
+        ({"shm_size": "8Gx"}, "shm_size='8Gx' is not a Kubernetes quantity"),
+        ({"backoff_limit": -1}, "backoff_limit=-1 must be a non-negative integer"),
+        ({"active_deadline_seconds": 0}, "active_deadline_seconds=0 is not allowed"),
+        ({"suspend": "yes"}, "suspend='yes' must be true or false"),
+        ({"rdzv_backend": "zookeeper"}, "rdzv_backend='zookeeper' is not one of"),
+        (
+            {"gpu_tolerations": {"nvidia.com/gpu": [{"key": "a", "operator": "Maybe"}]}},
+            "gpu_tolerations['nvidia.com/gpu']: operator='Maybe' is not one of ['Exists', 'Equal']",
+        ),
+        (
+            {"gpu_tolerations": {"nvidia.com/gpu": [{"key": "a", "operator": "Exists", "value": "b"}]}},
+            "operator Exists must not have a value",
+        ),
+        ({"accelerators": {"A100": {"node_selector": {}}}}, "node_selector is empty"),
+        ({"accelerators": {"A100": {"selector": {"a": "b"}}}}, "accelerators['A100']"),
+        ({"default_labels": {"team": "a b"}}, "default_labels['team']='a b' is not a Kubernetes label value"),
+        ({"mig_resource_template": "nvidia.com/mig"}, "must contain '{partition}'"),
+    ],
+    ids=lambda v: str(v)[:40] if isinstance(v, str) else None,
+)
+def test_invalid_values_are_named(kwargs: dict, message: str):
+    with pytest.raises(ConfigError) as info:
+        BackendConfig(**kwargs)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"PYTORCHJOB_CONFIG": "/nonexistent.yaml"}, "PYTORCHJOB_CONFIG='/nonexistent.yaml' is not a readable file"),
+        ({"PYTORCHJOB_DEFAULT_LABELS": "a=b"}, "PYTORCHJOB_DEFAULT_LABELS cannot be set from the environment"),
+        ({"PYTORCHJOB_BACKOFF_LIMIT": "many"}, "backoff_limit='many' must be a non-negative integer"),
+    ],
+    ids=["missing-file", "mapping-field", "bad-scalar"],
+)
+def test_env_errors(env: dict, message: str):
+    with pytest.raises(ConfigError) as info:
+        load_config(env)
+    assert message in str(info.value)
+
+
+def test_unknown_yaml_key_lists_allowed():
+    with pytest.raises(ConfigError) as info:
+        BackendConfig.from_yaml("gpu_resource: amd.com/gpu\n")
+    assert "unknown backend config key 'gpu_resource'" in str(info.value)
+    assert "gpu_resource_name" in str(info.value)
+
+
+def test_unlisted_accelerator_uses_the_default_label():
+    assert BackendConfig().placement_for("NVIDIA-H100-80GB-HBM3") == AcceleratorPlacement(
+        node_selector={"nvidia.com/gpu.product": ["NVIDIA-H100-80GB-HBM3"]}
+    )
