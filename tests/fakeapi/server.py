@@ -547,6 +547,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     api: FakeKubeApi
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body in separate segments would hit delayed-ACK stalls (40 ms)
+    wbufsize = -1  # buffered: one write per response, flushed by the base class after each request
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
         """Silence the default stderr access log."""
