@@ -471,3 +471,23 @@ def test_quantity_types() -> None:
     assert parse_quantity(Decimal("1.5")) == Decimal("1.5")
     assert not is_quantity(True) and not is_quantity(None) and not is_quantity([1])
     assert parse_quantity("8Gi") > parse_quantity("4Gi") and parse_quantity("1") > parse_quantity("500m")
+
+
+# --- the execute hook ----------------------------------------------------------------------------------------
+
+
+def test_execute_delegates_to_the_launcher_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both task types run through launcher.run_distributed; in-process mode gives world size 1."""
+    pytest.importorskip("flytekitplugins_pytorch.launcher")
+    from flytekit import task
+
+    from tests.sdk.test_serialization import master_only
+
+    monkeypatch.setenv("FLYTE_PYTORCH_INPROCESS", "1")
+
+    def double(x: int) -> int:
+        return 2 * x
+
+    elastic_task = task(double, task_config=Elastic(nnodes="1:2"))
+    assert master_only(x=5) == 5
+    assert elastic_task(x=4) == 8
