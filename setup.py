@@ -32,7 +32,7 @@ setup(
         "torch": [TORCH],
         "backend": ["kubernetes>=29", "flytekit[connector]>=1.16,<2"],
         "examples": [TORCH, "matplotlib>=3.7"],
-        "docs": ["mkdocs>=1.6"],
+        "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5,<10"],
         "test": [
             TORCH,
             "kubernetes>=29",
