@@ -283,14 +283,14 @@ def _read_custom(template: dict[str, Any]) -> tuple[list[_Replica], Optional[dic
             "(allowed keys: workerReplicas, masterReplicas, runPolicy, elasticConfig)"
         ) from e
 
-    def replica(role: str, spec: pytorch_pb2.DistributedPyTorchTrainingReplicaSpec, path: str) -> _Replica:
+    def replica(role: str, spec: pytorch_pb2.DistributedPyTorchTrainingReplicaSpec) -> _Replica:
         src = spec.common if spec.HasField("common") else spec
         resources = json_format.MessageToDict(src.resources) if src.HasField("resources") else None
         return _Replica(
             role, src.replicas, src.image, resources or None, _PROTO_RESTART.get(src.restart_policy, "Never")
         )
 
-    worker = replica("Worker", task.worker_replicas, "custom.workerReplicas")
+    worker = replica("Worker", task.worker_replicas)
     if worker.replicas < 0:
         raise _err("custom.workerReplicas.replicas", worker.replicas, "must be >= 0")
     run_policy: dict[str, Any] = {}
@@ -326,7 +326,7 @@ def _read_custom(template: dict[str, Any]) -> tuple[list[_Replica], Optional[dic
             "_nproc": ec.nproc_per_node,
         }
         return [worker], elastic, run_policy
-    master = replica("Master", task.master_replicas, "custom.masterReplicas")
+    master = replica("Master", task.master_replicas)
     master.replicas = 1  # always exactly one master (the proto's default 0 means "unset")
     return [master, worker], None, run_policy
 
@@ -431,7 +431,7 @@ def _fix_resources(
                     raise _err(f"{path}.{kind} key", key, "is not a Kubernetes resource name")
                 if not is_quantity(value):
                     raise _err(f"{path}.{kind}[{key!r}]", value, "is not a Kubernetes quantity; use e.g. '500m', '4Gi'")
-                renamed[key] = str(value) if not isinstance(value, int) else str(value)
+                renamed[key] = str(value)
             out[kind] = renamed
     requests, limits = out.get("requests", {}), out.get("limits", {})
     gpus = []
