@@ -444,6 +444,13 @@ def pytorch_task(
     requests_or_none = requests if requests != Resources() else None
     limits_or_none = limits if limits != Resources() else None
 
+    # flytekit's own container requests/limits pass through, but get the same checks (flytekit accepts "4Gx").
+    check_resources(
+        task_options.get("requests"),
+        task_options.get("limits"),
+        lambda kind, attr: f"pytorch_task.{kind}.{attr}" if attr else f"pytorch_task.{kind}",
+    )
+
     if isinstance(accelerator, BaseAccelerator):
         task_options["accelerator"] = accelerator
         accelerator = None

@@ -92,6 +92,18 @@ BAD: list[tuple[str, Callable[[], Any], type[Exception], tuple[str, ...]]] = [
         ConfigError,
         ("Worker.requests", "{'cpu': '1'}", "flytekit.Resources"),
     ),
+    (
+        "flytekit-requests-4Gx",
+        flat(requests=Resources(mem="4Gx")),
+        ConfigError,
+        ("pytorch_task.requests.mem", "'4Gx'", QUANTITY_HINT),
+    ),
+    (
+        "flytekit-limit-below",
+        flat(requests=Resources(cpu="2"), limits=Resources(cpu="1")),
+        ConfigError,
+        ("pytorch_task.limits.cpu", "'1'", LIMIT_HINT),
+    ),
     # GPUs
     *[
         (f"gpu-{label}", flat(per_replica_gpu_limit=bad), ConfigError, ("per_replica_gpu_limit", repr(bad), GPU_HINT))
