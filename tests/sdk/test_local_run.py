@@ -1,0 +1,352 @@
+"""The launcher: launch planning (pure, fast) and real local multi-process runs of pytorch tasks (slow)."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from flytekit.core.base_task import IgnoreOutputs
+from flytekit.core.checkpointer import SyncCheckpoint
+from flytekit.core.context_manager import ExecutionParameters, ExecutionState, FlyteContextManager
+from flytekit.exceptions.user import FlyteRecoverableException
+
+from flytekitplugins_pytorch import Elastic, PyTorch, Worker, launcher
+from flytekitplugins_pytorch.launcher import ExecutionKind, RankFailure, plan_launch, resolve_nproc
+from tests.faults.drills_local import descendants
+from tests.sdk import local_tasks
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _living_children() -> list[int]:
+    """Descendants of this test process, without multiprocessing's shared resource tracker (it exits with us)."""
+    out = []
+    for pid in descendants(os.getpid()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"resource_tracker" not in cmdline:
+            out.append(pid)
+    return out
+
+
+# ---------------------------------------------------------------- planning (pure) -----------------------------------
+
+PLAN_CASES = [
+    pytest.param(PyTorch(worker=Worker(replicas=2)), {}, True, (ExecutionKind.LOCAL, 3, 3), id="local-1+2-workers"),
+    pytest.param(PyTorch(worker=Worker(replicas=0)), {}, True, (ExecutionKind.LOCAL, 1, 1), id="local-master-only"),
+    pytest.param(
+        PyTorch(worker=Worker(replicas=1), nproc_per_node=2), {}, True, (ExecutionKind.LOCAL, 4, 4), id="local-2x2"
+    ),
+    pytest.param(
+        PyTorch(worker=Worker(replicas=3), nproc_per_node=2),
+        {"FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE": "4"},
+        True,
+        (ExecutionKind.LOCAL, 4, 8),
+        id="cap-reduces-nodes-first",
+    ),
+    pytest.param(
+        PyTorch(worker=Worker(replicas=1), nproc_per_node=4),
+        {"FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE": "3"},
+        True,
+        (ExecutionKind.LOCAL, 3, 8),
+        id="cap-below-nproc",
+    ),
+    pytest.param(
+        Elastic(nnodes="2:3", nproc_per_node=2), {}, True, (ExecutionKind.LOCAL, 4, 4), id="elastic-min-nodes"
+    ),
+    pytest.param(PyTorch(), {"FLYTE_PYTORCH_INPROCESS": "1"}, True, (ExecutionKind.IN_PROCESS, 1, 1), id="in-process"),
+    pytest.param(
+        PyTorch(),
+        {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "m"},
+        True,
+        (ExecutionKind.LOCAL, 2, 2),
+        id="local-ignores-operator-vars",
+    ),
+    pytest.param(
+        PyTorch(),
+        {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "m", "MASTER_PORT": "23456"},
+        False,
+        (ExecutionKind.CLUSTER_DIRECT, 2, 2),
+        id="pod-direct",
+    ),
+    pytest.param(
+        PyTorch(nproc_per_node=2),
+        {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "m", "PET_NNODES": "2", "PET_NODE_RANK": "1"},
+        False,
+        (ExecutionKind.CLUSTER_FANOUT, 4, 4),
+        id="pod-fanout",
+    ),
+    pytest.param(
+        Elastic(nnodes="1:4", nproc_per_node=1),
+        {"PET_RDZV_ENDPOINT": "job-worker-0:29400", "PET_NNODES": "1:4", "PET_MAX_RESTARTS": "2"},
+        False,
+        (ExecutionKind.CLUSTER_ELASTIC, 1, 1),
+        id="pod-elastic",
+    ),
+    pytest.param(PyTorch(), {}, False, (ExecutionKind.LOCAL, 2, 2), id="no-operator-vars-runs-locally"),
+]
+
+
+@pytest.mark.parametrize(("config", "environ", "local", "expected"), PLAN_CASES)
+def test_plan_launch(config, environ, local, expected) -> None:
+    plan = plan_launch(config, environ, local=local, cuda_devices=0, cpu_count=8)
+    assert (plan.kind, plan.world_size, plan.declared_world_size) == expected
+
+
+def test_plan_details_for_a_fanout_pod() -> None:
+    env = {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "m", "MASTER_PORT": "23456", "PET_NNODES": "2"}
+    plan = plan_launch(PyTorch(nproc_per_node=2), env, local=False, cpu_count=8)
+    assert (plan.rdzv_backend, plan.rdzv_endpoint, plan.rdzv_configs, plan.node_rank) == (
+        "static",
+        "m:23456",
+        {"rank": 1},
+        1,
+    )
+    assert plan.rank_env["PET_NODE_RANK"] == "1" and plan.rank_env["PET_NPROC_PER_NODE"] == "2"
+
+
+def test_local_threads_are_an_even_share_of_the_cores() -> None:
+    plan = plan_launch(PyTorch(worker=Worker(replicas=2)), {}, local=True, cpu_count=8)
+    assert plan.threads == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "local", "cuda", "cpus", "expected"),
+    [
+        pytest.param(3, True, 0, 8, 3, id="int"),
+        pytest.param("auto", True, 0, 8, 1, id="auto-no-gpu"),
+        pytest.param("gpu", False, 4, 8, 4, id="gpu-4"),
+        pytest.param("cpu", True, 0, 8, 1, id="cpu-local-is-1"),
+        pytest.param("cpu", False, 0, 8, 8, id="cpu-pod-is-cpu-count"),
+    ],
+)
+def test_resolve_nproc(value, local, cuda, cpus, expected) -> None:
+    assert resolve_nproc(value, local=local, cuda_devices=cuda, cpu_count=cpus) == expected
+
+
+@pytest.mark.parametrize(
+    ("environ", "match"),
+    [
+        pytest.param({"FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE": "0"}, "FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE='0'", id="cap"),
+        pytest.param({"FLYTE_PYTORCH_LOCAL_THREADS": "x"}, "FLYTE_PYTORCH_LOCAL_THREADS='x'", id="threads"),
+    ],
+)
+def test_bad_environment_is_rejected_with_the_variable_named(environ, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        plan_launch(PyTorch(), environ, local=True)
+
+
+def test_launcher_module_imports_without_torch() -> None:
+    code = "import sys; sys.modules['torch'] = None; import flytekitplugins_pytorch.launcher; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    assert out.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------- in-process (fast) ---------------------------------
+
+
+def test_in_process_mode_runs_world_size_1_and_restores_the_environment(monkeypatch) -> None:
+    import torch  # noqa: F401 - importing torch sets KMP_INIT_AT_FORK; that is torch's doing, not the launcher's
+
+    monkeypatch.setenv("FLYTE_PYTORCH_INPROCESS", "1")
+    before = dict(os.environ)
+    assert tuple(local_tasks.all_reduce_task(base=2.5)) == (0, 1, 2.5)
+    assert dict(os.environ) == before
+
+
+# ---------------------------------------------------------------- real local runs (slow) ----------------------------
+
+
+@pytest.mark.slow
+def test_three_ranks_all_reduce_through_a_workflow() -> None:
+    import torch  # noqa: F401 - importing torch sets KMP_INIT_AT_FORK; that is torch's doing, not the launcher's
+
+    env_before = dict(os.environ)
+    handlers_before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    rank, world, total = local_tasks.all_reduce_wf(base=1.0)
+    assert (rank, world, total) == (0, 3, 1.0 + 2.0 + 3.0)
+    assert dict(os.environ) == env_before
+    assert {sig: signal.getsignal(sig) for sig in handlers_before} == handlers_before
+    assert _living_children() == []
+
+
+@pytest.mark.slow
+def test_each_rank_sees_the_operator_variables() -> None:
+    views = local_tasks.env_task()
+    assert [view["RANK"] for view in views] == ["0", "1", "2", "3"]
+    assert [view["PET_NODE_RANK"] for view in views] == ["0", "0", "1", "1"]
+    for view in views:
+        assert view["WORLD_SIZE"] == "4" and view["PET_NNODES"] == "2" and view["PET_NPROC_PER_NODE"] == "2"
+        assert view["MASTER_ADDR"] == view["PET_MASTER_ADDR"] == "127.0.0.1"
+        assert view["MASTER_PORT"] == view["PET_MASTER_PORT"] != ""
+        assert view["OMP_NUM_THREADS"] == view["torch_threads"] == str(max(1, (os.cpu_count() or 1) // 4))
+        assert view["timeout_default_installed"] == "True"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("recoverable", "expected_type", "text"),
+    [
+        pytest.param(False, ValueError, "rank 2 (of 3) failed: ValueError: boom on rank 2", id="value-error"),
+        pytest.param(
+            True, FlyteRecoverableException, "rank 2 (of 3) failed: FlyteRecoverableException", id="recoverable"
+        ),
+    ],
+)
+def test_a_failing_rank_is_reported_by_number_type_and_traceback(recoverable, expected_type, text) -> None:
+    with pytest.raises(expected_type) as info:
+        local_tasks.failing_task(bad_rank=2, recoverable=recoverable)
+    message = str(info.value)
+    assert isinstance(info.value, RankFailure) and info.value.rank == 2
+    assert text in message
+    assert "--- traceback of rank 2 ---" in message and "local_tasks.py" in message
+    assert _living_children() == []
+
+
+@pytest.mark.slow
+def test_elastic_min_nodes_above_one_runs_locally_without_waiting() -> None:
+    world, nnodes = local_tasks.elastic_task()
+    assert (world, nnodes) == (2, "2:3")
+
+
+@pytest.mark.slow
+def test_local_world_size_cap_logs_one_line(monkeypatch, caplog) -> None:
+    monkeypatch.setenv("FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE", "2")
+    with caplog.at_level(logging.WARNING, logger=launcher.__name__):
+        assert local_tasks.world_size_task() == 2
+    lines = [r.getMessage() for r in caplog.records if r.name == launcher.__name__]
+    assert len(lines) == 1 and "2 local ranks instead of the declared 4" in lines[0]
+
+
+def _task_context(dest: Path, src: Path | None, workdir: Path):
+    params = ExecutionParameters(
+        execution_date=datetime.datetime.now(datetime.timezone.utc),
+        tmp_dir=str(workdir),
+        stats=None,
+        execution_id=None,
+        logging=logging.getLogger("user"),
+        raw_output_prefix=str(workdir / "raw"),
+        checkpoint=SyncCheckpoint(checkpoint_dest=str(dest), checkpoint_src=str(src) if src else None),
+        decks=[],
+        enable_deck=True,
+    )
+    ctx = FlyteContextManager.current_context()
+    state = ExecutionState(
+        working_dir=str(workdir), mode=ExecutionState.Mode.LOCAL_TASK_EXECUTION, user_space_params=params
+    )
+    return ctx.with_execution_state(state), params
+
+
+@pytest.mark.slow
+def test_checkpoint_resume_decks_and_file_outputs_from_rank_0(tmp_path) -> None:
+    """Two attempts with flytekit's retry wiring: attempt 2 reads attempt 1's checkpoint as its previous one."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    first, second = tmp_path / "cp1", tmp_path / "cp2"
+    done = []
+    for dest, src in ((first, None), (second, first)):
+        builder, params = _task_context(dest, src, workdir)
+        with FlyteContextManager.with_context(builder):
+            epochs, weights = launcher.run_distributed(local_tasks.context_task, {"epochs": 2})
+        done.append(epochs)
+        assert Path(weights.path).read_text() == f"weights after {epochs} epochs"
+        assert [deck.name for deck in params.decks] == ["rank0-report"]
+        assert f"epochs done: {epochs}" in params.decks[0].html
+    assert done == [2, 4]
+
+
+# ---------------------------------------------------------------- the real CLI and cluster replicas (slow) ---------
+
+WORKFLOW_FILE = """
+import os
+from flytekit import workflow
+from flytekitplugins_pytorch import pytorch_task
+
+
+@pytorch_task(workers_count=1)
+def hello(n: int) -> str:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.tensor([float(n)])
+    dist.all_reduce(t)
+    return f"rank {dist.get_rank()} of {dist.get_world_size()} says {t.item():.0f}"
+
+
+@workflow
+def wf(n: int = 3) -> str:
+    return hello(n=n)
+"""
+
+
+@pytest.mark.slow
+def test_pyflyte_run_of_a_workflow_file(tmp_path) -> None:
+    script = tmp_path / "hello_wf.py"
+    script.write_text(textwrap.dedent(WORKFLOW_FILE))
+    pyflyte = Path(sys.executable).with_name("pyflyte")
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    out = subprocess.run(
+        [str(pyflyte), "run", str(script), "wf", "--n", "3"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "rank 0 of 2 says 6" in out.stdout
+
+
+POD_SCRIPT = """
+import sys
+from flytekit.core.base_task import IgnoreOutputs
+from flytekitplugins_pytorch.launcher import run_distributed
+from tests.sdk.local_tasks import all_reduce_task
+
+if __name__ == "__main__":
+    try:
+        print("RESULT", tuple(run_distributed(all_reduce_task, {"base": 1.0})))
+    except IgnoreOutputs:
+        print("RESULT ignore-outputs")
+"""
+
+
+@pytest.mark.slow
+def test_two_simulated_pods_run_their_ranks_and_only_rank_0_returns() -> None:
+    """Two processes with the variables the operator sets, rendezvousing on loopback like master and worker pods."""
+    port = launcher._free_port()
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), RANK=str(rank), WORLD_SIZE="2")
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PET_NNODES="2", PET_NODE_RANK=str(rank))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", POD_SCRIPT], env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True
+            )
+        )
+    results = [proc.communicate(timeout=180)[0] for proc in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert "RESULT (0, 2, 3.0)" in results[0]
+    assert "RESULT ignore-outputs" in results[1]
+
+
+def test_a_non_zero_pod_rank_ignores_outputs(monkeypatch) -> None:
+    """nproc_per_node=1 pod with RANK=1: the function runs in the pod process, then IgnoreOutputs."""
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    calls = []
+    task = SimpleNamespace(task_config=PyTorch(), _task_function=lambda x: calls.append(x) or x, name="t")
+    with pytest.raises(IgnoreOutputs):
+        launcher.run_distributed(task, {"x": 7})
+    assert calls == [7]
