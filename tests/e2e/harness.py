@@ -1,0 +1,734 @@
+"""End-to-end harness: real serialization, builder, connector and replica processes; a fake operator on loopback.
+
+No Kubernetes cluster runs here, so everything up to the pods is real and the training operator plus kubelet are
+played by `FakeOperator`:
+
+1. `package_tasks` runs `pyflyte package` (no fast registration: the "image" is this machine's venv and the code is
+   importable from the repository root) and reads the TaskTemplates out of the package, as `pyflyte register` would.
+2. The connector's `create` writes `inputs.pb` into a local blob store (`BlobStore`, `file://` URIs) and posts the
+   PyTorchJob to the fake API server (`tests.fakeapi`), which validates it against the CRD and webhook rules.
+3. `FakeOperator` polls the server's state. For each new job it starts one process per replica (master-0, worker-i)
+   running exactly the container's command and args, with the container's env plus what the Kubeflow training
+   operator v1.9 injects (see `operator_env`), and keeps the job's conditions, `replicaStatuses` and the pods'
+   container statuses up to date. A failed replica fails the job; `cleanPodPolicy` decides which pods are deleted
+   (their processes killed) when the job ends; deleting the job kills every replica process.
+4. The test polls the connector's `get` until a terminal phase, then reads `outputs.pb` with flytekit's TypeEngine.
+
+What a real cluster adds that this does not emulate: scheduling, images, resource limits (the GPU request is
+accepted and ignored), DNS (every replica address is 127.0.0.1 and each job gets free ports instead of 23456), and
+pod restarts (restart policies other than Never are treated as Never).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from flyteidl.admin import task_pb2 as admin_task_pb2
+from flyteidl.core import literals_pb2
+from flyteidl.core.execution_pb2 import TaskExecution
+from flytekit.core import utils
+from flytekit.core.context_manager import FlyteContextManager
+from flytekit.core.type_engine import TypeEngine
+from flytekit.extend.backend.base_connector import Resource
+from flytekit.models.literals import LiteralMap
+from flytekit.models.task import TaskTemplate
+
+from tests.fakeapi.server import FakeKubeApi, now_rfc3339
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+IMAGE = "localhost/flytekitplugins-pytorch-e2e:venv"
+"""The image name given to `pyflyte package`; the fake kubelet "runs" it as this machine's venv."""
+
+TERMINAL_PHASES = (TaskExecution.SUCCEEDED, TaskExecution.FAILED, TaskExecution.ABORTED)
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+LOG_TAIL_LINES = 80
+LOG_TAIL_BYTES = 2048
+"""The kubelet's FallbackToLogsOnError keeps the last 80 lines, at most 2048 bytes, of a failed container's log."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Serialization, the way `pyflyte package` does it.
+
+
+def package_tasks(modules: Iterable[str], out_dir: Path, image: str = IMAGE) -> dict[str, TaskTemplate]:
+    """Run `pyflyte package` on `modules` (no fast registration) and return the packaged task templates.
+
+    Args:
+        modules: importable module names (relative to the repository root, the package's source root).
+        out_dir: where the .tgz and its contents go.
+        image: the default image of the serialization settings.
+
+    Returns:
+        Task templates by short task name (the function name).
+
+    Raises:
+        subprocess.CalledProcessError: `pyflyte package` failed (its output is in the exception).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tgz = out_dir / "package.tgz"
+    cmd = [str(VENV_BIN / "pyflyte")]
+    for module in modules:
+        cmd += ["--pkgs", module]
+    cmd += ["package", "--image", image, "--copy", "none", "--output", str(tgz), "--force"]
+    subprocess.run(cmd, cwd=REPO_ROOT, check=True, capture_output=True, text=True, timeout=120)
+    extracted = out_dir / "package"
+    with tarfile.open(tgz) as archive:
+        archive.extractall(extracted, filter="data")
+    templates: dict[str, TaskTemplate] = {}
+    for pb in sorted(extracted.glob("*.pb")):
+        spec = admin_task_pb2.TaskSpec()
+        spec.ParseFromString(pb.read_bytes())
+        if spec.HasField("template"):
+            template = TaskTemplate.from_flyte_idl(spec.template)
+            templates[template.id.name.rsplit(".", 1)[-1]] = template
+    return templates
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The blob store and task I/O.
+
+
+@dataclass
+class BlobStore:
+    """A local directory that plays the object store; URIs are `file://` URLs.
+
+    Attributes:
+        root: the directory.
+    """
+
+    root: Path
+
+    def uri(self, *parts: str) -> str:
+        """The `file://` URI of a path inside the store."""
+        return "file://" + str(self.root.joinpath(*parts))
+
+    def files(self, under: str = "") -> list[str]:
+        """Paths of all files below `under` (a URI or a path relative to the root), relative to it, sorted."""
+        base = Path(under.removeprefix("file://")) if under else self.root
+        if not base.is_absolute():
+            base = self.root / base
+        return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
+
+
+def to_literal_map(values: dict[str, Any], types: dict[str, type]) -> LiteralMap:
+    """Python inputs -> the LiteralMap flytekit would send (the connector writes it as inputs.pb).
+
+    Args:
+        values: input values by name.
+        types: their Python types (a task's `python_interface.inputs`).
+
+    Returns:
+        The literal map.
+    """
+    ctx = FlyteContextManager.current_context()
+    return TypeEngine.dict_to_literal_map(ctx, values, types)
+
+
+def read_outputs(output_prefix: str, types: dict[str, type]) -> dict[str, Any]:
+    """Read `<output_prefix>/outputs.pb` and turn it into Python values with flytekit's TypeEngine.
+
+    Args:
+        output_prefix: the task's output prefix (`file://` URI or path).
+        types: output types by name (a task's `python_interface.outputs`).
+
+    Returns:
+        Output values by name (files and directories are downloaded to local paths).
+    """
+    path = Path(output_prefix.removeprefix("file://")) / "outputs.pb"
+    literal_map = LiteralMap.from_flyte_idl(utils.load_proto_from_file(literals_pb2.LiteralMap, str(path)))
+    ctx = FlyteContextManager.current_context()
+    return {name: TypeEngine.to_python_value(ctx, literal_map.literals[name], t) for name, t in types.items()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# What the training operator injects.
+
+
+def _container_port(job: dict, rtype: str) -> Optional[int]:
+    spec = job["spec"]["pytorchReplicaSpecs"].get(rtype) or {}
+    for container in spec.get("template", {}).get("spec", {}).get("containers", []):
+        if container.get("name") == "pytorch":
+            for port in container.get("ports") or []:
+                if port.get("name") == "pytorchjob-port":
+                    return int(port["containerPort"])
+    return None
+
+
+def operator_env(job: dict, rtype: str, index: int, master_port: int, rdzv_port: int) -> dict[str, str]:
+    """The variables the Kubeflow training operator (v1.9, `pkg/controller.v1/pytorch`) adds to a replica's container.
+
+    Facts from its source: `PYTHONUNBUFFERED=0` always. With a Master spec: `MASTER_PORT`, `MASTER_ADDR`,
+    `PET_MASTER_PORT`, `PET_MASTER_ADDR` (the master-0 service), `WORLD_SIZE` = total replicas * int(nprocPerNode)
+    (1 when not an int), `RANK` = index (+1 for workers), `PET_NPROC_PER_NODE` = spec.nprocPerNode,
+    `PET_NODE_RANK` = RANK. With an elasticPolicy: `PET_RDZV_ENDPOINT` (worker-0 service and the worker's port),
+    `PET_RDZV_BACKEND` (default c10d), `PET_NNODES` = "min:max", `PET_MAX_RESTARTS` when set and
+    `PET_NPROC_PER_NODE` only from `elasticPolicy.nProcPerNode`; without one `PET_NNODES` = total replicas.
+    Here every service address is 127.0.0.1 and the ports are free local ports.
+
+    Args:
+        job: the PyTorchJob.
+        rtype: "Master" or "Worker".
+        index: the replica index.
+        master_port: the local port standing for the master service.
+        rdzv_port: the local port standing for worker-0's rendezvous endpoint.
+
+    Returns:
+        The injected variables (they are appended after the container's own, so they win on duplicates).
+    """
+    spec = job["spec"]
+    replicas = spec["pytorchReplicaSpecs"]
+    total = sum(int(r.get("replicas", 1)) for r in replicas.values())
+    nproc_text = str(spec.get("nprocPerNode", "auto"))
+    nproc = int(nproc_text) if nproc_text.isdigit() else 1
+    env = {"PYTHONUNBUFFERED": "0"}
+    if "Master" in replicas:
+        rank = index + (1 if rtype == "Worker" else 0)
+        env.update(
+            {
+                "MASTER_PORT": str(master_port),
+                "MASTER_ADDR": "127.0.0.1",
+                "PET_MASTER_PORT": str(master_port),
+                "PET_MASTER_ADDR": "127.0.0.1",
+                "WORLD_SIZE": str(total * nproc),
+                "RANK": str(rank),
+                "PET_NPROC_PER_NODE": nproc_text,
+                "PET_NODE_RANK": str(rank),
+            }
+        )
+    elastic = spec.get("elasticPolicy")
+    if elastic is not None:
+        workers = int(replicas.get("Worker", {}).get("replicas", 1))
+        low, high = elastic.get("minReplicas", workers), elastic.get("maxReplicas", workers)
+        env["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{rdzv_port}"
+        env["PET_RDZV_BACKEND"] = str(elastic.get("rdzvBackend") or "c10d")
+        env["PET_NNODES"] = f"{low}:{high}"
+        if "maxRestarts" in elastic:
+            env["PET_MAX_RESTARTS"] = str(elastic["maxRestarts"])
+        if "nProcPerNode" in elastic:
+            env["PET_NPROC_PER_NODE"] = str(elastic["nProcPerNode"])
+    else:
+        env["PET_NNODES"] = str(total)
+    return env
+
+
+def image_env(home: Path) -> dict[str, str]:
+    """What the image provides before the container's env: this venv first on PATH, the code on PYTHONPATH.
+
+    A pod does not inherit the host's environment, so neither do the replica processes.
+
+    Args:
+        home: the replica's HOME (a private directory, like a pod's filesystem).
+
+    Returns:
+        The base environment.
+    """
+    return {
+        "PATH": f"{VENV_BIN}{os.pathsep}/usr/local/bin{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "PYTHONPATH": str(REPO_ROOT),
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "LANG": "C.UTF-8",
+    }
+
+
+def _resolve_env_entry(entry: dict, pod_name: str, namespace: str) -> str:
+    if "value" in entry:
+        return str(entry["value"])
+    field_path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+    downward = {"metadata.name": pod_name, "metadata.namespace": namespace, "status.podIP": "127.0.0.1"}
+    if field_path in downward:
+        return downward[field_path]
+    raise ValueError(f"env {entry.get('name')!r}: valueFrom {entry.get('valueFrom')!r} is not emulated by the harness")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The fake operator and kubelet.
+
+
+@dataclass
+class Replica:
+    """One replica pod and its process.
+
+    Attributes:
+        rtype: "Master" or "Worker".
+        index: replica index.
+        pod_name: `<job>-<rtype>-<index>`.
+        command: what was run (the container's command + args).
+        env: the full environment it got.
+        log_path: its combined stdout/stderr.
+        process: the process (None before start).
+        started_at: RFC 3339 start time.
+        finished_at: RFC 3339 end time ("" while running).
+        exit_code: the container's exit code (128 + signal when killed), None while running.
+        deleted: the pod was deleted (cleanPodPolicy or job deletion).
+    """
+
+    rtype: str
+    index: int
+    pod_name: str
+    command: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: Optional[subprocess.Popen] = None
+    started_at: str = ""
+    finished_at: str = ""
+    exit_code: Optional[int] = None
+    deleted: bool = False
+
+    @property
+    def label(self) -> str:
+        """`master-0`, `worker-1`, ..."""
+        return f"{self.rtype.lower()}-{self.index}"
+
+    def log(self) -> str:
+        """The replica's output so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class JobRun:
+    """The fake operator's record of one PyTorchJob.
+
+    Attributes:
+        namespace: the job's namespace.
+        name: the job's name.
+        job: the job as first seen.
+        replicas: its replicas.
+        conditions: the status conditions written so far.
+        done: a terminal condition was written.
+        gone: the job was deleted (every process killed).
+    """
+
+    namespace: str
+    name: str
+    job: dict
+    replicas: list[Replica] = field(default_factory=list)
+    conditions: list[dict] = field(default_factory=list)
+    done: bool = False
+    gone: bool = False
+    start_time: str = ""
+    completion_time: str = ""
+
+    def replica(self, label: str) -> Replica:
+        """The replica called `label` (e.g. "worker-1")."""
+        return next(r for r in self.replicas if r.label == label)
+
+    def pids(self) -> list[int]:
+        """Process ids (= process group ids) of every replica started."""
+        return [r.process.pid for r in self.replicas if r.process is not None]
+
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether any process is left in process group `pgid` (each replica runs in its own session)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class FakeOperator:
+    """Plays the Kubeflow training operator and the kubelet for jobs created on a `FakeKubeApi`.
+
+    Args:
+        server: the fake API server (its `on_delete` hooks get this operator's handler).
+        workdir: where replica HOMEs and logs go.
+        extra_env: variables added to every replica after the container's env (test knobs such as a marker dir;
+            they stand for a mutating webhook, and are applied before the operator's own variables).
+        grace_s: seconds between SIGTERM and SIGKILL when a pod is deleted (terminationGracePeriodSeconds).
+        poll_s: seconds between reconcile passes.
+    """
+
+    def __init__(
+        self,
+        server: FakeKubeApi,
+        workdir: Path,
+        extra_env: Optional[dict[str, str]] = None,
+        grace_s: float = 5.0,
+        poll_s: float = 0.05,
+    ) -> None:
+        self.server = server
+        self.workdir = workdir
+        self.extra_env = dict(extra_env or {})
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.runs: dict[tuple[str, str], JobRun] = {}
+        self.errors: list[str] = []
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        server.on_delete.append(self._on_delete)
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> FakeOperator:
+        self._thread = threading.Thread(target=self._loop, name="fake-operator", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self._lock:
+            runs = list(self.runs.values())
+        for run in runs:
+            self._kill(run.replicas)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.reconcile()
+            except Exception as e:  # noqa: BLE001 - recorded and re-raised by the test through `errors`
+                import traceback
+
+                self.errors.append(f"{e!r}\n{traceback.format_exc()}")
+            self._stop.wait(self.poll_s)
+
+    # ------------------------------------------------------------------ reconcile
+    def reconcile(self) -> None:
+        """One pass: start new jobs, follow replica processes, write job and pod status."""
+        for job in self.server.jobs():
+            meta = job["metadata"]
+            key = (meta["namespace"], meta["name"])
+            with self._lock:
+                run = self.runs.get(key)
+                if run is None or run.job["metadata"].get("uid") != meta.get("uid"):
+                    run = self._start(job)
+                    self.runs[key] = run
+            self._follow(run)
+
+    def _start(self, job: dict) -> JobRun:
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        run = JobRun(ns, name, job, start_time=now_rfc3339())
+        self._condition(run, "Created", f"PyTorchJob {name} is created.")
+        master_port, rdzv_port = _free_port(), _free_port()
+        replica_specs = job["spec"]["pytorchReplicaSpecs"]
+        for rtype in ("Master", "Worker"):
+            spec = replica_specs.get(rtype)
+            if spec is None:
+                continue
+            for index in range(int(spec.get("replicas", 1))):
+                run.replicas.append(self._make_replica(job, rtype, index, spec, master_port, rdzv_port))
+        for replica in run.replicas:
+            self._put_pod(run, replica, phase="Pending")
+        for replica in run.replicas:
+            replica.process = subprocess.Popen(
+                replica.command,
+                env=replica.env,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=replica.log_path.open("wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            replica.started_at = now_rfc3339()
+            self._put_pod(run, replica, phase="Running")
+        running_by = "Master" if "Master" in replica_specs else "Worker"
+        if any(r.rtype == running_by for r in run.replicas):
+            self._condition(run, "Running", f"PyTorchJob {ns}/{name} is running.")
+        self._write_status(run)
+        return run
+
+    def _make_replica(self, job: dict, rtype: str, index: int, spec: dict, master_port: int, rdzv_port: int) -> Replica:
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        pod_name = f"{name}-{rtype.lower()}-{index}"
+        pod_spec = spec["template"]["spec"]
+        container = next(c for c in pod_spec["containers"] if c["name"] == "pytorch")
+        home = self.workdir / pod_name
+        home.mkdir(parents=True, exist_ok=True)
+        env = image_env(home)
+        for entry in container.get("env") or []:
+            env[entry["name"]] = _resolve_env_entry(entry, pod_name, ns)
+        env.update(self.extra_env)
+        env.update(operator_env(job, rtype, index, master_port, rdzv_port))
+        command = list(container.get("command") or []) + list(container.get("args") or [])
+        if not command:
+            raise ValueError(f"{pod_name}: container has neither command nor args and the venv image has no entrypoint")
+        return Replica(rtype, index, pod_name, command, env, self.workdir / f"{pod_name}.log")
+
+    def _follow(self, run: JobRun) -> None:
+        changed = False
+        for replica in run.replicas:
+            if replica.process is None or replica.exit_code is not None or replica.deleted:
+                continue
+            code = replica.process.poll()
+            if code is None:
+                continue
+            replica.exit_code = code if code >= 0 else 128 - code
+            replica.finished_at = now_rfc3339()
+            self._put_pod(run, replica, phase="Succeeded" if code == 0 else "Failed")
+            changed = True
+        if not changed or run.done:
+            return
+        ns, name = run.namespace, run.name
+        failed = [r for r in run.replicas if r.exit_code not in (None, 0)]
+        has_master = any(r.rtype == "Master" for r in run.replicas)
+        elastic = "elasticPolicy" in run.job["spec"]
+        if failed:
+            by_type: dict[str, int] = {}
+            for r in failed:
+                by_type[r.rtype] = by_type.get(r.rtype, 0) + 1
+            rtype, count = next(iter(by_type.items()))
+            message = f"PyTorchJob {ns}/{name} has failed because {count} {rtype} replica(s) failed."
+            self._condition(run, "Failed", message)
+        elif has_master and run.replica("master-0").exit_code == 0:
+            self._condition(run, "Succeeded", f"PyTorchJob {ns}/{name} successfully completed.")
+        elif not has_master and (
+            all(r.exit_code == 0 for r in run.replicas) or (elastic and any(r.exit_code == 0 for r in run.replicas))
+        ):
+            self._condition(run, "Succeeded", f"PyTorchJob {ns}/{name} successfully completed.")
+        if run.done:
+            run.completion_time = now_rfc3339()
+            self._clean_pods(run)
+        self._write_status(run)
+
+    def _clean_pods(self, run: JobRun) -> None:
+        policy = (run.job["spec"].get("runPolicy") or {}).get("cleanPodPolicy", "None")
+        if policy == "None":
+            return
+        doomed = [r for r in run.replicas if policy == "All" or r.exit_code is None]
+        for replica in doomed:
+            replica.deleted = True
+            self.server.remove_pod(run.namespace, replica.pod_name)
+        self._kill(doomed)
+
+    # ------------------------------------------------------------------ deletion
+    def _on_delete(self, _server: FakeKubeApi, job: dict) -> None:
+        key = (job["metadata"]["namespace"], job["metadata"]["name"])
+        with self._lock:
+            run = self.runs.get(key)
+        if run is None:
+            return
+        run.gone = True
+        for replica in run.replicas:
+            replica.deleted = True
+        threading.Thread(target=self._kill, args=(run.replicas,), name="fake-operator-gc", daemon=True).start()
+
+    def _kill(self, replicas: list[Replica]) -> None:
+        """SIGTERM each replica's process group, SIGKILL what is left after the grace period, reap them."""
+        live = [r for r in replicas if r.process is not None and process_group_alive(r.process.pid)]
+        for replica in live:
+            _signal_group(replica.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and any(process_group_alive(r.process.pid) for r in live):
+            for replica in live:
+                replica.process.poll()
+            time.sleep(0.05)
+        for replica in live:
+            _signal_group(replica.process.pid, signal.SIGKILL)
+        for replica in live:
+            try:
+                replica.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.errors.append(f"{replica.pod_name}: still running after SIGKILL")
+
+    # ------------------------------------------------------------------ status writers
+    def _condition(self, run: JobRun, ctype: str, message: str) -> None:
+        at = now_rfc3339()
+        if ctype in ("Succeeded", "Failed"):
+            run.done = True
+            for c in run.conditions:
+                if c["type"] == "Running" and c["status"] == "True":
+                    c.update(status="False", lastTransitionTime=at, lastUpdateTime=at)
+        run.conditions.append(
+            {
+                "type": ctype,
+                "status": "True",
+                "reason": f"PyTorchJob{ctype}",
+                "message": message,
+                "lastTransitionTime": at,
+                "lastUpdateTime": at,
+            }  # fmt: skip
+        )
+
+    def _write_status(self, run: JobRun) -> None:
+        counts: dict[str, dict[str, int]] = {}
+        for r in run.replicas:
+            entry = counts.setdefault(r.rtype, {})
+            if r.exit_code is None and not r.deleted and r.process is not None:
+                entry["active"] = entry.get("active", 0) + 1
+            elif r.exit_code == 0:
+                entry["succeeded"] = entry.get("succeeded", 0) + 1
+            elif r.exit_code is not None:
+                entry["failed"] = entry.get("failed", 0) + 1
+        status: dict[str, Any] = {
+            "conditions": [dict(c) for c in run.conditions],
+            "replicaStatuses": counts,
+            "startTime": run.start_time,
+            "lastReconcileTime": now_rfc3339(),
+        }
+        if run.completion_time:
+            status["completionTime"] = run.completion_time
+        try:
+            self.server.set_job_status(run.namespace, run.name, status)
+        except KeyError:
+            run.gone = True  # deleted meanwhile
+
+    def _put_pod(self, run: JobRun, replica: Replica, phase: str) -> None:
+        if replica.deleted:
+            return
+        spec = run.job["spec"]["pytorchReplicaSpecs"][replica.rtype]["template"]["spec"]
+        container = next(c for c in spec["containers"] if c["name"] == "pytorch")
+        if phase == "Pending":
+            state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
+        elif phase == "Running":
+            state = {"running": {"startedAt": replica.started_at}}
+        else:
+            term: dict[str, Any] = {
+                "exitCode": replica.exit_code,
+                "reason": "Completed" if replica.exit_code == 0 else "Error",
+                "startedAt": replica.started_at,
+                "finishedAt": replica.finished_at,
+            }
+            message = self._termination_message(container, replica)
+            if message:
+                term["message"] = message
+            state = {"terminated": term}
+        labels = {
+            JOB_NAME_LABEL: run.name,
+            "training.kubeflow.org/operator-name": "pytorchjob-controller",
+            "training.kubeflow.org/replica-type": replica.rtype.lower(),
+            "training.kubeflow.org/replica-index": str(replica.index),
+        }
+        if replica.rtype == "Master":
+            labels["training.kubeflow.org/job-role"] = "master"
+        pod = {
+            "metadata": {"name": replica.pod_name, "namespace": run.namespace, "labels": labels},
+            "spec": {"containers": [{"name": "pytorch", "image": container.get("image", "")}]},
+            "status": {
+                "phase": phase,
+                **({"startTime": replica.started_at} if replica.started_at else {}),
+                "containerStatuses": [
+                    {
+                        "name": "pytorch",
+                        "ready": phase == "Running",
+                        "restartCount": 0,
+                        "image": container.get("image", ""),
+                        "imageID": "",
+                        "state": state,
+                    }  # fmt: skip
+                ],
+            },
+        }
+        self.server.put_pod(pod)
+
+    @staticmethod
+    def _termination_message(container: dict, replica: Replica) -> str:
+        """The kubelet's termination message: the log tail with FallbackToLogsOnError on failure, else nothing.
+
+        With the default policy (`File`) the message is the content of /dev/termination-log, which pyflyte-execute
+        never writes, so it is empty.
+        """
+        if container.get("terminationMessagePolicy") != "FallbackToLogsOnError" or replica.exit_code == 0:
+            return ""
+        lines = replica.log().splitlines()[-LOG_TAIL_LINES:]
+        return "\n".join(lines).encode()[-LOG_TAIL_BYTES:].decode(errors="replace")
+
+    # ------------------------------------------------------------------ test helpers
+    def run_for(self, name: str, timeout_s: float = 30.0) -> JobRun:
+        """The record of job `name`, waiting until the operator has started it.
+
+        Raises:
+            TimeoutError: the job was not seen within `timeout_s`.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                for (_, job_name), run in self.runs.items():
+                    if job_name == name:
+                        return run
+            time.sleep(0.05)
+        raise TimeoutError(f"the fake operator never saw PyTorchJob {name}")
+
+    def wait_processes_gone(self, run: JobRun, timeout_s: float = 15.0) -> list[str]:
+        """Wait until no process of `run` is left; returns the pod names still alive at the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = [r.pod_name for r in run.replicas if r.process is not None and process_group_alive(r.process.pid)]
+            for r in run.replicas:
+                if r.process is not None:
+                    r.process.poll()
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.05)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Driving the connector.
+
+
+def poll_until_terminal(connector: Any, meta: Any, timeout_s: float, interval_s: float = 0.25) -> list[Resource]:
+    """Call the connector's `get` until it reports a terminal phase.
+
+    Args:
+        connector: the PyTorchJobConnector.
+        meta: what `create` returned.
+        timeout_s: give up after this many seconds.
+        interval_s: seconds between polls (Flyte polls every few seconds; tests go faster).
+
+    Returns:
+        Every `Resource` seen, the terminal one last.
+
+    Raises:
+        TimeoutError: no terminal phase in time (the message lists the phases seen).
+    """
+    seen: list[Resource] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        resource = connector.get(meta)
+        seen.append(resource)
+        if resource.phase in TERMINAL_PHASES:
+            return seen
+        time.sleep(interval_s)
+    phases = [TaskExecution.Phase.Name(r.phase) for r in seen[-5:]]
+    raise TimeoutError(f"no terminal phase after {timeout_s}s; last phases {phases}, last message {seen[-1].message!r}")
+
+
+def phase_names(resources: list[Resource]) -> list[str]:
+    """Distinct phases in order of first appearance, by name (e.g. ["QUEUED", "RUNNING", "SUCCEEDED"])."""
+    names: list[str] = []
+    for r in resources:
+        name = TaskExecution.Phase.Name(r.phase)
+        if not names or names[-1] != name:
+            names.append(name)
+    return names
+
+
+def utc_now() -> datetime.datetime:
+    """The current time, timezone-aware (the connector's clock)."""
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def make_workdir(prefix: str = "e2e-") -> Path:
+    """A fresh temporary directory."""
+    return Path(tempfile.mkdtemp(prefix=prefix))

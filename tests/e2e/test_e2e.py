@@ -1,0 +1,95 @@
+"""End to end: packaged task -> connector -> PyTorchJob -> real replica processes -> outputs read through flytekit.
+
+See `tests.e2e.harness` for what is real and what the fake operator plays. Every case starts real
+`pyflyte-execute` processes (a few seconds each on 2 cores); the module is marked `e2e`, so a quick local run skips
+it with::
+
+    pytest -m "not e2e"
+
+and `pytest tests/e2e` (or `-m e2e`) runs only these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flytekit.models.task import TaskTemplate
+
+from tests.connector.helpers import execution_metadata, make_connector
+from tests.e2e import harness
+from tests.e2e.harness import BlobStore, FakeOperator, JobRun
+from tests.fakeapi.fixtures import running_fake_api
+
+pytestmark = pytest.mark.e2e
+
+NS = "flytesnacks-development"
+JOB_TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskTemplate]:
+    """Every e2e task, packaged once by `pyflyte package`."""
+    modules = ["tests.e2e.workflows", "tests.e2e.workflows_official"]
+    return harness.package_tasks(modules, tmp_path_factory.mktemp("package"))
+
+
+class Cluster:
+    """The fake API server, the fake operator, a connector wired to the server, and the blob store."""
+
+    def __init__(self, server: Any, client: Any, operator: FakeOperator, blobs: BlobStore) -> None:
+        self.server = server
+        self.operator = operator
+        self.blobs = blobs
+        self.connector = make_connector(client, api_timeout_s=5.0)
+
+    def submit(self, template: TaskTemplate, inputs: dict[str, Any], types: dict[str, type], execution: str) -> Any:
+        """Create the job through the connector (it writes inputs.pb) and return (metadata, output prefix)."""
+        prefix = self.blobs.uri("metadata", execution, "n0", "data", "0")
+        literal_map = harness.to_literal_map(inputs, types)
+        meta = self.connector.create(template, prefix, literal_map, execution_metadata(execution=execution))
+        return meta, prefix
+
+    def run(self, template: TaskTemplate, inputs: dict[str, Any], types: dict[str, type], execution: str):
+        """Submit and poll `get` to a terminal phase; returns (resources seen, output prefix, the operator's run)."""
+        meta, prefix = self.submit(template, inputs, types, execution)
+        seen = harness.poll_until_terminal(self.connector, meta, JOB_TIMEOUT_S)
+        return seen, prefix, self.operator.run_for(meta.name)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A fresh fake cluster per test; fails the test if the operator hit an error or left a process behind."""
+    with running_fake_api() as (server, client):
+        operator = FakeOperator(server, tmp_path / "pods", extra_env={"E2E_MARKER_DIR": str(tmp_path)})
+        (tmp_path / "pods").mkdir()
+        with operator:
+            yield Cluster(server, client, operator, BlobStore(tmp_path / "blobs"))
+        leftovers = [pid for run in operator.runs.values() for pid in run.pids() if harness.process_group_alive(pid)]
+    assert not operator.errors, "\n".join(operator.errors)
+    assert not leftovers, f"replica processes left behind: {leftovers}"
+
+
+def _logs(run: JobRun) -> str:
+    return "\n".join(f"----- {r.pod_name} (exit {r.exit_code})\n{r.log()[-3000:]}" for r in run.replicas)
+
+
+def test_seed_decorator_allreduce_over_master_and_two_workers(cluster: Cluster, templates) -> None:
+    from tests.e2e.workflows import seed_allreduce
+
+    iface = seed_allreduce.python_interface
+    seen, prefix, run = cluster.run(templates["seed_allreduce"], {"x": 10}, iface.inputs, "seed1")
+    assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
+    assert [r.label for r in run.replicas] == ["master-0", "worker-0", "worker-1"]
+    assert [r.exit_code for r in run.replicas] == [0, 0, 0], _logs(run)
+    outputs = harness.read_outputs(prefix, iface.outputs)
+    # rank 0 wrote them: world 3, sum of (10 + rank) over ranks 0..2
+    assert outputs == {"o0": [0, 3, 33]}
+    written = cluster.blobs.files(prefix)
+    assert written.count("outputs.pb") == 1 and "inputs.pb" in written
+    assert not [f for f in written if f.startswith("error")], written
+    assert seen[-1].message.endswith("successfully completed.")
+    env = run.replica("worker-1").env
+    assert (env["RANK"], env["WORLD_SIZE"], env["PET_NODE_RANK"], env["PET_NNODES"]) == ("2", "3", "2", "3")
