@@ -363,7 +363,10 @@ def check_timeout(name: str, value: Any) -> Optional[datetime.timedelta]:
         return None
     allowed = "use a positive datetime.timedelta (or seconds), or None for the backend's default"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = datetime.timedelta(seconds=value)
+        try:  # nan, inf and more than ~2.7 million years do not fit a timedelta
+            value = datetime.timedelta(seconds=value)
+        except (OverflowError, ValueError):
+            raise _fail(name, value, "not a finite duration", allowed) from None
     if not isinstance(value, datetime.timedelta):
         raise _fail(name, value, "not a duration", allowed)
     if value <= datetime.timedelta(0):
@@ -420,13 +423,15 @@ def _check_fields_common(owner: str, obj: Any) -> None:
             "use flytekitplugins_pytorch.RunPolicy(...)",
         )
     obj.shm_size = check_shm_size(f"{owner}.shm_size", obj.shm_size)
-    if obj.accelerator is not None and (not isinstance(obj.accelerator, str) or not obj.accelerator.strip()):
-        raise _fail(
-            f"{owner}.accelerator",
-            obj.accelerator,
-            "not an accelerator name",
-            "use a name such as 'nvidia-tesla-a100' or 'A100', or None",
-        )
+    # The backend puts the accelerator type into a node-selector label value, so it must be one.
+    check_name(
+        f"{owner}.accelerator",
+        obj.accelerator,
+        _LABEL_VALUE,
+        63,
+        "an accelerator name such as 'nvidia-tesla-a100' or 'A100' (a Kubernetes label value: letters, digits, "
+        "'-', '_', '.'; at most 63 characters)",
+    )
     check_name(
         f"{owner}.gpu_resource",
         obj.gpu_resource,

@@ -247,6 +247,24 @@ BAD: list[tuple[str, Callable[[], Any], type[Exception], tuple[str, ...]]] = [
     ("gang-not-bool", flat(gang_scheduling="yes"), ConfigError, ("gang_scheduling", "'yes'", "True or False")),
     ("queue-not-label", flat(queue="team a"), ConfigError, ("queue", "'team a'", "label value")),
     ("priority-class-upper", flat(priority_class="High"), ConfigError, ("priority_class", "'High'", "DNS subdomain")),
+    (
+        "collective-timeout-nan",
+        flat(collective_timeout=float("nan")),
+        ConfigError,
+        ("collective_timeout", "nan", "positive datetime.timedelta"),
+    ),
+    (
+        "collective-timeout-inf",
+        flat(collective_timeout=float("inf")),
+        ConfigError,
+        ("collective_timeout", "inf", "positive datetime.timedelta"),
+    ),
+    (
+        "accelerator-not-label-value",
+        flat(accelerator="nvidia a100"),
+        ConfigError,
+        ("accelerator", "'nvidia a100'", "label value"),
+    ),
     # the rest
     ("shm-not-quantity", flat(shm_size="lots"), ConfigError, ("shm_size", "'lots'", QUANTITY_HINT)),
     ("shm-negative", lambda: Elastic(shm_size="-1Gi"), ConfigError, ("Elastic.shm_size", "'-1Gi'", QUANTITY_HINT)),
