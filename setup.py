@@ -49,7 +49,11 @@ setup(
         ],
     },
     entry_points={
-        "flytekit.plugins": ["pytorch=flytekitplugins_pytorch"],
+        "flytekit.plugins": [
+            "pytorch=flytekitplugins_pytorch",
+            # the connector registers itself for task type "pytorch"; importing it loads no kubernetes
+            "pytorch_connector=backend_plugin.connector",
+        ],
         "console_scripts": ["pytorchjob=backend_plugin.cli:main"],
     },
     classifiers=[
