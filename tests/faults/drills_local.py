@@ -106,6 +106,14 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def _is_resource_tracker(pid: int) -> bool:
+    """multiprocessing's shared resource tracker: one per parent process, it exits with the parent."""
+    try:
+        return b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _wait_gone(marker: str, within_s: float = 10.0) -> list[int]:
     deadline = time.monotonic() + within_s
     left = _procs_with_marker(marker)
@@ -206,7 +214,7 @@ def run_drill(drill: str, bound_s: float = DEFAULT_BOUND_S) -> dict[str, Any]:
         failed_at = time.time()
         injected_file = Path(directory, "injected")
         start = float(injected_file.read_text()) if injected_file.exists() else failed_at
-        leftover = [pid for pid in descendants(os.getpid()) if pid not in before]
+        leftover = [pid for pid in descendants(os.getpid()) if pid not in before and not _is_resource_tracker(pid)]
         report.update(
             {
                 "observed": f"{type(error).__name__}: {error}" if error is not None else "the task succeeded",

@@ -17,6 +17,7 @@ from flytekit.core.base_task import IgnoreOutputs
 from flytekit.core.checkpointer import SyncCheckpoint
 from flytekit.core.context_manager import ExecutionParameters, ExecutionState, FlyteContextManager
 from flytekit.exceptions.user import FlyteRecoverableException
+from flytekit.models.core.identifier import WorkflowExecutionIdentifier
 
 from flytekitplugins_pytorch import Elastic, PyTorch, Worker, launcher
 from flytekitplugins_pytorch.launcher import ExecutionKind, RankFailure, plan_launch, resolve_nproc
@@ -233,7 +234,7 @@ def _task_context(dest: Path, src: Path | None, workdir: Path):
         execution_date=datetime.datetime.now(datetime.timezone.utc),
         tmp_dir=str(workdir),
         stats=None,
-        execution_id=None,
+        execution_id=WorkflowExecutionIdentifier("project", "domain", "local-run"),
         logging=logging.getLogger("user"),
         raw_output_prefix=str(workdir / "raw"),
         checkpoint=SyncCheckpoint(checkpoint_dest=str(dest), checkpoint_src=str(src) if src else None),
