@@ -60,6 +60,14 @@ CONFIG_KEYS = (
 """Every `pytorch.*` config key the backend understands; anything else with that prefix is an error."""
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+FAIL_ON_ERROR_ENV = {"name": "FLYTE_FAIL_ON_ERROR", "value": "true"}
+"""Makes pyflyte-execute exit 1 when the task raises. Without it a failing rank writes error.pb and exits 0: its pod
+succeeds, the operator never fails the job, and the replicas' error.pb files overwrite each other."""
+
+TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+"""A failed replica's log tail becomes its termination message, so `get` can report the rank's error (pyflyte-execute
+never writes /dev/termination-log)."""
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 _PROTO_RESTART = {
     common_pb2.RESTART_POLICY_NEVER: "Never",
@@ -600,7 +608,7 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
                 if c.get(key):
                     c[key] = [_fill(str(a), values) for a in c[key]]
         # fresh dicts per replica: shared objects would turn into YAML anchors in `render` output
-        env = [dict(e) for e in _merge_env(identity_env, container.get("env") or [], exec_env)]
+        env = [dict(e) for e in _merge_env([FAIL_ON_ERROR_ENV], identity_env, container.get("env") or [], exec_env)]
 
         if rep.resources is not None:
             res = _k8s_resources(rep.resources, f"{path}.resources", gpu_name)
@@ -629,6 +637,7 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
             ordered["resources"] = res
         if mounts:
             ordered["volumeMounts"] = mounts
+        ordered["terminationMessagePolicy"] = container.get("terminationMessagePolicy") or TERMINATION_MESSAGE_POLICY
         for key, value in container.items():
             if key not in ordered and key not in ("env", "resources", "volumeMounts"):
                 ordered[key] = value
