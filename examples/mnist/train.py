@@ -1,0 +1,475 @@
+"""The MNIST training loop: plain PyTorch, usable with or without Flyte, in one process or under torch.distributed.
+
+Distribution rules this loop keeps (so that the world size changes the speed, not the result):
+
+- The *global* batch is ``batch_size``. Each step takes the next ``batch_size`` indices of a permutation drawn from
+  ``(seed, epoch)``; rank ``r`` of ``W`` trains on the ``r``-th of ``W`` near-equal slices of that batch (sizes differ
+  by at most one, so any ``batch_size`` works). Each rank scales its summed loss by ``W / len(global batch)``;
+  DistributedDataParallel divides the summed gradients by ``W``, which gives exactly the gradient of the mean loss
+  over the global batch. The model has no BatchNorm or dropout, so nothing else depends on the split.
+- Test accuracy is computed on disjoint slices of the test set and summed as integer counts across ranks.
+- The state after every epoch (model, optimizer, scheduler, epoch, history) can be saved and restored; because the
+  permutation of an epoch is a function of ``(seed, epoch)`` and there is no other randomness, a resumed run ends
+  bit-for-bit where an uninterrupted run with the same inputs and world size ends.
+
+Device and backend: NCCL on ``cuda:<local index>`` when every rank on this host has its own GPU, otherwise gloo on
+CPU (one log line says why). Ranks that share the CPUs of one host split its cores between them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from .data import MnistSplit, load_mnist
+from .model import Net
+
+logger = logging.getLogger(__name__)
+
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Hyperparameters and data selection.
+
+    Attributes:
+        batch_size: global batch size (split across ranks). 128 steps often enough in one epoch to pass 99%.
+        test_batch_size: batch size for evaluation (per rank); large, because evaluation has no backward pass.
+        epochs: passes over the training set.
+        learning_rate: peak learning rate of the one-cycle schedule (Adam).
+        sgd_momentum: the momentum coefficient; the optimizer is Adam, where it is the first-moment decay ``beta1``
+            (the input keeps the name of the classic example).
+        seed: seeds the initial weights and every epoch's permutation.
+        log_interval: log the loss every this many steps.
+        label_smoothing: cross-entropy label smoothing; 0.1 adds about 0.1-0.2 points of test accuracy here.
+        train_limit: use only the first ``train_limit`` training images (0: all 60,000), for quick tests.
+        test_limit: use only the first ``test_limit`` test images (0: all 10,000), for quick tests.
+        data_dir: where the MNIST files are (see :func:`examples.mnist.data.prepare_mnist`).
+    """
+
+    batch_size: int = 128
+    test_batch_size: int = 2000
+    epochs: int = 1
+    learning_rate: float = 0.01
+    sgd_momentum: float = 0.9
+    seed: int = 1
+    log_interval: int = 100
+    label_smoothing: float = 0.1
+    train_limit: int = 0
+    test_limit: int = 0
+    data_dir: str = ""
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "test_batch_size", "epochs", "log_interval")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TrainConfig.{name}={value!r} is not a positive integer; use e.g. 1 or more")
+        for name in ("train_limit", "test_limit"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"TrainConfig.{name}={value!r} is negative; use 0 (all data) or a positive count")
+        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
+            raise ValueError(f"TrainConfig.learning_rate={self.learning_rate!r} is not positive; use e.g. 0.01")
+        if not 0 <= self.sgd_momentum < 1:
+            raise ValueError(f"TrainConfig.sgd_momentum={self.sgd_momentum!r} is out of range; use 0 <= m < 1")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"TrainConfig.label_smoothing={self.label_smoothing!r} is out of range; use 0 <= x < 1")
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that shapes the trajectory (not ``log_interval`` or ``data_dir``).
+
+        Returns:
+            16 hex digits; a checkpoint is only resumed by a run with the same fingerprint.
+        """
+        shaping = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("log_interval", "data_dir")}
+        return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits in the job.
+
+    Attributes:
+        rank: global rank.
+        world_size: number of ranks.
+        device: the device this rank computes on.
+        backend: ``"nccl"``, ``"gloo"``, or ``""`` when single-process (no process group).
+    """
+
+    rank: int
+    world_size: int
+    device: torch.device
+    backend: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochStats:
+    """What one finished epoch produced (passed to ``on_epoch_end``).
+
+    Attributes:
+        epoch: 1-based epoch number.
+        test_accuracy: test accuracy after the epoch, in percent.
+        mean_loss: mean training loss over the epoch (all ranks).
+    """
+
+    epoch: int
+    test_accuracy: float
+    mean_loss: float
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """The outcome of :func:`train` (meaningful on every rank; rank 0 reports it).
+
+    Attributes:
+        accuracies: test accuracy in percent after each epoch.
+        epoch_losses: mean training loss of each epoch.
+        loss_curve: ``(fractional epoch, mean loss over the last log interval, all ranks)`` pairs.
+        state_dict: the trained weights on CPU.
+        resumed_from_epoch: epochs restored from a checkpoint (0: fresh start).
+        world_size: number of ranks that trained.
+        backend: process-group backend (``""`` single process).
+        device: device type used.
+        train_seconds: wall time of the epochs run by this invocation (training and evaluation).
+        threads: intra-op threads each rank used.
+    """
+
+    accuracies: list[float]
+    epoch_losses: list[float]
+    loss_curve: list[tuple[float, float]]
+    state_dict: dict[str, torch.Tensor]
+    resumed_from_epoch: int
+    world_size: int
+    backend: str
+    device: str
+    train_seconds: float
+    threads: int
+
+
+class CheckpointStore(Protocol):
+    """The two methods of ``flytekit.current_context().checkpoint`` that the loop uses."""
+
+    def read(self) -> bytes | None:
+        """Return the previous attempt's checkpoint, or ``None``."""
+
+    def write(self, b: bytes) -> None:
+        """Save this attempt's checkpoint."""
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+def _host_placement(rank: int, world_size: int) -> tuple[int, int]:
+    """Return (ranks on this host, this rank's index among them).
+
+    A loopback master address means every rank runs on this machine (a local run), whatever LOCAL_WORLD_SIZE says
+    about the simulated node; otherwise torch's LOCAL_RANK / LOCAL_WORLD_SIZE are authoritative.
+    """
+    if os.environ.get("MASTER_ADDR", "127.0.0.1") in _LOOPBACK:
+        return world_size, rank
+    return _env_int("LOCAL_WORLD_SIZE", 1), _env_int("LOCAL_RANK", 0)
+
+
+def choose_device(rank: int, world_size: int) -> tuple[torch.device, str, str]:
+    """Pick the device and process-group backend for this rank.
+
+    Args:
+        rank: global rank.
+        world_size: number of ranks.
+
+    Returns:
+        ``(device, backend, reason)``; backend is ``""`` for a single process, ``reason`` is a one-line explanation.
+    """
+    on_host, index = _host_placement(rank, world_size)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus and on_host <= gpus:
+        return torch.device("cuda", index), ("nccl" if world_size > 1 else ""), f"{on_host} rank(s), {gpus} GPU(s)"
+    backend = "gloo" if world_size > 1 else ""
+    if gpus:
+        # NCCL cannot put two ranks on one GPU; gloo on CPU is slow but always works.
+        return torch.device("cpu"), backend, f"{on_host} ranks on this host but only {gpus} GPU(s): CPU with gloo"
+    return torch.device("cpu"), backend, "no CUDA device: CPU with gloo" if backend else "no CUDA device: CPU"
+
+
+def _set_threads(device: torch.device, rank: int, world_size: int) -> int:
+    if device.type != "cpu" or os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    on_host, _ = _host_placement(rank, world_size)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cpus // max(1, on_host))  # oversubscribed threads thrash; an idle core is cheaper
+    torch.set_num_threads(threads)
+    return threads
+
+
+def init_distributed(timeout: datetime.timedelta = datetime.timedelta(minutes=10)) -> DistInfo:
+    """Join the process group described by the torch.distributed environment (RANK, WORLD_SIZE, MASTER_*).
+
+    Without those variables (or with WORLD_SIZE=1) this is a single-process run and no group is created.
+
+    Args:
+        timeout: collective timeout for the group.
+
+    Returns:
+        This rank's :class:`DistInfo`.
+    """
+    world_size = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0)
+    device, backend, reason = choose_device(rank, world_size)
+    if _host_placement(rank, world_size)[1] == 0:
+        logger.info("rank %d/%d: %s, device %s (%s)", rank, world_size, backend or "single process", device, reason)
+    if backend and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend=backend, timeout=timeout)
+    return DistInfo(rank=rank, world_size=world_size, device=device, backend=backend)
+
+
+def epoch_permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
+    """The order of the training set in ``epoch`` (0-based): a function of ``(seed, epoch)`` only.
+
+    Args:
+        seed: the run's seed.
+        epoch: 0-based epoch index.
+        n: training set size.
+
+    Returns:
+        A permutation of ``range(n)``.
+    """
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=generator)
+
+
+def rank_slice(size: int, rank: int, world_size: int) -> slice:
+    """This rank's part of a global batch of ``size`` items: near-equal contiguous slices, in rank order.
+
+    Args:
+        size: global batch size.
+        rank: global rank.
+        world_size: number of ranks.
+
+    Returns:
+        The slice (possibly empty when ``size < world_size``).
+    """
+    return slice(size * rank // world_size, size * (rank + 1) // world_size)
+
+
+def _all_sum(values: list[float], info: DistInfo) -> list[float]:
+    if not info.backend:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=info.device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, test: MnistSplit, info: DistInfo, batch_size: int) -> float:
+    """Test accuracy in percent; each rank scores a disjoint slice, counts are summed exactly.
+
+    Args:
+        model: the model (DDP-wrapped or not).
+        test: the test split.
+        info: this rank's placement.
+        batch_size: evaluation batch size.
+
+    Returns:
+        Accuracy over the whole test set, in percent.
+    """
+    model.eval()
+    part = rank_slice(len(test), info.rank, info.world_size)
+    correct = 0
+    module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    for start in range(part.start, part.stop, batch_size):
+        stop = min(start + batch_size, part.stop)
+        x = test.images[start:stop].to(info.device, non_blocking=True)
+        y = test.labels[start:stop].to(info.device, non_blocking=True)
+        correct += int((module(x).argmax(dim=1) == y).sum())
+    total_correct, total = _all_sum([float(correct), float(part.stop - part.start)], info)
+    model.train()
+    return 100.0 * total_correct / total
+
+
+def _serialize(obj: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _broadcast_bytes(payload: bytes | None, info: DistInfo) -> bytes | None:
+    if not info.backend:
+        return payload
+    holder = [payload]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def train(
+    config: TrainConfig,
+    checkpoint: CheckpointStore | None = None,
+    on_epoch_end: Callable[[EpochStats], None] | None = None,
+    on_log: Callable[[int, dict[str, float]], None] | None = None,
+) -> TrainResult:
+    """Train :class:`~examples.mnist.model.Net` on MNIST; call on every rank (or in a single process).
+
+    Args:
+        config: hyperparameters and data selection.
+        checkpoint: where rank 0 saves the state after each epoch and reads a previous attempt's state from
+            (``flytekit.current_context().checkpoint`` fits). A checkpoint written with different shaping inputs
+            (see :meth:`TrainConfig.fingerprint`) is ignored with a log line.
+        on_epoch_end: called on every rank after each epoch's checkpoint is written.
+        on_log: called on rank 0 with ``(global step, {"loss": ..., "lr": ..., "accuracy": ...})`` (tracking hooks).
+
+    Returns:
+        The :class:`TrainResult` (identical on every rank).
+
+    Raises:
+        examples.mnist.data.MnistDataError: the data cannot be found, downloaded or verified.
+    """
+    info = init_distributed()
+    threads = _set_threads(info.device, info.rank, info.world_size)
+    train_set, test_set = load_mnist(config.data_dir, config.train_limit, config.test_limit)
+
+    torch.manual_seed(config.seed)  # identical initial weights on every rank and for every world size
+    net = Net().to(info.device)
+    if info.device.type == "cpu":
+        net = net.to(memory_format=torch.channels_last)
+    model: nn.Module = nn.parallel.DistributedDataParallel(net) if info.backend else net
+    optimizer = torch.optim.Adam(net.parameters(), lr=config.learning_rate, betas=(config.sgd_momentum, 0.999))
+    steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=config.learning_rate, total_steps=config.epochs * steps_per_epoch, pct_start=0.25
+    )
+
+    accuracies: list[float] = []
+    epoch_losses: list[float] = []
+    loss_curve: list[tuple[float, float]] = []
+    start_epoch = 0
+    previous = _broadcast_bytes(checkpoint.read() if (checkpoint is not None and info.rank == 0) else None, info)
+    if previous:
+        state = torch.load(io.BytesIO(previous), map_location=info.device, weights_only=False)
+        if state.get("fingerprint") != config.fingerprint():
+            if info.rank == 0:
+                logger.warning("ignoring a checkpoint written with different inputs (%s)", state.get("fingerprint"))
+        else:
+            net.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            start_epoch = int(state["epoch"])
+            accuracies, epoch_losses = list(state["accuracies"]), list(state["epoch_losses"])
+            loss_curve = [tuple(p) for p in state["loss_curve"]]
+            if info.rank == 0:
+                logger.info("resuming after epoch %d of %d from the task checkpoint", start_epoch, config.epochs)
+
+    started = time.perf_counter()
+    w = info.world_size
+    for epoch in range(start_epoch, config.epochs):
+        model.train()
+        order = epoch_permutation(config.seed, epoch, len(train_set))
+        interval_loss = torch.zeros((), dtype=torch.float64)
+        epoch_loss = torch.zeros((), dtype=torch.float64)
+        for step in range(steps_per_epoch):
+            batch = order[step * config.batch_size : (step + 1) * config.batch_size]
+            mine = batch[rank_slice(len(batch), info.rank, w)]
+            x = train_set.images[mine].to(info.device, non_blocking=True)
+            if info.device.type == "cpu":
+                x = x.contiguous(memory_format=torch.channels_last)
+            y = train_set.labels[mine].to(info.device, non_blocking=True)
+            summed = F.cross_entropy(model(x), y, reduction="sum", label_smoothing=config.label_smoothing)
+            loss = summed * (w / len(batch))  # DDP averages over ranks -> gradient of the global-batch mean
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            share = summed.detach().double().cpu() / len(batch)  # this rank's share of the global mean loss
+            interval_loss += share
+            epoch_loss += share
+            done = step + 1
+            if done % config.log_interval == 0 or done == steps_per_epoch:
+                count = (done - 1) % config.log_interval + 1
+                (global_interval,) = _all_sum([float(interval_loss) / count], info)
+                interval_loss.zero_()
+                logger.info(
+                    "rank %d epoch %d/%d step %d/%d loss %.4f",
+                    info.rank,
+                    epoch + 1,
+                    config.epochs,
+                    done,
+                    steps_per_epoch,
+                    global_interval,
+                )
+                loss_curve.append((epoch + done / steps_per_epoch, global_interval))
+                if on_log is not None and info.rank == 0:
+                    on_log(epoch * steps_per_epoch + done, {"loss": global_interval, "lr": scheduler.get_last_lr()[0]})
+        accuracy = evaluate(model, test_set, info, config.test_batch_size)
+        (mean_loss,) = _all_sum([float(epoch_loss) / steps_per_epoch], info)
+        accuracies.append(accuracy)
+        epoch_losses.append(mean_loss)
+        if info.rank == 0:
+            logger.info(
+                "epoch %d/%d: test accuracy %.2f%%, mean loss %.4f", epoch + 1, config.epochs, accuracy, mean_loss
+            )
+            if on_log is not None:
+                on_log((epoch + 1) * steps_per_epoch, {"accuracy": accuracy, "epoch_loss": mean_loss})
+            if checkpoint is not None:
+                checkpoint.write(
+                    _serialize(
+                        {
+                            "fingerprint": config.fingerprint(),
+                            "epoch": epoch + 1,
+                            "model": net.state_dict(),
+                            "optimizer": optimizer.state_dict(),
+                            "scheduler": scheduler.state_dict(),
+                            "accuracies": accuracies,
+                            "epoch_losses": epoch_losses,
+                            "loss_curve": loss_curve,
+                        }
+                    )
+                )
+        if on_epoch_end is not None:
+            on_epoch_end(EpochStats(epoch=epoch + 1, test_accuracy=accuracy, mean_loss=mean_loss))
+    seconds = time.perf_counter() - started
+
+    state_dict = {k: v.detach().to("cpu").contiguous() for k, v in net.state_dict().items()}
+    return TrainResult(
+        accuracies=accuracies,
+        epoch_losses=epoch_losses,
+        loss_curve=loss_curve,
+        state_dict=state_dict,
+        resumed_from_epoch=start_epoch,
+        world_size=w,
+        backend=info.backend,
+        device=info.device.type,
+        train_seconds=seconds,
+        threads=threads,
+    )
+
+
+def main() -> None:
+    """Train with default inputs from the command line (``python -m examples.mnist.train`` or under torchrun)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    result = train(TrainConfig(data_dir=os.environ.get("MNIST_DATA_DIR", "")))
+    if result and _env_int("RANK", 0) == 0:
+        print(json.dumps({"accuracies": result.accuracies, "train_seconds": round(result.train_seconds, 2)}))
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
