@@ -10,6 +10,7 @@ legacy version 0 (`custom = {"workers": N}`), and flytekit's official kfpytorch 
 from __future__ import annotations
 
 import copy
+import decimal
 import hashlib
 import re
 from collections.abc import Mapping
@@ -68,6 +69,7 @@ succeeds, the operator never fails the job, and the replicas' error.pb files ove
 TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
 """A failed replica's log tail becomes its termination message, so `get` can report the rank's error (pyflyte-execute
 never writes /dev/termination-log)."""
+_DURATION = re.compile(r"^(\d+)(\.\d{1,9})?s$")  # protobuf JSON Duration, non-negative
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 _PROTO_RESTART = {
     common_pb2.RESTART_POLICY_NEVER: "Never",
@@ -516,6 +518,20 @@ def _shm(template: dict[str, Any], config: dict[str, str], backend: BackendConfi
     return backend.shm_enabled, backend.shm_size, path
 
 
+def _timeout_seconds(template: dict[str, Any]) -> Optional[int]:
+    """The task's `metadata.timeout` in whole seconds (rounded up), or None when it has none."""
+    raw = (template.get("metadata") or {}).get("timeout")
+    if raw is None or raw == "":
+        return None
+    match = _DURATION.match(str(raw)) if isinstance(raw, str) else None
+    if match is None:
+        raise _err("metadata.timeout", raw, "must be a non-negative protobuf JSON duration like '3600s' or '1.5s'")
+    seconds = int(match.group(1))
+    if match.group(2) and decimal.Decimal(match.group(2)) > 0:
+        seconds += 1  # a deadline earlier than the task's timeout would kill work Flyte still allows
+    return seconds or None
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The builder
 
@@ -555,6 +571,7 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
         except ConfigError as e:
             raise _err("accelerator", accelerator, str(e)) from e
     shm_on, shm_size, shm_path = _shm(t, cfg, backend)
+    timeout = _timeout_seconds(t)
 
     for role in ("master", "worker"):
         key = f"pytorch.{role}.restart_policy"
@@ -680,9 +697,16 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
     if clean not in ("None", "Running", "All"):
         raise _err("config['pytorch.clean_pod_policy']", clean, "must be one of ['None', 'Running', 'All']")
     rp["cleanPodPolicy"] = clean
+    # activeDeadlineSeconds: the task's run policy, else its Flyte timeout, else the backend default. Flyte
+    # enforces the timeout itself by aborting the node (the connector then deletes the job), but only while
+    # propeller and the connector are alive and the execution is known; the deadline makes the training operator
+    # stop a runaway job (and free its GPUs) on its own. The operator counts it from the job's status.startTime,
+    # never earlier than the moment Flyte started the attempt, so it cannot fire before Flyte's own timeout would.
+    # Each retry is a new job, matching Flyte's per-attempt timeout.
+    deadline = timeout if timeout is not None else backend.active_deadline_seconds
     for key, default in (
         ("backoffLimit", backend.backoff_limit),
-        ("activeDeadlineSeconds", backend.active_deadline_seconds),
+        ("activeDeadlineSeconds", deadline),
         ("ttlSecondsAfterFinished", backend.ttl_seconds_after_finished),
     ):
         value = run_policy.get(key, default)
