@@ -9,6 +9,7 @@ legacy version 0 (`custom = {"workers": N}`), and flytekit's official kfpytorch 
 
 from __future__ import annotations
 
+import base64
 import copy
 import decimal
 import hashlib
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from flyteidl.core import tasks_pb2
+from flyteidl.core import security_pb2, tasks_pb2
 from flyteidl.plugins.kubeflow import common_pb2, pytorch_pb2
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -32,6 +33,9 @@ __all__ = [
     "template_to_dict",
     "PRIMARY_CONTAINER",
     "MAX_JOB_NAME_LENGTH",
+    "SECRETS_LABEL",
+    "SECRET_ANNOTATION_PREFIX",
+    "encode_secret",
 ]
 
 PRIMARY_CONTAINER = "pytorch"
@@ -69,6 +73,17 @@ succeeds, the operator never fails the job, and the replicas' error.pb files ove
 TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
 """A failed replica's log tail becomes its termination message, so `get` can report the rank's error (pyflyte-execute
 never writes /dev/termination-log)."""
+
+SECRETS_LABEL = "inject-flyte-secrets"
+"""Pod label (value `"true"`) that flytepropeller's secrets webhook selects the pods it mutates by."""
+
+SECRET_ANNOTATION_PREFIX = "flyte.secrets/s"
+"""Pod annotation `flyte.secrets/s<i>` carries the i-th requested secret, encoded as the webhook decodes it."""
+
+# flytepropeller's base32 alphabet (lower case, digits 1-6 instead of 2-7; no padding), so encoded secrets are
+# valid annotation values the webhook can decode. Translated from the standard RFC 4648 alphabet.
+_FLYTE_BASE32 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "abcdefghijklmnopqrstuvwxyz123456")
+_ANNOTATIONS_LIMIT = 256 * 1024  # the API server's limit on the total size of one object's annotations
 _DURATION = re.compile(r"^(\d+)(\.\d{1,9})?s$")  # protobuf JSON Duration, non-negative
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 _PROTO_RESTART = {
@@ -518,6 +533,85 @@ def _shm(template: dict[str, Any], config: dict[str, str], backend: BackendConfi
     return backend.shm_enabled, backend.shm_size, path
 
 
+def _go_quoted(text: str) -> str:
+    """A string as Go's protobuf text marshaller quotes it (byte-wise, octal escapes for non-printable bytes)."""
+    out = ['"']
+    escapes = {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x22: '\\"', 0x5C: "\\\\"}
+    for byte in text.encode("utf-8"):
+        if byte in escapes:
+            out.append(escapes[byte])
+        elif 0x20 <= byte < 0x7F:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\{byte:03o}")
+    out.append('"')
+    return "".join(out)
+
+
+def _secret_text(secret: security_pb2.Secret) -> str:
+    """The text-format proto of one secret, exactly as flytepropeller writes it (`proto.MarshalTextString`).
+
+    One `name: value` line per set field in field-number order, enums by name, strings quoted the Go way.
+    """
+    lines = []
+    for fd, value in secret.ListFields():
+        if fd.type == fd.TYPE_ENUM:
+            rendered = fd.enum_type.values_by_number[value].name
+        elif fd.type == fd.TYPE_STRING:
+            rendered = _go_quoted(value)
+        else:  # pragma: no cover - Secret has only string and enum fields today
+            rendered = str(value).lower() if isinstance(value, bool) else str(value)
+        lines.append(f"{fd.name}: {rendered}\n")
+    return "".join(lines)
+
+
+def encode_secret(secret: security_pb2.Secret) -> str:
+    """Encode one secret request as the value of a `flyte.secrets/s<i>` pod annotation.
+
+    flytepropeller's secrets webhook decodes these annotations to know which secrets to inject into a pod. The
+    value is the secret's text-format proto, base32-encoded with flytepropeller's alphabet (`a-z`, `1-6`) and no
+    padding: lower case, so it is also a valid label-like string.
+
+    Args:
+        secret: a `flyteidl.core.Secret`.
+
+    Returns:
+        The annotation value, e.g. `m4zg54lqhiqce...` for `group: "my_group"`.
+    """
+    encoded = base64.b32encode(_secret_text(secret).encode("utf-8")).decode("ascii")
+    return encoded.rstrip("=").translate(_FLYTE_BASE32)
+
+
+def _secret_annotations(template: dict[str, Any]) -> dict[str, str]:
+    """`flyte.secrets/s<i>` annotations for the template's `securityContext.secrets` (empty when it has none)."""
+    context = template.get("securityContext") or {}
+    if not isinstance(context, Mapping):
+        raise _err("securityContext", context, "must be a flyteidl.core.SecurityContext dict")
+    secrets = context.get("secrets") or []
+    if not isinstance(secrets, list):
+        raise _err("securityContext.secrets", secrets, "must be a list of flyteidl.core.Secret dicts")
+    mount_types = dict(security_pb2.Secret.MountType.items())
+    out: dict[str, str] = {}
+    for i, raw in enumerate(secrets):
+        path = f"securityContext.secrets[{i}]"
+        if not isinstance(raw, Mapping):
+            raise _err(path, raw, "must be a flyteidl.core.Secret dict like {'group': 'wandb', 'key': 'api_key'}")
+        try:
+            secret = json_format.ParseDict(dict(raw), security_pb2.Secret())
+        except json_format.ParseError as e:
+            raise TemplateError(
+                f"{path}={dict(raw)!r}: not a flyteidl.core.Secret: {e} "
+                "(allowed keys: group, groupVersion, key, mountRequirement, envVar)"
+            ) from e
+        if secret.mount_requirement not in mount_types.values():
+            raise _err(f"{path}.mountRequirement", secret.mount_requirement, f"must be one of {list(mount_types)}")
+        out[f"{SECRET_ANNOTATION_PREFIX}{i}"] = encode_secret(secret)
+    size = sum(len(k) + len(v) for k, v in out.items())
+    if size > _ANNOTATIONS_LIMIT:
+        raise _err("securityContext.secrets", f"{len(out)} secrets, {size} bytes encoded", "must fit in 256 KiB")
+    return out
+
+
 def _timeout_seconds(template: dict[str, Any]) -> Optional[int]:
     """The task's `metadata.timeout` in whole seconds (rounded up), or None when it has none."""
     raw = (template.get("metadata") or {}).get("timeout")
@@ -571,6 +665,7 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
         except ConfigError as e:
             raise _err("accelerator", accelerator, str(e)) from e
     shm_on, shm_size, shm_path = _shm(t, cfg, backend)
+    secret_annotations = _secret_annotations(t)
     timeout = _timeout_seconds(t)
 
     for role in ("master", "worker"):
@@ -678,15 +773,17 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
             if tolerations:
                 spec["tolerations"] = tolerations
 
+        pod_labels = {**pod_meta["labels"], **labels}
+        pod_annotations = {**pod_meta["annotations"], **annotations}
+        if secret_annotations:  # flytepropeller's secrets webhook injects them into pods marked this way
+            pod_labels[SECRETS_LABEL] = "true"
+            pod_annotations.update(secret_annotations)
         restart = cfg.get(f"pytorch.{rep.role.lower()}.restart_policy") or rep.restart_policy
         specs[rep.role] = {
             "replicas": rep.replicas,
             "restartPolicy": restart,
             "template": {
-                "metadata": {
-                    "labels": {**pod_meta["labels"], **labels},
-                    "annotations": {**pod_meta["annotations"], **annotations},
-                },
+                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
                 "spec": spec,
             },
         }
