@@ -141,6 +141,9 @@ class ExecutionMetadata:
         execution_name: execution name, exported as FLYTE_INTERNAL_EXECUTION_ID when set.
         node_id: node id within the workflow (used by `job_name`).
         retry_attempt: attempt number, exported as FLYTE_ATTEMPT_NUMBER.
+        interruptible: whether this attempt may run on interruptible (spot) nodes; None means the template's
+            `metadata.interruptible`. flytepropeller turns it off for the last attempts of an interruptible task
+            (its interruptible failure threshold) and passes the result in the create request.
     """
 
     namespace: str = ""
@@ -161,6 +164,7 @@ class ExecutionMetadata:
     execution_name: str = ""
     node_id: str = ""
     retry_attempt: int = 0
+    interruptible: Optional[bool] = None
 
 
 def job_name(
@@ -626,6 +630,16 @@ def _timeout_seconds(template: dict[str, Any]) -> Optional[int]:
     return seconds or None
 
 
+def _interruptible(template: dict[str, Any], meta: ExecutionMetadata) -> bool:
+    """Whether this attempt runs on interruptible nodes: the execution's say, else the template's flag."""
+    if meta.interruptible is not None:
+        return bool(meta.interruptible)
+    flag = (template.get("metadata") or {}).get("interruptible", False)
+    if not isinstance(flag, bool):
+        raise _err("metadata.interruptible", flag, "must be true or false")
+    return flag
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The builder
 
@@ -666,6 +680,7 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
             raise _err("accelerator", accelerator, str(e)) from e
     shm_on, shm_size, shm_path = _shm(t, cfg, backend)
     secret_annotations = _secret_annotations(t)
+    interruptible = _interruptible(t, meta)
     timeout = _timeout_seconds(t)
 
     for role in ("master", "worker"):
@@ -772,6 +787,16 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
                     tolerations.append(tol)
             if tolerations:
                 spec["tolerations"] = tolerations
+
+        if interruptible:  # like Flyte's k8s plugin: every replica, config selector wins over the pod template's
+            tolerations = list(spec.get("tolerations") or [])
+            for tol in backend.interruptible_tolerations:
+                if tol not in tolerations:
+                    tolerations.append(dict(tol))
+            if tolerations:
+                spec["tolerations"] = tolerations
+            if backend.interruptible_node_selector:
+                spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **backend.interruptible_node_selector}
 
         pod_labels = {**pod_meta["labels"], **labels}
         pod_annotations = {**pod_meta["annotations"], **annotations}

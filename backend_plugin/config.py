@@ -237,6 +237,27 @@ class BackendConfig:
     service_account: Optional[str] = None
     """`serviceAccountName` of replica pods when neither the execution nor the pod template names one."""
 
+    interruptible_tolerations: list[dict[str, Any]] = field(default_factory=list)
+    """Tolerations added to every replica of an interruptible attempt (Flyte's `interruptible-tolerations`).
+    Empty by default: spot pools are tainted differently per cluster. Typical values::
+
+        # GKE spot / preemptible node pools
+        - {key: cloud.google.com/gke-spot, operator: Equal, value: "true", effect: NoSchedule}
+        # Flyte docs' convention for a dedicated spot pool (EKS, AKS, ...)
+        - {key: flyte/interruptible, operator: Exists, effect: NoSchedule}
+        # AKS spot node pools
+        - {key: kubernetes.azure.com/scalesetpriority, operator: Equal, value: spot, effect: NoSchedule}"""
+
+    interruptible_node_selector: dict[str, str] = field(default_factory=dict)
+    """`nodeSelector` entries added to every replica of an interruptible attempt (Flyte's
+    `interruptible-node-selector`); they win over the pod template's on a conflict. Empty by default: without
+    it an interruptible task may land on any node, which is always safe. Typical values::
+
+        cloud.google.com/gke-spot: "true"              # GKE
+        eks.amazonaws.com/capacityType: SPOT           # EKS managed node groups
+        karpenter.sh/capacity-type: spot               # Karpenter
+        kubernetes.azure.com/scalesetpriority: spot    # AKS"""
+
     # --- connector settings (owned by connector helper) ---
 
     api_timeout_s: float = 10.0
@@ -333,6 +354,24 @@ class BackendConfig:
                 raise ConfigError(f"{attr}={getattr(self, attr)!r} must be true or false")
         if self.rdzv_backend not in ("c10d", "etcd", "etcd-v2", "static"):
             raise ConfigError(f"rdzv_backend={self.rdzv_backend!r} is not one of ['c10d', 'etcd', 'etcd-v2', 'static']")
+        if not isinstance(self.interruptible_tolerations, (list, tuple)):
+            raise ConfigError(
+                f"interruptible_tolerations={self.interruptible_tolerations!r} must be a list of tolerations"
+            )
+        self.interruptible_tolerations = [
+            _check_toleration(f"interruptible_tolerations[{i}]", t)
+            for i, t in enumerate(self.interruptible_tolerations)
+        ]
+        if not isinstance(self.interruptible_node_selector, Mapping):
+            raise ConfigError(
+                f"interruptible_node_selector={self.interruptible_node_selector!r} must map node label -> value"
+            )
+        selector = {}
+        for k, v in self.interruptible_node_selector.items():
+            _check_label_key(f"interruptible_node_selector key {k!r}", k)
+            _check_label_value(f"interruptible_node_selector[{k!r}]", v)
+            selector[str(k)] = str(v)
+        self.interruptible_node_selector = selector
         if self.service_account is not None and not re.match(
             r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", str(self.service_account)
         ):

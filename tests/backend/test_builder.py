@@ -53,6 +53,14 @@ GKE = BackendConfig(
     accelerators={"MI300X": {"node_selector": {"amd.com/gpu.product": ["MI300X"]}, "tolerations": []}},
 )
 
+# A GKE cluster with a spot node pool, as a site would configure Flyte's interruptible-* settings.
+SPOT = BackendConfig(
+    interruptible_tolerations=[
+        {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    ],
+    interruptible_node_selector={"cloud.google.com/gke-spot": "true"},
+)
+
 # golden name -> (template file, backend config); every template file in TEMPLATES must appear here.
 GOLDEN = {
     "cpu_only": ("hand_cpu", None),
@@ -73,6 +81,7 @@ GOLDEN = {
     "sdk_master_only": ("sdk_master_only", None),
     "sdk_pod_template": ("sdk_pod_template", None),
     "sdk_scheduling": ("sdk_scheduling", None),
+    "secrets_timeout_spot": ("flytekit_secrets_spot", SPOT),
 }
 
 
