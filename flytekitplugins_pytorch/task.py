@@ -242,11 +242,26 @@ class PyTorchFunctionTask(PythonFunctionTask[PyTorch]):
         super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
 
     def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
-        """``DistributedPyTorchTrainingTask`` as a JSON dict (see `pytorch_custom`)."""
+        """The template's ``custom``: ``DistributedPyTorchTrainingTask`` as a JSON dict (see `pytorch_custom`).
+
+        Args:
+            settings: flytekit's serialization settings (unused: the replicas carry their own images).
+
+        Returns:
+            Protobuf-JSON of ``flyteidl.plugins.kubeflow.DistributedPyTorchTrainingTask`` (camelCase keys).
+        """
         return pytorch_custom(self.task_config)
 
     def get_config(self, settings: SerializationSettings) -> dict[str, str]:
-        """flytekit's own entries (``primary_container_name`` with a pod template) plus the ``pytorch.*`` keys."""
+        """The template's ``config``: flytekit's own entries plus the ``pytorch.*`` keys.
+
+        Args:
+            settings: flytekit's serialization settings, passed on to flytekit's own ``get_config``.
+
+        Returns:
+            String map: flytekit's entries (``primary_container_name`` with a pod template) and the ``pytorch.*``
+            keys of docs/template-format.md.
+        """
         return {**(super().get_config(settings) or {}), **pytorch_config(self.task_config)}
 
     def execute(self, **kwargs: Any) -> Any:
@@ -289,11 +304,25 @@ class ElasticPyTorchFunctionTask(PythonFunctionTask[Elastic]):
         super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
 
     def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
-        """``DistributedPyTorchTrainingTask`` with ``elasticConfig`` as a JSON dict (see `elastic_custom`)."""
+        """The template's ``custom``: ``DistributedPyTorchTrainingTask`` with ``elasticConfig`` (see `elastic_custom`).
+
+        Args:
+            settings: flytekit's serialization settings (unused: the replicas carry their own images).
+
+        Returns:
+            Protobuf-JSON with ``workerReplicas`` (``replicas`` = max nodes) and ``elasticConfig``; no master.
+        """
         return elastic_custom(self.task_config)
 
     def get_config(self, settings: SerializationSettings) -> dict[str, str]:
-        """flytekit's own entries plus the ``pytorch.*`` keys (see `elastic_config`)."""
+        """The template's ``config``: flytekit's own entries plus the ``pytorch.*`` keys (see `elastic_config`).
+
+        Args:
+            settings: flytekit's serialization settings, passed on to flytekit's own ``get_config``.
+
+        Returns:
+            String map of flytekit's entries and the elastic task's ``pytorch.*`` keys.
+        """
         return {**(super().get_config(settings) or {}), **elastic_config(self.task_config)}
 
     def execute(self, **kwargs: Any) -> Any:
