@@ -11,6 +11,7 @@ and `pytest tests/e2e` (or `-m e2e`) runs only these.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,64 @@ def test_seed_decorator_allreduce_over_master_and_two_workers(cluster: Cluster, 
     assert seen[-1].message.endswith("successfully completed.")
     env = run.replica("worker-1").env
     assert (env["RANK"], env["WORLD_SIZE"], env["PET_NODE_RANK"], env["PET_NNODES"]) == ("2", "3", "2", "3")
+
+
+def test_worker_that_raises_fails_the_job_naming_that_worker(cluster: Cluster, templates) -> None:
+    from tests.e2e.workflows import worker_raises
+
+    iface = worker_raises.python_interface
+    seen, prefix, run = cluster.run(templates["worker_raises"], {"fail_rank": 2}, iface.inputs, "fail1")
+    message = seen[-1].message
+    assert harness.phase_names(seen)[-1] == "FAILED", _logs(run) + "\n" + message
+    assert "Root cause: worker-1 (pytorch): exit code 1" in message, message
+    assert "ValueError: rank 2 cannot read shard 7: checksum mismatch" in message, message
+    assert run.replica("worker-1").exit_code == 1
+    # cleanPodPolicy Running: the replicas still waiting at the barrier were deleted, their processes killed
+    assert [p["metadata"]["name"] for p in cluster.server.pods(NS)] == [run.replica("worker-1").pod_name]
+    assert cluster.operator.wait_processes_gone(run) == []
+    assert "outputs.pb" not in cluster.blobs.files(prefix)
+
+
+def test_elastic_one_to_two_nodes(cluster: Cluster, templates) -> None:
+    from tests.e2e.workflows import elastic_allreduce
+
+    iface = elastic_allreduce.python_interface
+    seen, prefix, run = cluster.run(templates["elastic_allreduce"], {"x": 1}, iface.inputs, "elastic1")
+    assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
+    assert [r.label for r in run.replicas] == ["worker-0", "worker-1"]
+    env = run.replica("worker-1").env
+    assert env["PET_NNODES"] == "1:2" and env["PET_RDZV_BACKEND"] == "c10d" and "RANK" not in env
+    outputs = harness.read_outputs(prefix, iface.outputs)
+    rank, world, total = outputs["o0"]
+    # both pods joined the rendezvous (max 2 nodes), or only one did (min 1); either way rank 0 answered
+    assert rank == 0 and world in (1, 2) and total == sum(1 + r for r in range(world))
+    assert cluster.blobs.files(prefix).count("outputs.pb") == 1
+
+
+def test_delete_while_running_kills_every_replica(cluster: Cluster, templates, tmp_path: Path) -> None:
+    from tests.e2e.workflows import sleeps
+
+    iface = sleeps.python_interface
+    meta, prefix = cluster.submit(templates["sleeps"], {"seconds": 600}, iface.inputs, "delete1")
+    run = cluster.operator.run_for(meta.name)
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while len(list(tmp_path.glob("rank-*.pid"))) < 2 and time.monotonic() < deadline:
+        assert all(r.exit_code is None for r in run.replicas), _logs(run)
+        time.sleep(0.2)
+    assert harness.phase_names([cluster.connector.get(meta)]) == ["RUNNING"]
+    cluster.connector.delete(meta)
+    assert cluster.operator.wait_processes_gone(run) == []
+    assert cluster.server.get_job(NS, meta.name) is None and cluster.server.pods(NS) == []
+    assert harness.phase_names([cluster.connector.get(meta)]) == ["FAILED"]  # gone: reported, not an exception
+    cluster.connector.delete(meta)  # deleting again is success
+
+
+@pytest.mark.filterwarnings("ignore:Configuring shared memory:UserWarning")
+def test_task_from_flytekits_official_kfpytorch_plugin(cluster: Cluster, templates) -> None:
+    from tests.e2e.workflows_official import official_allreduce
+
+    iface = official_allreduce.python_interface
+    seen, prefix, run = cluster.run(templates["official_allreduce"], {"x": 5}, iface.inputs, "official1")
+    assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
+    assert [r.label for r in run.replicas] == ["master-0", "worker-0"]
+    assert harness.read_outputs(prefix, iface.outputs) == {"o0": [2, 11]}
