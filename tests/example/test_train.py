@@ -1,0 +1,103 @@
+"""The training loop without Flyte: world-size invariance (1 vs 3 gloo ranks) and exact resume from a checkpoint."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from examples.mnist.train import EpochStats, TrainConfig, rank_slice, train
+
+SLICE = {"train_limit": 1200, "test_limit": 500, "batch_size": 100, "test_batch_size": 250, "log_interval": 5}
+
+
+@pytest.mark.parametrize(
+    ("size", "world"), [pytest.param(128, 3, id="uneven"), pytest.param(2, 3, id="fewer-than-ranks"),
+                        pytest.param(99, 1, id="single")]
+)  # fmt: skip
+def test_rank_slices_partition_the_global_batch(size: int, world: int) -> None:
+    parts = [range(size)[rank_slice(size, r, world)] for r in range(world)]
+    assert [i for p in parts for i in p] == list(range(size))
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+class MemoryCheckpoint:
+    """An in-memory stand-in for flytekit's checkpoint (read the previous attempt, write this one)."""
+
+    def __init__(self, previous: bytes | None = None) -> None:
+        self.previous = previous
+        self.written: bytes | None = None
+
+    def read(self) -> bytes | None:
+        return self.previous
+
+    def write(self, b: bytes) -> None:
+        self.written = b
+
+
+class Interrupted(Exception):
+    """Raised by the test to simulate a pod lost after an epoch."""
+
+
+def _stop_after_first_epoch(stats: EpochStats) -> None:
+    if stats.epoch == 1:
+        raise Interrupted
+
+
+def test_resume_after_interruption_matches_uninterrupted_run(mnist_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    config = TrainConfig(epochs=2, data_dir=str(mnist_dir), **SLICE)
+    straight = train(config)
+
+    first = MemoryCheckpoint()
+    with pytest.raises(Interrupted):
+        train(config, checkpoint=first, on_epoch_end=_stop_after_first_epoch)
+    assert first.written is not None
+    resumed = train(config, checkpoint=MemoryCheckpoint(previous=first.written))
+
+    assert resumed.resumed_from_epoch == 1 and straight.resumed_from_epoch == 0
+    assert resumed.accuracies == straight.accuracies and resumed.epoch_losses == straight.epoch_losses
+    for key, value in straight.state_dict.items():
+        assert torch.equal(resumed.state_dict[key], value), key
+
+
+def test_checkpoint_from_other_inputs_is_ignored(mnist_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    one = TrainConfig(epochs=1, data_dir=str(mnist_dir), **SLICE)
+    store = MemoryCheckpoint()
+    train(one, checkpoint=store)
+    other = TrainConfig(epochs=1, seed=2, data_dir=str(mnist_dir), **SLICE)
+    assert train(other, checkpoint=MemoryCheckpoint(previous=store.written)).resumed_from_epoch == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, data_dir: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    result = train(TrainConfig(epochs=1, data_dir=data_dir, **SLICE))
+    if rank == 0:
+        torch.save({"accuracies": result.accuracies, "state": result.state_dict, "backend": result.backend}, out)
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_three_ranks_learn_what_one_rank_learns(mnist_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    single = train(TrainConfig(epochs=1, data_dir=str(mnist_dir), **SLICE))
+    out = tmp_path / "rank0.pt"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    mp.spawn(_rank_main, args=(3, _free_port(), str(mnist_dir), str(out)), nprocs=3, join=True)
+    multi = torch.load(out, weights_only=False)
+
+    assert multi["backend"] == "gloo"
+    assert abs(multi["accuracies"][0] - single.accuracies[0]) <= 0.4  # at most 2 of 500 test images differ
+    for key, value in single.state_dict.items():
+        torch.testing.assert_close(multi["state"][key], value, rtol=1e-3, atol=1e-4, msg=key)
