@@ -24,6 +24,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from backend_plugin.config import BackendConfig, ConfigError, is_quantity, parse_quantity
+from backend_plugin.template_shape import check_pod_spec, check_task_template
 
 __all__ = [
     "ExecutionMetadata",
@@ -96,6 +97,7 @@ _PROTO_CLEAN = {
     common_pb2.CLEANPOD_POLICY_RUNNING: "Running",
     common_pb2.CLEANPOD_POLICY_ALL: "All",
 }
+_CLEAN_NAMES = ["CLEANPOD_POLICY_NONE", "CLEANPOD_POLICY_RUNNING", "CLEANPOD_POLICY_ALL"]
 _RESOURCE_NAMES = {
     "CPU": "cpu",
     "MEMORY": "memory",
@@ -104,9 +106,10 @@ _RESOURCE_NAMES = {
 }
 _FLYTEKIT_GPU = "nvidia.com/gpu"  # what flytekit writes into pod templates for Resources(gpu=...)
 _DNS1035_INVALID = re.compile(r"[^a-z0-9-]+")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# `\Z`, not `$`: `$` also matches before a trailing newline, and "a100\n" is not a label value.
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 # Go-template placeholders as flytepropeller accepts them: `{{ .Input }}`, `{{.input}}`, case-insensitive.
 _PLACEHOLDER = re.compile(r"\{\{\s*[.$](\w+)\s*\}\}")
 
@@ -326,6 +329,8 @@ def _read_custom(template: dict[str, Any]) -> tuple[list[_Replica], Optional[dic
     if task.HasField("run_policy"):
         rp = task.run_policy
         if rp.clean_pod_policy != common_pb2.CLEANPOD_POLICY_NONE:
+            if rp.clean_pod_policy not in _PROTO_CLEAN:  # proto enums are open: any int32 parses
+                raise _err("custom.runPolicy.cleanPodPolicy", rp.clean_pod_policy, f"must be one of {_CLEAN_NAMES}")
             run_policy["cleanPodPolicy"] = _PROTO_CLEAN[rp.clean_pod_policy]
         for name, value in (
             ("backoffLimit", rp.backoff_limit),
@@ -366,9 +371,7 @@ def _primary_pod(template: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     if "k8sPod" in template:
         pod = template["k8sPod"] or {}
         spec = copy.deepcopy(pod.get("podSpec") or {})
-        if not isinstance(spec, Mapping):
-            raise _err("k8sPod.podSpec", spec, "must be a core/v1 PodSpec dict")
-        spec = _ints(spec)
+        spec = check_pod_spec(_ints(spec), "k8sPod.podSpec", TemplateError)
         containers = spec.get("containers") or []
         name = config.get("primary_container_name") or ""
         if not name:
@@ -382,6 +385,9 @@ def _primary_pod(template: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
             raise _err(
                 "k8sPod.podSpec.containers", taken, f"a non-primary container may not be named {PRIMARY_CONTAINER!r}"
             )
+        for i, other in enumerate(containers):
+            if i != matches[0] and not other.get("image"):
+                raise _err(f"k8sPod.podSpec.containers[{i}].image", other.get("image"), "a sidecar needs an image")
         primary = containers[matches[0]]
         primary["name"] = PRIMARY_CONTAINER
         meta = pod.get("metadata") or {}
@@ -398,7 +404,11 @@ def _primary_pod(template: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
         c["command"] = list(container["command"])
     if container.get("args"):
         c["args"] = list(container["args"])
-    env = [{"name": e["key"], "value": e.get("value", "")} for e in container.get("env") or []]
+    env = []
+    for i, e in enumerate(container.get("env") or []):
+        if not e.get("key"):
+            raise _err(f"container.env[{i}].key", e.get("key"), "an environment variable needs a non-empty name")
+        env.append({"name": e["key"], "value": e.get("value") or ""})
     if env:
         c["env"] = env
     if container.get("resources"):
@@ -514,7 +524,7 @@ def _accelerator(template: dict[str, Any], config: dict[str, str]) -> tuple[Opti
             else "extendedResources.gpuAccelerator.device"
         )
         raise _err(where, device, "must be a label value (<=63 of [A-Za-z0-9-_.]), e.g. 'nvidia-tesla-a100'")
-    if partition is not None and not re.match(r"^[A-Za-z0-9][-A-Za-z0-9_.]*$", partition):
+    if partition is not None and not re.match(r"^[A-Za-z0-9][-A-Za-z0-9_.]*\Z", partition):
         raise _err("extendedResources.gpuAccelerator.partitionSize", partition, "must look like '1g.5gb'")
     return device, partition
 
@@ -660,6 +670,7 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
     """
     backend = config if config is not None else BackendConfig()
     t = template_to_dict(template)
+    check_task_template(t, TemplateError)
     if t.get("type", "pytorch") != "pytorch":
         raise _err("type", t.get("type"), "must be 'pytorch'")
     cfg = _read_config(t)
