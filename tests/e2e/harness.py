@@ -5,7 +5,7 @@ played by `FakeOperator`:
 
 1. `package_tasks` runs `pyflyte package` (no fast registration: the "image" is this machine's venv and the code is
    importable from the repository root) and reads the TaskTemplates out of the package, as `pyflyte register` would.
-2. The connector's `create` writes `inputs.pb` into a local blob store (`BlobStore`, `file://` URIs) and posts the
+2. The connector's `create` writes `inputs.pb` into a local blob store (`BlobStore`, plain paths) and posts the
    PyTorchJob to the fake API server (`tests.fakeapi`), which validates it against the CRD and webhook rules.
 3. `FakeOperator` polls the server's state. For each new job it starts one process per replica (master-0, worker-i)
    running exactly the container's command and args, with the container's env plus what the Kubeflow training
@@ -88,7 +88,7 @@ def package_tasks(modules: Iterable[str], out_dir: Path, image: str = IMAGE) -> 
     with tarfile.open(tgz) as archive:
         archive.extractall(extracted, filter="data")
     templates: dict[str, TaskTemplate] = {}
-    for pb in sorted(extracted.glob("*.pb")):
+    for pb in sorted(extracted.glob("*_1.pb")):  # <n>_<name>_<resource type>.pb; 1 is TASK
         spec = admin_task_pb2.TaskSpec()
         spec.ParseFromString(pb.read_bytes())
         if spec.HasField("template"):
@@ -103,7 +103,10 @@ def package_tasks(modules: Iterable[str], out_dir: Path, image: str = IMAGE) -> 
 
 @dataclass
 class BlobStore:
-    """A local directory that plays the object store; URIs are `file://` URLs.
+    """A local directory that plays the object store; its "URIs" are plain absolute paths.
+
+    Not `file://` URLs: pyflyte-execute and the connector handle them, but flytekit's FlyteFile transformer then
+    records `file:///...` blob URIs that it cannot read back (it checks `os.path.isfile(uri)` for non-remote URIs).
 
     Attributes:
         root: the directory.
@@ -112,8 +115,8 @@ class BlobStore:
     root: Path
 
     def uri(self, *parts: str) -> str:
-        """The `file://` URI of a path inside the store."""
-        return "file://" + str(self.root.joinpath(*parts))
+        """The location of a path inside the store."""
+        return str(self.root.joinpath(*parts))
 
     def files(self, under: str = "") -> list[str]:
         """Paths of all files below `under` (a URI or a path relative to the root), relative to it, sorted."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
-from flytekit.models.task import TaskTemplate
+from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
 from tests.connector.helpers import execution_metadata, make_connector
 from tests.e2e import harness
@@ -33,7 +33,7 @@ JOB_TIMEOUT_S = 120.0
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskTemplate]:
     """Every e2e task, packaged once by `pyflyte package`."""
-    modules = ["tests.e2e.workflows", "tests.e2e.workflows_official"]
+    modules = ["tests.e2e.workflows", "tests.e2e.workflows_official", "examples.mnist.workflow"]
     return harness.package_tasks(modules, tmp_path_factory.mktemp("package"))
 
 
@@ -46,16 +46,43 @@ class Cluster:
         self.blobs = blobs
         self.connector = make_connector(client, api_timeout_s=5.0)
 
-    def submit(self, template: TaskTemplate, inputs: dict[str, Any], types: dict[str, type], execution: str) -> Any:
-        """Create the job through the connector (it writes inputs.pb) and return (metadata, output prefix)."""
+    def submit(
+        self,
+        template: TaskTemplate,
+        inputs: dict[str, Any],
+        types: dict[str, type],
+        execution: str,
+        env: Optional[dict[str, str]] = None,
+    ) -> Any:
+        """Create the job through the connector (it writes inputs.pb) and return (metadata, output prefix).
+
+        `env` plays the execution's environment variables (`pyflyte run --envvars`, `FlyteRemote.execute(envs=)`).
+        """
         prefix = self.blobs.uri("metadata", execution, "n0", "data", "0")
         literal_map = harness.to_literal_map(inputs, types)
-        meta = self.connector.create(template, prefix, literal_map, execution_metadata(execution=execution))
-        return meta, prefix
+        meta = execution_metadata(execution=execution)
+        if env:
+            meta = TaskExecutionMetadata(
+                task_execution_id=meta.task_execution_id,
+                namespace=meta.namespace,
+                labels=meta.labels,
+                annotations=meta.annotations,
+                k8s_service_account=meta.k8s_service_account,
+                environment_variables={**meta.environment_variables, **env},
+                identity=None,
+            )
+        return self.connector.create(template, prefix, literal_map, meta), prefix
 
-    def run(self, template: TaskTemplate, inputs: dict[str, Any], types: dict[str, type], execution: str):
+    def run(
+        self,
+        template: TaskTemplate,
+        inputs: dict[str, Any],
+        types: dict[str, type],
+        execution: str,
+        env: Optional[dict[str, str]] = None,
+    ):
         """Submit and poll `get` to a terminal phase; returns (resources seen, output prefix, the operator's run)."""
-        meta, prefix = self.submit(template, inputs, types, execution)
+        meta, prefix = self.submit(template, inputs, types, execution, env)
         seen = harness.poll_until_terminal(self.connector, meta, JOB_TIMEOUT_S)
         return seen, prefix, self.operator.run_for(meta.name)
 
@@ -94,6 +121,31 @@ def test_seed_decorator_allreduce_over_master_and_two_workers(cluster: Cluster, 
     assert seen[-1].message.endswith("successfully completed.")
     env = run.replica("worker-1").env
     assert (env["RANK"], env["WORLD_SIZE"], env["PET_NODE_RANK"], env["PET_NNODES"]) == ("2", "3", "2", "3")
+
+
+MNIST_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "mnist"
+
+
+@pytest.mark.skipif(not MNIST_DATA.is_dir(), reason=f"no MNIST data at {MNIST_DATA}")
+def test_mnist_example_on_a_slice_of_real_data(cluster: Cluster, templates) -> None:
+    from examples.mnist.workflow import train_mnist
+
+    iface = train_mnist.python_interface
+    inputs = {"epochs": 1, "batch_size": 64, "test_batch_size": 500, "train_limit": 1536, "test_limit": 500}
+    inputs = {name: inputs.get(name, default) for name, (_, default) in iface.inputs_with_defaults.items()}
+    env = {"MNIST_DATA_DIR": str(MNIST_DATA)}
+    seen, prefix, run = cluster.run(templates["train_mnist"], inputs, iface.inputs, "mnist1", env=env)
+    assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
+    assert [r.exit_code for r in run.replicas] == [0, 0, 0]
+    outputs = harness.read_outputs(prefix, iface.outputs)
+    accuracies, weights, summary = outputs["accuracies"], outputs["weights"], outputs["summary"]
+    assert len(accuracies) == 1 and 50.0 < accuracies[0] <= 100.0, accuracies  # chance is 10%
+    assert summary.world_size == 3 and summary.backend == "gloo" and summary.test_examples == 500
+    import torch
+
+    state = torch.load(weights.download(), map_location="cpu", weights_only=True)
+    assert state and all(isinstance(v, torch.Tensor) for v in state.values())
+    assert cluster.blobs.files(prefix).count("outputs.pb") == 1
 
 
 def test_worker_that_raises_fails_the_job_naming_that_worker(cluster: Cluster, templates) -> None:
