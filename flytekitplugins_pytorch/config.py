@@ -325,6 +325,8 @@ def check_nproc_per_node(name: str, value: Any) -> Union[int, str]:
         raise _fail(name, value, "not a process count", allowed)
     if value < 1:
         raise _fail(name, value, "not positive", allowed)
+    if value > INT32_MAX:  # elasticConfig.nprocPerNode is an int32
+        raise _fail(name, value, f"above {INT32_MAX}", allowed)
     return value
 
 

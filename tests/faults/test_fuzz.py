@@ -295,6 +295,7 @@ def check_config(entry: str, kwargs: dict[str, Any]) -> str:
 @example(case=("pytorch_task", {"collective_timeout": 1e300}))  # OverflowError from timedelta
 @example(case=("pytorch_task", {"accelerator": "a" * 70}))  # accepted by the SDK, rejected by the backend
 @example(case=("Elastic", {"accelerator": "ü→😀"}))  # accepted by the SDK, rejected by the backend
+@example(case=("Elastic", {"nproc_per_node": 78579590009}))  # protobuf's "Value out of range" at serialization
 def test_config_builds_a_valid_job_or_names_the_field(case: tuple[str, dict[str, Any]]) -> None:
     entry, kwargs = case
     assert check_config(entry, kwargs) in ("built", "rejected")
