@@ -230,7 +230,8 @@ def operator_env(job: dict, rtype: str, index: int, master_port: int, rdzv_port:
 def image_env(home: Path) -> dict[str, str]:
     """What the image provides before the container's env: this venv first on PATH, the code on PYTHONPATH.
 
-    A pod does not inherit the host's environment, so neither do the replica processes.
+    A pod does not inherit the host's environment, so neither do the replica processes. TMPDIR stays unset, as in
+    a pod (/tmp): a deep per-test directory would also exceed the AF_UNIX path limit of multiprocessing sockets.
 
     Args:
         home: the replica's HOME (a private directory, like a pod's filesystem).
@@ -242,7 +243,6 @@ def image_env(home: Path) -> dict[str, str]:
         "PATH": f"{VENV_BIN}{os.pathsep}/usr/local/bin{os.pathsep}/usr/bin{os.pathsep}/bin",
         "PYTHONPATH": str(REPO_ROOT),
         "HOME": str(home),
-        "TMPDIR": str(home),
         "LANG": "C.UTF-8",
     }
 
