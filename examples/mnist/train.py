@@ -10,7 +10,9 @@ Distribution rules this loop keeps (so that the world size changes the speed, no
 - Test accuracy is computed on disjoint slices of the test set and summed as integer counts across ranks.
 - The state after every epoch (model, optimizer, scheduler, epoch, history) can be saved and restored; because the
   permutation of an epoch is a function of ``(seed, epoch)`` and there is no other randomness, a resumed run ends
-  bit-for-bit where an uninterrupted run with the same inputs and world size ends.
+  bit-for-bit where an uninterrupted run with the same inputs and world size ends. For that, DDP's gradient buckets
+  are settled before the first step (see :func:`_settle_ddp_buckets`): otherwise the first step of *every* run, fresh
+  or resumed, would use a different bucket layout than the rest, and with 3+ ranks a different summation order.
 
 Device and backend: NCCL on ``cuda:<local index>`` when every rank on this host has its own GPU, otherwise gloo on
 CPU (one log line says why). Ranks that share the CPUs of one host split its cores between them.
@@ -320,6 +322,24 @@ def _broadcast_bytes(payload: bytes | None, info: DistInfo) -> bytes | None:
     return holder[0]
 
 
+def _settle_ddp_buckets(model: nn.Module, sample: torch.Tensor) -> None:
+    """Run one backward pass of a zero loss so that DDP fixes its gradient buckets before training starts.
+
+    DDP first groups gradients into buckets in parameter order and regroups them after the first backward pass, in
+    the order the gradients became ready. Each gradient's offset in its bucket decides in which order gloo's (and
+    NCCL's) ring sums the ranks' values, and with three or more ranks floating-point addition in another order gives
+    another result. Without this, the step that ran with the first layout would be step 1 of epoch 1 in an
+    uninterrupted run but step 1 of the resumed epoch in a retry, and the two runs would drift apart by rounding.
+
+    Args:
+        model: the DDP-wrapped model (in training mode; it has no BatchNorm or dropout, so a forward pass changes
+            nothing but the gradients, which are cleared again).
+        sample: a small input batch on the model's device.
+    """
+    (model(sample).sum() * 0.0).backward()
+    model.zero_grad(set_to_none=True)
+
+
 def train(
     config: TrainConfig,
     checkpoint: CheckpointStore | None = None,
@@ -333,7 +353,8 @@ def train(
         checkpoint: where rank 0 saves the state after each epoch and reads a previous attempt's state from
             (``flytekit.current_context().checkpoint`` fits). A checkpoint written with different shaping inputs
             (see :meth:`TrainConfig.fingerprint`) is ignored with a log line.
-        on_epoch_end: called on every rank after each epoch's checkpoint is written.
+        on_epoch_end: called on every rank after each epoch's checkpoint is written (the ranks wait for rank 0's
+            write, so a rank that raises in it cannot cut that write short).
         on_log: called on rank 0 with ``(global step, {"loss": ..., "lr": ..., "accuracy": ...})`` (tracking hooks).
 
     Returns:
@@ -351,6 +372,11 @@ def train(
     if info.device.type == "cpu":
         net = net.to(memory_format=torch.channels_last)
     model: nn.Module = nn.parallel.DistributedDataParallel(net) if info.backend else net
+    if info.backend:
+        sample = train_set.images[:1].to(info.device)
+        if info.device.type == "cpu":
+            sample = sample.contiguous(memory_format=torch.channels_last)
+        _settle_ddp_buckets(model, sample)
     optimizer = torch.optim.Adam(net.parameters(), lr=config.learning_rate, betas=(config.sgd_momentum, 0.999))
     steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
@@ -442,6 +468,8 @@ def train(
                         }
                     )
                 )
+        if checkpoint is not None and info.backend:
+            dist.barrier()  # a fault on another rank right after this epoch must not kill rank 0 mid-write
         if on_epoch_end is not None:
             on_epoch_end(EpochStats(epoch=epoch + 1, test_accuracy=accuracy, mean_loss=mean_loss))
     seconds = time.perf_counter() - started
