@@ -103,6 +103,8 @@ class RankSpec:
         nproc_per_node: processes per (virtual) node; used for ``PET_NODE_RANK`` when ``virtual_nodes``.
         virtual_nodes: locally, several declared nodes share one agent: derive ``PET_NODE_RANK`` from ``RANK``.
         parent_pid: pid of the launching process, for the die-with-parent check.
+        import_roots: directories the task's module is imported from, put on ``sys.path`` before the function is
+            unpickled (``pyflyte run dir/wf.py`` adds the package root to ``sys.path`` only while it imports).
     """
 
     fn_bytes: bytes
@@ -115,6 +117,7 @@ class RankSpec:
     nproc_per_node: int = 1
     virtual_nodes: bool = False
     parent_pid: Optional[int] = None
+    import_roots: tuple[str, ...] = ()
 
 
 @dataclass
@@ -250,20 +253,54 @@ def install_collective_timeout(configured_s: Optional[float]) -> Callable[[], No
 
 
 def _die_with_parent(parent_pid: Optional[int]) -> None:
-    """Ask Linux to SIGKILL this process when the launching process dies (no-op elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
+    """End this rank as soon as the launching process is gone, however it died (Linux; best effort elsewhere).
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):
+    Two guards, because the launcher is not always our direct parent: with ``start_method="forkserver"`` (the
+    default) the rank is a child of multiprocessing's fork server, which itself exits when the launcher dies.
+    ``PR_SET_PDEATHSIG`` kills us when the direct parent (the agent or the fork server) dies; a daemon thread
+    polls the launcher's pid and covers the gap between the launcher's death and the server's.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            pr_set_pdeathsig = 1
+            libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if parent_pid is None:
         return
-    if parent_pid is not None and os.getppid() != parent_pid:
-        # The agent's process already died between fork and prctl: nobody will collect us.
+    if not _pid_alive(parent_pid):
+        # The launcher died between starting us and now: nobody will collect our result.
         os._exit(1)
+    import threading
+
+    def watch() -> None:
+        while _pid_alive(parent_pid):
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="pytorch-rank-parent-watch", daemon=True).start()
+
+
+PARENT_POLL_S = 0.5
+COLLATERAL_GRACE_S = 1.0
+
+
+def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (a dead launcher not yet reaped counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -363,12 +400,18 @@ def rank_entrypoint(spec: RankSpec) -> None:
             agent then sees the rank fail and stops the others.
     """
     _die_with_parent(spec.parent_pid)
+    # flytekit's context manager installs its own SIGINT handler at import; a rank must stop on Ctrl-C (or the
+    # agent forwarding it) at once, as a plain Python program does, or the agent waits out its shutdown timeout.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     rank = int(os.environ.get("RANK", "0"))
     control = Path(spec.control_dir)
     _write_atomic(control / START_FILE.format(rank=rank), str(os.getpid()).encode())
     try:
         _set_rank_env(spec, rank)
         install_collective_timeout(spec.collective_timeout_s)
+        for root in reversed(spec.import_roots):
+            if root not in sys.path:
+                sys.path.insert(0, root)
         fn = cloudpickle.loads(spec.fn_bytes)
         kwargs = cloudpickle.loads(spec.kwargs_bytes)
         from flytekit.core.context_manager import FlyteContextManager
@@ -380,6 +423,11 @@ def rank_entrypoint(spec: RankSpec) -> None:
                 _write_result(control, value, params, ctx)
     except BaseException as exc:
         write_error(control, rank, exc)
+        if _is_collateral(exc):
+            # A lost peer or a collective timeout is a consequence, not a cause. Linger briefly so that the agent,
+            # which records only the first rank it sees exit, sees the real cause first (a rank killed by a signal
+            # leaves no error file; its exit code is the only trace of it). The error file is already written.
+            time.sleep(COLLATERAL_GRACE_S)
         raise
     _write_atomic(control / DONE_FILE.format(rank=rank), b"")
 

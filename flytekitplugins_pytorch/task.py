@@ -386,7 +386,7 @@ def pytorch_task(
     backoff_limit: Optional[int] = None,
     active_deadline_seconds: Optional[int] = None,
     ttl_seconds_after_finished: Optional[int] = None,
-    start_method: str = "spawn",
+    start_method: str = "forkserver",
     collective_timeout: Optional[Any] = None,
     **task_options: Any,
 ) -> Union[PyTorchFunctionTask, Callable[[Callable], PyTorchFunctionTask]]:

@@ -107,9 +107,14 @@ def descendants(pid: int) -> list[int]:
 
 
 def _is_resource_tracker(pid: int) -> bool:
-    """multiprocessing's shared resource tracker: one per parent process, it exits with the parent."""
+    """multiprocessing's resource tracker or fork server: one each per parent process, both exit with the parent.
+
+    The fork server stays between launches so that later ones start ranks in under a second; the ranks it forks
+    are separate processes and are still counted.
+    """
     try:
-        return b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"resource_tracker" in cmdline or b"multiprocessing.forkserver" in cmdline
     except OSError:
         return False
 

@@ -391,7 +391,7 @@ def test_defaults() -> None:
         RestartPolicy.NEVER,
         CleanPodPolicy.RUNNING,
     )
-    assert (cfg.nproc_per_node, cfg.start_method, cfg.collective_timeout, cfg.replicas) == (1, "spawn", None, 2)
+    assert (cfg.nproc_per_node, cfg.start_method, cfg.collective_timeout, cfg.replicas) == (1, "forkserver", None, 2)
 
 
 def test_good_resources_and_quantities() -> None:

@@ -35,7 +35,9 @@ def _living_children() -> list[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"resource_tracker" not in cmdline:
+        # multiprocessing's resource tracker and fork server are per-parent helpers that exit with the parent (the
+        # server is kept so later launches start ranks in under a second); any rank it forked is still counted.
+        if b"resource_tracker" not in cmdline and b"multiprocessing.forkserver" not in cmdline:
             out.append(pid)
     return out
 
@@ -351,3 +353,25 @@ def test_a_non_zero_pod_rank_ignores_outputs(monkeypatch) -> None:
     with pytest.raises(IgnoreOutputs):
         launcher.run_distributed(task, {"x": 7})
     assert calls == [7]
+
+
+def test_import_roots_name_the_package_root_pyflyte_run_removed_from_sys_path(tmp_path, monkeypatch) -> None:
+    """`pyflyte run pkgdir/wf.py` imports `pkg.wf` with the root on sys.path only during the import; ranks need it."""
+    import importlib
+    import sys
+
+    from flytekitplugins_pytorch.launcher import _import_roots
+
+    pkg = tmp_path / "roots_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "wf.py").write_text("def train():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("roots_pkg.wf")
+    assert _import_roots(module.train) == ()  # still on sys.path: nothing to forward
+    sys.path.remove(str(tmp_path))  # what flytekit's module loader does after the import
+    try:
+        assert _import_roots(module.train) == (str(tmp_path.resolve()),)
+    finally:
+        sys.modules.pop("roots_pkg.wf", None)
+        sys.modules.pop("roots_pkg", None)
