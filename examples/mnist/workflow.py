@@ -24,7 +24,6 @@ import dataclasses
 import io
 import logging
 import os
-import sys
 from typing import NamedTuple
 
 import flytekit
@@ -36,16 +35,6 @@ from flytekitplugins_pytorch import pytorch_task
 from . import tracking
 
 logger = logging.getLogger(__name__)
-
-# `pyflyte run examples/mnist/workflow.py` imports this file as `mnist.workflow` with `examples/` on sys.path only
-# during the import (flytekit's module loader inserts it, then removes that one entry). The ranks are spawned
-# interpreters that receive the parent's sys.path and import this module by that name, so one more entry is appended
-# that outlives the import. Workaround until the launcher forwards the task module's root itself.
-_PACKAGE_ROOT = os.path.abspath(__file__)
-for _ in __name__.split("."):
-    _PACKAGE_ROOT = os.path.dirname(_PACKAGE_ROOT)
-if __name__ != "__main__" and sys.path.count(_PACKAGE_ROOT) < 2:
-    sys.path.append(_PACKAGE_ROOT)
 
 #: The image that runs this example on a cluster, as a flytekit ImageSpec (the same content as ``Dockerfile.gpu``).
 #: Not used by local runs; pass ``container_image=mnist_image`` to the tasks to build and use it on registration.
