@@ -111,7 +111,10 @@ def test_seed_decorator_allreduce_over_master_and_two_workers(cluster: Cluster, 
     seen, prefix, run = cluster.run(templates["seed_allreduce"], {"x": 10}, iface.inputs, "seed1")
     assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
     assert [r.label for r in run.replicas] == ["master-0", "worker-0", "worker-1"]
-    assert [r.exit_code for r in run.replicas] == [0, 0, 0], _logs(run)
+    # The job succeeds when the master does (Kubeflow semantics); cleanPodPolicy Running then deletes a worker that is
+    # still shutting down, so a worker either exited 0 or was cleaned up after the success -- it never failed.
+    assert run.replica("master-0").exit_code == 0, _logs(run)
+    assert all(r.exit_code == 0 or (r.exit_code is None and r.deleted) for r in run.replicas), _logs(run)
     outputs = harness.read_outputs(prefix, iface.outputs)
     # rank 0 wrote them: world 3, sum of (10 + rank) over ranks 0..2
     assert outputs == {"o0": [0, 3, 33]}
