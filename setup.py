@@ -18,8 +18,9 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(include=["flytekitplugins_pytorch", "flytekitplugins_pytorch.*",
-                                    "backend_plugin", "backend_plugin.*"]),
+    packages=find_packages(
+        include=["flytekitplugins_pytorch", "flytekitplugins_pytorch.*", "backend_plugin", "backend_plugin.*"]
+    ),
     package_data={"backend_plugin": ["deploy/*.yaml", "deploy/*.md"]},
     install_requires=[
         "flytekit>=1.16,<2",
