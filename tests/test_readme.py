@@ -48,7 +48,7 @@ def test_example_snippet_runs_distributed(tmp_path):
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
     )
     assert out.returncode == 0, out.stderr[-4000:]
-    assert out.stdout.strip().splitlines()[-1] == "(3, 6.0)"
+    assert out.stdout.strip().splitlines()[-1] == "3 6.0"
 
 
 @pytest.mark.slow
