@@ -215,42 +215,38 @@ def elastic_config(config: Elastic) -> dict[str, str]:
 # Task types.
 
 
-class PyTorchFunctionTask(PythonFunctionTask[PyTorch]):
-    """A Python function run as a PyTorchJob with a master and workers (task type ``pytorch``, version 1).
+class _DistributedFunctionTask(PythonFunctionTask):
+    """What both task types share: the config-type check, the template's ``custom``/``config``, distributed execute.
 
-    Built by ``@task(task_config=PyTorch(...))`` or `pytorch_task`. Locally it runs as real multi-process
-    ``torch.distributed``; on a cluster each replica runs it and rank 0's outputs are the task's.
-
-    Args:
-        task_config: the job configuration.
-        task_function: the user's function.
-        **kwargs: flytekit ``PythonFunctionTask`` options.
-
-    Raises:
-        ConfigError: `task_config` is not a `PyTorch`.
+    Subclasses name their config class and the two pure functions that serialize it.
     """
 
     _TASK_TYPE = TASK_TYPE
+    _CONFIG_TYPE: type = object
+    _serialize_custom: Callable[[Any], dict[str, Any]]
+    _serialize_config: Callable[[Any], dict[str, str]]
 
-    def __init__(self, task_config: PyTorch, task_function: Callable, **kwargs: Any) -> None:
-        if not isinstance(task_config, PyTorch):
+    def __init__(self, task_config: Any, task_function: Callable, **kwargs: Any) -> None:
+        if not isinstance(task_config, self._CONFIG_TYPE):
+            name = self._CONFIG_TYPE.__name__
             raise ConfigError(
-                f"task_config={task_config!r} is not a PyTorch; use flytekitplugins_pytorch.PyTorch(...)",
+                f"task_config={task_config!r} is not a {name}; use flytekitplugins_pytorch.{name}(...)",
                 field="task_config",
                 value=task_config,
             )
         super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
 
     def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
-        """The template's ``custom``: ``DistributedPyTorchTrainingTask`` as a JSON dict (see `pytorch_custom`).
+        """The template's ``custom``: ``DistributedPyTorchTrainingTask`` as a JSON dict.
 
         Args:
             settings: flytekit's serialization settings (unused: the replicas carry their own images).
 
         Returns:
-            Protobuf-JSON of ``flyteidl.plugins.kubeflow.DistributedPyTorchTrainingTask`` (camelCase keys).
+            Protobuf-JSON of ``flyteidl.plugins.kubeflow.DistributedPyTorchTrainingTask`` (camelCase keys); see
+            `pytorch_custom` and `elastic_custom`.
         """
-        return pytorch_custom(self.task_config)
+        return self._serialize_custom(self.task_config)
 
     def get_config(self, settings: SerializationSettings) -> dict[str, str]:
         """The template's ``config``: flytekit's own entries plus the ``pytorch.*`` keys.
@@ -260,9 +256,9 @@ class PyTorchFunctionTask(PythonFunctionTask[PyTorch]):
 
         Returns:
             String map: flytekit's entries (``primary_container_name`` with a pod template) and the ``pytorch.*``
-            keys of docs/template-format.md.
+            keys of docs/template-format.md (see `pytorch_config` and `elastic_config`).
         """
-        return {**(super().get_config(settings) or {}), **pytorch_config(self.task_config)}
+        return {**(super().get_config(settings) or {}), **self._serialize_config(self.task_config)}
 
     def execute(self, **kwargs: Any) -> Any:
         """Run the function distributed (locally: a process group; on a cluster: this replica's ranks).
@@ -278,10 +274,31 @@ class PyTorchFunctionTask(PythonFunctionTask[PyTorch]):
         return run_distributed(self, kwargs)
 
 
-class ElasticPyTorchFunctionTask(PythonFunctionTask[Elastic]):
+class PyTorchFunctionTask(_DistributedFunctionTask, PythonFunctionTask[PyTorch]):
+    """A Python function run as a PyTorchJob with a master and workers (task type ``pytorch``, version 1).
+
+    Built by ``@task(task_config=PyTorch(...))`` or `pytorch_task`. Locally it runs as real multi-process
+    ``torch.distributed``; on a cluster each replica runs it and rank 0's outputs are the task's.
+
+    Args:
+        task_config: the job configuration.
+        task_function: the user's function.
+        **kwargs: flytekit ``PythonFunctionTask`` options.
+
+    Raises:
+        ConfigError: `task_config` is not a `PyTorch`.
+    """
+
+    _CONFIG_TYPE = PyTorch
+    _serialize_custom = staticmethod(pytorch_custom)
+    _serialize_config = staticmethod(pytorch_config)
+
+
+class ElasticPyTorchFunctionTask(_DistributedFunctionTask, PythonFunctionTask[Elastic]):
     """A Python function run torchrun-style: ``nnodes`` pods rendezvous, no master (task type ``pytorch``, v1).
 
-    Built by ``@task(task_config=Elastic(...))``.
+    Built by ``@task(task_config=Elastic(...))``. ``custom`` has ``workerReplicas`` (``replicas`` = max nodes)
+    and ``elasticConfig``; ``pytorch.nproc_per_node`` is in ``config`` only when it is a word.
 
     Args:
         task_config: the elastic job configuration.
@@ -292,51 +309,9 @@ class ElasticPyTorchFunctionTask(PythonFunctionTask[Elastic]):
         ConfigError: `task_config` is not an `Elastic`.
     """
 
-    _TASK_TYPE = TASK_TYPE
-
-    def __init__(self, task_config: Elastic, task_function: Callable, **kwargs: Any) -> None:
-        if not isinstance(task_config, Elastic):
-            raise ConfigError(
-                f"task_config={task_config!r} is not an Elastic; use flytekitplugins_pytorch.Elastic(...)",
-                field="task_config",
-                value=task_config,
-            )
-        super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
-
-    def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
-        """The template's ``custom``: ``DistributedPyTorchTrainingTask`` with ``elasticConfig`` (see `elastic_custom`).
-
-        Args:
-            settings: flytekit's serialization settings (unused: the replicas carry their own images).
-
-        Returns:
-            Protobuf-JSON with ``workerReplicas`` (``replicas`` = max nodes) and ``elasticConfig``; no master.
-        """
-        return elastic_custom(self.task_config)
-
-    def get_config(self, settings: SerializationSettings) -> dict[str, str]:
-        """The template's ``config``: flytekit's own entries plus the ``pytorch.*`` keys (see `elastic_config`).
-
-        Args:
-            settings: flytekit's serialization settings, passed on to flytekit's own ``get_config``.
-
-        Returns:
-            String map of flytekit's entries and the elastic task's ``pytorch.*`` keys.
-        """
-        return {**(super().get_config(settings) or {}), **elastic_config(self.task_config)}
-
-    def execute(self, **kwargs: Any) -> Any:
-        """Run the function elastically (locally: a process group; on a cluster: this node's ranks).
-
-        Args:
-            **kwargs: the task's inputs.
-
-        Returns:
-            What the function returned on global rank 0.
-        """
-        from flytekitplugins_pytorch.launcher import run_distributed
-
-        return run_distributed(self, kwargs)
+    _CONFIG_TYPE = Elastic
+    _serialize_custom = staticmethod(elastic_custom)
+    _serialize_config = staticmethod(elastic_config)
 
 
 TaskPlugins.register_pythontask_plugin(PyTorch, PyTorchFunctionTask)
