@@ -376,6 +376,21 @@ class BackendConfig:
             r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", str(self.service_account)
         ):
             raise ConfigError(f"service_account={self.service_account!r} is not a DNS-1123 subdomain")
+        self._check_connector_settings()
+
+    def _check_connector_settings(self) -> None:
+        """The connector section: positive timeouts and backoffs, non-negative budgets, well-formed log links."""
+        for attr in ("api_timeout_s", "api_backoff_initial_s", "api_backoff_max_s"):
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{attr}={value!r} must be a positive number of seconds")
+        for attr in ("api_retry_budget_s", "operator_pickup_timeout_s", "image_pull_grace_s"):
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{attr}={value!r} must be a non-negative number of seconds")
+        from backend_plugin.logs import check_templates  # logs imports this module; the call happens after load
+
+        check_templates(self.log_links)
 
     # -- queries used by the builder -----------------------------------------------------------------------
 

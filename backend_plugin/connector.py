@@ -34,9 +34,9 @@ from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
 from backend_plugin.builder import ExecutionMetadata, build_pytorchjob, job_name, template_to_dict
-from backend_plugin.config import BackendConfig, ConfigError, load_config
+from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import Conflict, KubeApiError, NotFound, Unavailable, classify
-from backend_plugin.logs import check_templates, log_links
+from backend_plugin.logs import log_links
 from backend_plugin.status import job_status, needs_pods
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def set_api_client_factory(factory: Optional[ApiClientFactory]) -> None:
 
 
 def check_connector_settings(config: BackendConfig) -> None:
-    """Validate the connector section of `BackendConfig`.
+    """Validate the connector section of `BackendConfig` (also done whenever a `BackendConfig` is built).
 
     Args:
         config: the backend config.
@@ -92,15 +92,7 @@ def check_connector_settings(config: BackendConfig) -> None:
     Raises:
         ConfigError: a timeout, budget or backoff that is not a positive number, or a malformed log link template.
     """
-    for attr in ("api_timeout_s", "api_backoff_initial_s", "api_backoff_max_s"):
-        value = getattr(config, attr)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ConfigError(f"{attr}={value!r} must be a positive number of seconds")
-    for attr in ("api_retry_budget_s", "operator_pickup_timeout_s", "image_pull_grace_s"):
-        value = getattr(config, attr)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(f"{attr}={value!r} must be a non-negative number of seconds")
-    check_templates(config.log_links)
+    config._check_connector_settings()
 
 
 @dataclass
@@ -335,6 +327,8 @@ class PyTorchJobConnector(AsyncConnectorBase):
             execution_name=execution,
             node_id=node,
             retry_attempt=attempt,
+            # propeller's word on interruptibility wins over the template's: it turns spot off for the last retries
+            interruptible=(getattr(meta, "interruptible", None) if meta is not None else None),
         )
 
     def create(
