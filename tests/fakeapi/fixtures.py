@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -25,6 +26,28 @@ def validate_on_create(_server: FakeKubeApi, job: dict) -> None:
     assert_valid_pytorchjob(job)
 
 
+@functools.lru_cache(maxsize=1)
+def warm_validators() -> None:
+    """Load the CRD and core/v1 schemas once, before any client call is timed.
+
+    The first validation reads the schemas from disk (about a second on a busy 2-core machine); inside a create hook
+    that is longer than the connector tests' 1 s client timeout, which made the first create of a session look slow.
+    """
+    from tests.kube_schema import assert_valid_pytorchjob
+
+    container = {"name": "pytorch", "image": "python:3.11"}
+    assert_valid_pytorchjob(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "warm-up"},
+            "spec": {
+                "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [container]}}}}
+            },
+        }
+    )
+
+
 @contextmanager
 def running_fake_api(validate: bool = True) -> Iterator[FakeApi]:
     """Start a fake API server (validating creates unless `validate` is False) and stop it afterwards.
@@ -32,6 +55,8 @@ def running_fake_api(validate: bool = True) -> Iterator[FakeApi]:
     Raises:
         AssertionError: on exit, when a create hook rejected a job (the create already got a 422).
     """
+    if validate:
+        warm_validators()
     server = FakeKubeApi(on_create=[validate_on_create] if validate else [])
     with server:
         client = server.api_client()
