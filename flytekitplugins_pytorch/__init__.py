@@ -8,6 +8,8 @@ Local-run environment variables (read by the launcher):
 
 - ``FLYTE_PYTORCH_INPROCESS=1``: run the function in-process with world size 1 (for breakpoints).
 - ``FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE=N``: cap the local world size (one log line when the declared one is larger).
+- ``FLYTE_PYTORCH_COLLECTIVE_TIMEOUT=SECONDS``: the default ``timeout=`` of ``init_process_group`` in every rank.
+- ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per rank (default: an even share of the cores).
 """
 
 from flytekitplugins_pytorch.config import (
@@ -18,6 +20,7 @@ from flytekitplugins_pytorch.config import (
     PyTorch,
     RestartPolicy,
     RunPolicy,
+    UnknownOptionError,
     Worker,
 )
 from flytekitplugins_pytorch.task import ElasticPyTorchFunctionTask, PyTorchFunctionTask, pytorch_task
@@ -32,6 +35,7 @@ __all__ = [
     "RestartPolicy",
     "CleanPodPolicy",
     "ConfigError",
+    "UnknownOptionError",
     "PyTorchFunctionTask",
     "ElasticPyTorchFunctionTask",
 ]
