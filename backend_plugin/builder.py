@@ -23,7 +23,14 @@ from flyteidl.plugins.kubeflow import common_pb2, pytorch_pb2
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from backend_plugin.config import BackendConfig, ConfigError, is_quantity, parse_quantity
+from backend_plugin.config import (
+    DNS1123_SUBDOMAIN,
+    LABEL_VALUE,
+    BackendConfig,
+    ConfigError,
+    is_quantity,
+    parse_quantity,
+)
 from backend_plugin.template_shape import check_pod_spec, check_task_template
 
 __all__ = [
@@ -85,7 +92,7 @@ SECRET_ANNOTATION_PREFIX = "flyte.secrets/s"
 # valid annotation values the webhook can decode. Translated from the standard RFC 4648 alphabet.
 _FLYTE_BASE32 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "abcdefghijklmnopqrstuvwxyz123456")
 _ANNOTATIONS_LIMIT = 256 * 1024  # the API server's limit on the total size of one object's annotations
-_DURATION = re.compile(r"^(\d+)(\.\d{1,9})?s$")  # protobuf JSON Duration, non-negative
+_DURATION = re.compile(r"^(\d+)(\.\d{1,9})?s\Z")  # protobuf JSON Duration, non-negative
 RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
 _PROTO_RESTART = {
     common_pb2.RESTART_POLICY_NEVER: "Never",
@@ -107,8 +114,6 @@ _RESOURCE_NAMES = {
 _FLYTEKIT_GPU = "nvidia.com/gpu"  # what flytekit writes into pod templates for Resources(gpu=...)
 _DNS1035_INVALID = re.compile(r"[^a-z0-9-]+")
 # `\Z`, not `$`: `$` also matches before a trailing newline, and "a100\n" is not a label value.
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 _RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 # Go-template placeholders as flytepropeller accepts them: `{{ .Input }}`, `{{.input}}`, case-insensitive.
 _PLACEHOLDER = re.compile(r"\{\{\s*[.$](\w+)\s*\}\}")
@@ -517,7 +522,7 @@ def _accelerator(template: dict[str, Any], config: dict[str, str]) -> tuple[Opti
     gpu = (template.get("extendedResources") or {}).get("gpuAccelerator") or {}
     device = config.get("pytorch.accelerator") or gpu.get("device") or None
     partition = gpu.get("partitionSize") or None
-    if device is not None and not _LABEL_VALUE.match(device):
+    if device is not None and not LABEL_VALUE.match(device):
         where = (
             "config['pytorch.accelerator']"
             if "pytorch.accelerator" in config
@@ -718,7 +723,7 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
     annotations = {**backend.default_annotations, **meta.annotations}
     if "pytorch.queue" in cfg:
         queue = cfg["pytorch.queue"]
-        if not queue or not _LABEL_VALUE.match(queue):
+        if not queue or not LABEL_VALUE.match(queue):
             raise _err("config['pytorch.queue']", queue, "must be a non-empty label value (<=63 of [A-Za-z0-9-_.])")
         labels[QUEUE_LABEL] = queue
 
@@ -850,7 +855,7 @@ def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[Ba
         scheduling["queue"] = cfg["pytorch.queue"]
     if "pytorch.priority_class" in cfg:
         pc = cfg["pytorch.priority_class"]
-        if not _DNS1123_SUBDOMAIN.match(pc):
+        if not DNS1123_SUBDOMAIN.match(pc):
             raise _err("config['pytorch.priority_class']", pc, "must be a PriorityClass name (DNS-1123 subdomain)")
         scheduling["priorityClass"] = pc
     gang = _bool(cfg, "pytorch.gang_scheduling")

@@ -55,11 +55,14 @@ CLEAN_POD_POLICIES = ("None", "Running", "All")
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 _TOLERATION_OPERATORS = ("Exists", "Equal")
 _TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+# Kubernetes name patterns, shared with the builder. Anchored with \Z, not $: $ also matches before a final newline,
+# which let values such as "flyte\n" through.
 # Label/annotation keys: optional DNS-subdomain prefix and a name of at most 63 characters.
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_PREFIX = re.compile(r"^([a-z]([-a-z0-9]{0,14}[a-z0-9])?-?)?$")
+LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_PREFIX = re.compile(r"^([a-z]([-a-z0-9]{0,14}[a-z0-9])?-?)?\Z")
 
 
 class ConfigError(ValueError):
@@ -291,7 +294,7 @@ class BackendConfig:
     `backend_plugin.logs`). Empty by default: the URL of a cluster's dashboard or log store is site-specific."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.namespace, str) or not _DNS1123_LABEL.match(self.namespace):
+        if not isinstance(self.namespace, str) or not DNS1123_LABEL.match(self.namespace):
             raise ConfigError(f"namespace={self.namespace!r} is not a DNS-1123 label (lowercase a-z, 0-9, '-')")
         if not isinstance(self.job_name_prefix, str) or not _PREFIX.match(self.job_name_prefix):
             raise ConfigError(
@@ -372,9 +375,7 @@ class BackendConfig:
             _check_label_value(f"interruptible_node_selector[{k!r}]", v)
             selector[str(k)] = str(v)
         self.interruptible_node_selector = selector
-        if self.service_account is not None and not re.match(
-            r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", str(self.service_account)
-        ):
+        if self.service_account is not None and not DNS1123_SUBDOMAIN.match(str(self.service_account)):
             raise ConfigError(f"service_account={self.service_account!r} is not a DNS-1123 subdomain")
         self._check_connector_settings()
 
@@ -554,17 +555,17 @@ def load_config(environ: Optional[Mapping[str, str]] = None) -> BackendConfig:
 
 
 def _check_label_key(what: str, key: Any) -> None:
-    if not isinstance(key, str) or not _LABEL_KEY.match(key):
+    if not isinstance(key, str) or not LABEL_KEY.match(key):
         raise ConfigError(f"{what} is not a Kubernetes label key (optional 'prefix/' and name of <=63 [A-Za-z0-9-_.])")
 
 
 def _check_label_value(what: str, value: Any) -> None:
-    if not isinstance(value, (str, int)) or isinstance(value, bool) or not _LABEL_VALUE.match(str(value)):
+    if not isinstance(value, (str, int)) or isinstance(value, bool) or not LABEL_VALUE.match(str(value)):
         raise ConfigError(f"{what}={value!r} is not a Kubernetes label value (<=63 of [A-Za-z0-9-_.])")
 
 
 def _check_resource_name(what: str, name: Any) -> None:
-    if not isinstance(name, str) or not _LABEL_KEY.match(name) or "/" not in name:
+    if not isinstance(name, str) or not LABEL_KEY.match(name) or "/" not in name:
         raise ConfigError(f"{what}={name!r} is not an extended resource name like 'nvidia.com/gpu' or 'amd.com/gpu'")
 
 

@@ -116,6 +116,15 @@ def test_from_env_overrides_yaml(tmp_path: Path):
         ({"accelerators": {"A100": {"selector": {"a": "b"}}}}, "accelerators['A100']"),
         ({"default_labels": {"team": "a b"}}, "default_labels['team']='a b' is not a Kubernetes label value"),
         ({"mig_resource_template": "nvidia.com/mig"}, "must contain '{partition}'"),
+        # `$` matched before a final newline; the shared patterns end in \Z
+        ({"namespace": "flyte\n"}, "namespace='flyte\\n' is not a DNS-1123 label"),
+        ({"service_account": "sa\n"}, "service_account='sa\\n' is not a DNS-1123 subdomain"),
+        ({"job_name_prefix": "pt-\n"}, "job_name_prefix='pt-\\n' must be empty or start with a-z"),
+        (
+            {"interruptible_node_selector": {"spot": "true\n"}},
+            "interruptible_node_selector['spot']='true\\n' is not a Kubernetes label value",
+        ),
+        ({"default_labels": {"team\n": "ml"}}, "is not a Kubernetes label key"),
     ],
     ids=lambda v: str(v)[:40] if isinstance(v, str) else None,
 )
