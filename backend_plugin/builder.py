@@ -28,10 +28,9 @@ from backend_plugin.config import (
     LABEL_VALUE,
     BackendConfig,
     ConfigError,
-    is_quantity,
-    parse_quantity,
 )
 from backend_plugin.template_shape import check_pod_spec, check_task_template
+from flytekitplugins_pytorch.quantity import is_quantity, parse_quantity
 
 __all__ = [
     "ExecutionMetadata",

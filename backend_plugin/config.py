@@ -20,31 +20,7 @@ from typing import Any, Optional, Union
 
 import yaml
 
-try:  # the SDK's exact parser; the backend image may ship without the SDK, hence the fallback
-    from flytekitplugins_pytorch.quantity import is_quantity, parse_quantity
-except ImportError:  # pragma: no cover - exercised only without the SDK installed
-    from decimal import Decimal
-
-    _Q = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei)|[eE]([+-]?\d+)|([numkMGTPE]?))")
-    _BIN = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-    _DEC = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-
-    def parse_quantity(value: Any) -> Decimal:  # type: ignore[misc]
-        """Minimal Kubernetes quantity parser (used only when the SDK is not installed)."""
-        m = _Q.fullmatch(str(value))
-        if m is None:
-            raise ValueError(f"{value!r} is not a Kubernetes quantity")
-        number = Decimal(m[1])
-        if m[2]:
-            return number * (1024 ** _BIN[m[2]])
-        if m[3] is not None:
-            return number.scaleb(int(m[3]))
-        return number.scaleb(_DEC[m[4]])
-
-    def is_quantity(value: Any) -> bool:  # type: ignore[misc]
-        """Whether `value` parses as a Kubernetes quantity."""
-        return _Q.fullmatch(str(value)) is not None
-
+from flytekitplugins_pytorch.quantity import is_quantity  # the SDK's exact parser; one distribution ships both
 
 __all__ = ["AcceleratorPlacement", "BackendConfig", "ConfigError", "load_config", "DEFAULT_ACCELERATOR_LABEL"]
 
