@@ -798,8 +798,9 @@ def _root_cause(
         message = f"rank {rank} (of {world}) {_signal_text(exitcode)}"
         if rank not in started:
             message += (
-                " before it ran the task (see its stderr above; with start_method='spawn' the ranks import the "
-                "script's main module again, so a script must run its workflow under `if __name__ == '__main__':`)"
+                " before it ran the task (see its stderr above; with start_method 'forkserver' (the default) or "
+                "'spawn' the script's main module is imported again, so a script must run its workflow under "
+                "`if __name__ == '__main__':`)"
             )
         message += _others_summary(rank, world, errors, done, started, plan)
         exc = RankFailedError(message)
