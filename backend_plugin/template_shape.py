@@ -46,14 +46,24 @@ def _messages_are_dicts(value: Mapping[str, Any], descriptor: Any, path: str, er
         if fd.message_type.full_name.startswith("google.protobuf."):
             continue  # Struct, wrappers, Duration, Timestamp: their JSON is not a dict of fields
         is_map = fd.message_type.GetOptions().map_entry
-        items = item if fd.label == fd.LABEL_REPEATED and not is_map else [item]
-        if fd.label == fd.LABEL_REPEATED and not is_map and not isinstance(item, list):
+        repeated = _is_repeated(fd) and not is_map
+        items = item if repeated else [item]
+        if repeated and not isinstance(item, list):
             raise error(f"{where}={item!r}: must be a list")
         for i, element in enumerate(items):
             if not isinstance(element, Mapping):
                 raise error(f"{where}={element!r}: must be a dict ({fd.message_type.name})")
             if not is_map:
                 _messages_are_dicts(element, fd.message_type, f"{where}{'' if item is element else f'[{i}]'}.", error)
+
+
+def _is_repeated(fd: Any) -> bool:
+    """Whether a field is repeated, on every protobuf we support: `is_repeated` is the API from protobuf 5.29 on
+    (7 removed `label`); older releases only have `label`."""
+    is_repeated = getattr(fd, "is_repeated", None)
+    if is_repeated is not None:
+        return bool(is_repeated)
+    return fd.label == fd.LABEL_REPEATED  # pragma: no cover - protobuf < 5.29
 
 
 def check_pod_spec(spec: Any, path: str, error: type[Exception]) -> dict[str, Any]:
