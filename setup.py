@@ -19,7 +19,13 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(
-        include=["flytekitplugins_pytorch", "flytekitplugins_pytorch.*", "backend_plugin", "backend_plugin.*"]
+        include=[
+            "flytekitplugins_pytorch",
+            "flytekitplugins_pytorch.*",
+            "backend_plugin",
+            "backend_plugin.*",
+            "pytorch_contract",
+        ]
     ),
     package_data={"backend_plugin": ["deploy/*.yaml", "deploy/*.md"]},
     install_requires=[

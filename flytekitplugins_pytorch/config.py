@@ -21,7 +21,9 @@ from typing import Any, Optional, Union
 
 from flytekit import Resources
 
-from flytekitplugins_pytorch.quantity import QuantityError, parse_quantity
+from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, EXTENDED_RESOURCE_NAME, LABEL_VALUE
+from pytorch_contract.quantity import QuantityError, parse_quantity
+from pytorch_contract.template_keys import NPROC_PER_NODE_WORDS, CleanPodPolicy, RestartPolicy
 
 __all__ = [
     "ConfigError",
@@ -40,17 +42,10 @@ __all__ = [
 INT32_MAX = 2**31 - 1  # the proto fields (replicas, backoff limit, deadlines) are int32
 START_METHODS = ("spawn", "fork", "forkserver")
 """Process start methods of `torch.multiprocessing` / torchrun, in the order of preference."""
-NPROC_PER_NODE_WORDS = ("auto", "cpu", "gpu")
-"""The non-numeric values torchrun accepts for ``--nproc-per-node``."""
 
 QUANTITY_EXAMPLES = "a Kubernetes quantity such as '500m', '2', '4Gi', '512Mi', '1e3'"
 RESOURCE_FIELDS = ("cpu", "mem", "gpu", "ephemeral_storage")
 
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_EXTENDED_RESOURCE = re.compile(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-)
 _NNODES = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")
 
 
@@ -429,7 +424,7 @@ def _check_fields_common(owner: str, obj: Any) -> None:
     check_name(
         f"{owner}.accelerator",
         obj.accelerator,
-        _LABEL_VALUE,
+        LABEL_VALUE,
         63,
         "an accelerator name such as 'nvidia-tesla-a100' or 'A100' (a Kubernetes label value: letters, digits, "
         "'-', '_', '.'; at most 63 characters)",
@@ -437,7 +432,7 @@ def _check_fields_common(owner: str, obj: Any) -> None:
     check_name(
         f"{owner}.gpu_resource",
         obj.gpu_resource,
-        _EXTENDED_RESOURCE,
+        EXTENDED_RESOURCE_NAME,
         253,
         "an extended resource name such as 'nvidia.com/gpu', 'amd.com/gpu' or 'nvidia.com/mig-1g.5gb'",
     )
@@ -458,27 +453,6 @@ def _check_min_available(owner: str, run_policy: RunPolicy, total: int, total_te
 
 # ---------------------------------------------------------------------------------------------------------------
 # The public configuration.
-
-
-class RestartPolicy(Enum):
-    """What the training operator does when a replica's pod fails (``spec.pytorchReplicaSpecs.<role>.restartPolicy``).
-
-    ``EXIT_CODE`` restarts only on retryable exit codes (128+signal, e.g. a preempted node) and fails at once on a
-    user error (exit 1) -- usually what a training job wants when its code checkpoints.
-    """
-
-    NEVER = "Never"
-    ON_FAILURE = "OnFailure"
-    ALWAYS = "Always"
-    EXIT_CODE = "ExitCode"
-
-
-class CleanPodPolicy(Enum):
-    """Which pods the operator deletes when the job finishes (``spec.runPolicy.cleanPodPolicy``)."""
-
-    NONE = "None"
-    RUNNING = "Running"
-    ALL = "All"
 
 
 @dataclass
@@ -524,14 +498,14 @@ class RunPolicy:
         check_name(
             "RunPolicy.queue",
             self.queue,
-            _LABEL_VALUE,
+            LABEL_VALUE,
             63,
             "a Kubernetes label value (letters, digits, '-', '_', '.'; at most 63 characters)",
         )
         check_name(
             "RunPolicy.priority_class",
             self.priority_class,
-            _DNS_SUBDOMAIN,
+            DNS1123_SUBDOMAIN,
             253,
             "a PriorityClass name (lower-case DNS subdomain)",
         )

@@ -37,11 +37,11 @@ from flytekitplugins_pytorch.config import (
     check_resources,
     unknown_option,
 )
+from pytorch_contract import template_keys as keys
+from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND, TASK_TYPE, TASK_TYPE_VERSION
 
 __all__ = ["PyTorchFunctionTask", "ElasticPyTorchFunctionTask", "pytorch_task", "TASK_TYPE", "TASK_TYPE_VERSION"]
 
-TASK_TYPE = "pytorch"
-TASK_TYPE_VERSION = 1  # version 0 is the legacy `{"workers": N}` custom; see docs/template-format.md
 
 # ExitCode has no proto value. NEVER is the safe stand-in for a backend that ignores our config key: the job fails
 # and Flyte's retries apply, whereas ON_FAILURE would restart user errors forever.
@@ -56,7 +56,6 @@ _PROTO_CLEAN_POD_POLICY = {
     CleanPodPolicy.RUNNING: common_pb2.CLEANPOD_POLICY_RUNNING,
     CleanPodPolicy.ALL: common_pb2.CLEANPOD_POLICY_ALL,
 }
-RDZV_BACKEND = "c10d"  # torchrun's default; needs no etcd
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -142,7 +141,7 @@ def elastic_custom(config: Elastic) -> dict[str, Any]:
     """
     run_policy, zeros = _run_policy(config.run_policy)
     elastic = pytorch_pb2.ElasticConfig(
-        rdzv_backend=RDZV_BACKEND,
+        rdzv_backend=DEFAULT_RDZV_BACKEND,
         min_replicas=config.min_nodes,
         max_replicas=config.max_nodes,
         max_restarts=config.max_restarts,
@@ -159,16 +158,16 @@ def elastic_custom(config: Elastic) -> dict[str, Any]:
 
 def _common_config(config: Union[PyTorch, Elastic]) -> dict[str, str]:
     policy = config.run_policy
-    entries = {"pytorch.clean_pod_policy": policy.clean_pod_policy.value}
+    entries = {keys.CLEAN_POD_POLICY: policy.clean_pod_policy.value}
     optional = {
-        "pytorch.queue": policy.queue,
-        "pytorch.priority_class": policy.priority_class,
-        "pytorch.gang_scheduling": "true" if policy.gang_scheduling else None,
-        "pytorch.min_available": None if policy.min_available is None else str(policy.min_available),
-        "pytorch.suspend": "true" if policy.suspend else None,
-        "pytorch.shm_size": config.shm_size,
-        "pytorch.accelerator": config.accelerator,
-        "pytorch.gpu_resource": config.gpu_resource,
+        keys.QUEUE: policy.queue,
+        keys.PRIORITY_CLASS: policy.priority_class,
+        keys.GANG_SCHEDULING: "true" if policy.gang_scheduling else None,
+        keys.MIN_AVAILABLE: None if policy.min_available is None else str(policy.min_available),
+        keys.SUSPEND: "true" if policy.suspend else None,
+        keys.SHM_SIZE: config.shm_size,
+        keys.ACCELERATOR: config.accelerator,
+        keys.GPU_RESOURCE: config.gpu_resource,
     }
     entries.update({k: v for k, v in optional.items() if v is not None})
     return entries
@@ -186,13 +185,13 @@ def pytorch_config(config: PyTorch) -> dict[str, str]:
         keys only when true; the rest only when set.
     """
     entries = _common_config(config)
-    entries["pytorch.nproc_per_node"] = str(config.nproc_per_node)
+    entries[keys.NPROC_PER_NODE] = str(config.nproc_per_node)
     if config.master.restart_policy is RestartPolicy.EXIT_CODE:
-        entries["pytorch.master.restart_policy"] = RestartPolicy.EXIT_CODE.value
+        entries[keys.MASTER_RESTART_POLICY] = RestartPolicy.EXIT_CODE.value
     if config.worker.replicas > 0 and config.worker.restart_policy is RestartPolicy.EXIT_CODE:
-        entries["pytorch.worker.restart_policy"] = RestartPolicy.EXIT_CODE.value
+        entries[keys.WORKER_RESTART_POLICY] = RestartPolicy.EXIT_CODE.value
     if config.master.image:
-        entries["pytorch.master.image"] = config.master.image
+        entries[keys.MASTER_IMAGE] = config.master.image
     return dict(sorted(entries.items()))
 
 
@@ -207,7 +206,7 @@ def elastic_config(config: Elastic) -> dict[str, str]:
     """
     entries = _common_config(config)
     if isinstance(config.nproc_per_node, str):
-        entries["pytorch.nproc_per_node"] = config.nproc_per_node
+        entries[keys.NPROC_PER_NODE] = config.nproc_per_node
     return dict(sorted(entries.items()))
 
 

@@ -1,0 +1,143 @@
+"""The names of the task template contract (docs/template-format.md), spelled once.
+
+The SDK (`flytekitplugins_pytorch.task`) writes these keys into `TaskTemplate.config`; the backend
+(`backend_plugin.template`) reads them and rejects any other `pytorch.*` key. Value sets that both sides check
+(policies, rendezvous backends, `nproc_per_node` words) live here too, as do the enums the SDK exposes for them.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = [
+    "TASK_TYPE",
+    "TASK_TYPE_VERSION",
+    "PRIMARY_CONTAINER",
+    "PRIMARY_CONTAINER_NAME_KEY",
+    "CONFIG_PREFIX",
+    "CONFIG_KEYS",
+    "NPROC_PER_NODE",
+    "MASTER_RESTART_POLICY",
+    "WORKER_RESTART_POLICY",
+    "CLEAN_POD_POLICY",
+    "QUEUE",
+    "PRIORITY_CLASS",
+    "GANG_SCHEDULING",
+    "MIN_AVAILABLE",
+    "SUSPEND",
+    "SHM_SIZE",
+    "ACCELERATOR",
+    "GPU_RESOURCE",
+    "MASTER_IMAGE",
+    "restart_policy_key",
+    "RestartPolicy",
+    "CleanPodPolicy",
+    "RESTART_POLICIES",
+    "CLEAN_POD_POLICIES",
+    "DEFAULT_RDZV_BACKEND",
+    "RDZV_BACKENDS",
+    "NPROC_PER_NODE_WORDS",
+]
+
+TASK_TYPE = "pytorch"
+"""`TaskTemplate.type` of every task of this plugin, and of flytekit's kfpytorch plugin (the connector serves both)."""
+
+TASK_TYPE_VERSION = 1
+"""`task_type_version` the SDK writes. Version 0 is the legacy `custom = {"workers": N}` form, still read."""
+
+PRIMARY_CONTAINER = "pytorch"
+"""Name of the training container in every replica pod: the Kubeflow training operator finds the process to watch
+(and sets MASTER_ADDR and friends on) by this name."""
+
+PRIMARY_CONTAINER_NAME_KEY = "primary_container_name"
+"""flytekit's config key naming the primary container of a pod template (not ours; read, never written by us)."""
+
+CONFIG_PREFIX = "pytorch."
+"""Config keys with this prefix belong to this contract; an unknown one is an error, not silently ignored."""
+
+NPROC_PER_NODE = "pytorch.nproc_per_node"
+MASTER_RESTART_POLICY = "pytorch.master.restart_policy"
+WORKER_RESTART_POLICY = "pytorch.worker.restart_policy"
+CLEAN_POD_POLICY = "pytorch.clean_pod_policy"
+QUEUE = "pytorch.queue"
+PRIORITY_CLASS = "pytorch.priority_class"
+GANG_SCHEDULING = "pytorch.gang_scheduling"
+MIN_AVAILABLE = "pytorch.min_available"
+SUSPEND = "pytorch.suspend"
+SHM_SIZE = "pytorch.shm_size"
+ACCELERATOR = "pytorch.accelerator"
+GPU_RESOURCE = "pytorch.gpu_resource"
+MASTER_IMAGE = "pytorch.master.image"
+
+CONFIG_KEYS = (
+    NPROC_PER_NODE,
+    MASTER_RESTART_POLICY,
+    WORKER_RESTART_POLICY,
+    CLEAN_POD_POLICY,
+    QUEUE,
+    PRIORITY_CLASS,
+    GANG_SCHEDULING,
+    MIN_AVAILABLE,
+    SUSPEND,
+    SHM_SIZE,
+    ACCELERATOR,
+    GPU_RESOURCE,
+    MASTER_IMAGE,
+)
+"""Every `pytorch.*` config key of the contract (docs/template-format.md has one row per key)."""
+
+
+def restart_policy_key(role: str) -> str:
+    """The config key carrying a role's restart policy when the proto cannot (`ExitCode`).
+
+    Args:
+        role: `"master"` or `"worker"` (any case).
+
+    Returns:
+        `pytorch.master.restart_policy` or `pytorch.worker.restart_policy`.
+
+    Raises:
+        ValueError: another role.
+    """
+    key = {"master": MASTER_RESTART_POLICY, "worker": WORKER_RESTART_POLICY}.get(role.lower())
+    if key is None:
+        raise ValueError(f"role={role!r} has no restart policy key; use 'master' or 'worker'")
+    return key
+
+
+class RestartPolicy(Enum):
+    """What the training operator does when a replica's pod fails (``spec.pytorchReplicaSpecs.<role>.restartPolicy``).
+
+    ``EXIT_CODE`` restarts only on retryable exit codes (128+signal, e.g. a preempted node) and fails at once on a
+    user error (exit 1) -- usually what a training job wants when its code checkpoints.
+    """
+
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+    ALWAYS = "Always"
+    EXIT_CODE = "ExitCode"
+
+
+class CleanPodPolicy(Enum):
+    """Which pods the operator deletes when the job finishes (``spec.runPolicy.cleanPodPolicy``)."""
+
+    NONE = "None"
+    RUNNING = "Running"
+    ALL = "All"
+
+
+RESTART_POLICIES = tuple(p.value for p in RestartPolicy)
+"""`restartPolicy` values a PyTorchJob replica accepts."""
+
+CLEAN_POD_POLICIES = tuple(p.value for p in CleanPodPolicy)
+"""`runPolicy.cleanPodPolicy` values a PyTorchJob accepts."""
+
+DEFAULT_RDZV_BACKEND = "c10d"
+"""torchrun's default rendezvous backend: it needs no etcd. The SDK writes it into `elasticConfig`, the backend uses
+it where a template leaves `rdzvBackend` empty, the local launcher rendezvouses with it."""
+
+RDZV_BACKENDS = (DEFAULT_RDZV_BACKEND, "etcd", "etcd-v2", "static")
+"""Rendezvous backends torch's elastic agent knows."""
+
+NPROC_PER_NODE_WORDS = ("auto", "cpu", "gpu")
+"""The non-numeric values torchrun accepts for ``--nproc-per-node``."""
