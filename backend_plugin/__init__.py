@@ -1,10 +1,6 @@
-"""Backend side of flytekitplugins-pytorch: PyTorchJob builder, config, `pytorchjob render` and the connector.
+"""Backend side of flytekitplugins-pytorch: template reader, job writers, config, `pytorchjob render`, connector.
 
-Importing this package loads no Kubernetes client and no kube config; the connector module does that lazily.
+Importing this package, or any module of it but `connector`, loads neither flytekit nor the Kubernetes client nor
+any kube config; `connector` imports flytekit's connector base and builds its API client lazily. See
+docs/architecture.md for the modules and the data flow.
 """
-
-# Import flytekit before any module of this package runs: flytekit loads its `flytekit.plugins` entry points on
-# import, and one of them is `backend_plugin.connector`, which imports the builder and the config. Without this line,
-# importing e.g. `backend_plugin.builder` first would reach flytekit (through the SDK's quantity parser) while
-# `backend_plugin.config` is half-initialized, and the connector's imports would fail on the cycle.
-import flytekit  # noqa: E402,F401

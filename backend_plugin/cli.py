@@ -6,10 +6,11 @@ Two sources::
     pytorchjob render --template task.pb              # a serialized TaskTemplate / TaskSpec (.pb), JSON, or
     pytorchjob render --template flyte-package.tgz train_mnist   # a `pyflyte package` archive (task picked by name)
 
-The output is the exact object the connector would create (the same pure builder), ready for `kubectl apply -f -`.
-Flyte's placeholders (`{{.input}}`, `{{.outputPrefix}}`, ...) are filled with `--inputs`, `--output-prefix`,
-`--raw-output-prefix`, `--checkpoint-prefix` and `--prev-checkpoint`; by default they point under
-`s3://my-s3-bucket/pytorchjob-render/<job name>/` (the Flyte sandbox bucket). The job then runs the task's code
+The output is the exact object the connector would create (the same reader, execution metadata and writer), ready
+for `kubectl apply -f -`. Flyte's placeholders (`{{.input}}`, `{{.outputPrefix}}`, ...) are filled with `--inputs`,
+`--output-prefix`, `--raw-output-prefix`, `--checkpoint-prefix` and `--prev-checkpoint`; by default they follow the
+connector's layout under the output prefix `s3://my-s3-bucket/pytorchjob-render/<job name>` (the Flyte sandbox
+bucket): `<prefix>/inputs.pb`, `<prefix>/raw_output`, `<prefix>/checkpoint_output`. The job then runs the task's code
 with the inputs found there, so upload an `inputs.pb` first or pass your own paths.
 `python -m backend_plugin render ...` is the same command.
 """
@@ -17,6 +18,7 @@ with the inputs found there, so upload an `inputs.pb` first or pass your own pat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import io
 import json
@@ -28,8 +30,12 @@ from typing import Any, Optional
 
 import yaml
 
-from backend_plugin.builder import ExecutionMetadata, TemplateError, build_pytorchjob, job_name, template_to_dict
-from backend_plugin.config import BackendConfig, ConfigError, load_config
+from backend_plugin.config import BackendConfig, load_config
+from backend_plugin.errors import ConfigError, TemplateError
+from backend_plugin.execution import ExecutionIdentity, execution_metadata, job_name
+from backend_plugin.pytorchjob import to_pytorchjob
+from backend_plugin.template import read_template, template_to_dict
+from pytorch_contract.template_keys import TASK_TYPE
 
 __all__ = ["main", "render", "load_task_template", "load_template_file"]
 
@@ -132,7 +138,6 @@ def _from_pb(data: bytes) -> Optional[dict[str, Any]]:
     """`pyflyte package` writes admin TaskSpec (`<i>_<name>_1.pb`); SDKs and tests write bare TaskTemplates."""
     from flyteidl.admin import task_pb2
     from flyteidl.core import tasks_pb2
-    from google.protobuf import json_format
     from google.protobuf.message import DecodeError
 
     def usable(t: Any) -> bool:
@@ -146,7 +151,7 @@ def _from_pb(data: bytes) -> Optional[dict[str, Any]]:
             continue
         template = msg.template if wrapper is task_pb2.TaskSpec else msg
         if usable(template):
-            return json_format.MessageToDict(template)
+            return template_to_dict(template)
     return None
 
 
@@ -158,7 +163,7 @@ def _from_archive(path: str, data: bytes, task_name: Optional[str]) -> dict[str,
                 continue
             reader = tar.extractfile(member)
             template = _from_pb(reader.read()) if reader else None
-            if template is not None and template.get("type") == "pytorch":
+            if template is not None and template.get("type") == TASK_TYPE:
                 found[template["id"]["name"]] = template
     if task_name:
         found = {k: v for k, v in found.items() if k == task_name or k.endswith(f".{task_name}")}
@@ -182,20 +187,33 @@ def render(template: dict[str, Any], args: argparse.Namespace, config: BackendCo
     Raises:
         TemplateError: the template is not a valid pytorch task.
     """
-    task = (template.get("id") or {}).get("name", "task").rsplit(".", 1)[-1]
-    name = args.name or job_name("render", "local", task, "n0", 0, prefix=config.job_name_prefix)
-    base = f"{DEFAULT_BUCKET}/{name}"
-    meta = ExecutionMetadata(
-        namespace=args.namespace or config.namespace,
+    spec = read_template(template)
+    task = spec.task_id.name.rsplit(".", 1)[-1] or "task"
+    identity = ExecutionIdentity("render", "local", task, "n0", 0)
+    name = args.name or job_name(
+        identity.project, identity.domain, identity.execution_name, identity.node_id, prefix=config.job_name_prefix
+    )
+    meta = execution_metadata(identity, args.output_prefix or f"{DEFAULT_BUCKET}/{name}", config)
+    overrides = {
+        "input_path": args.inputs,
+        "raw_output_prefix": args.raw_output_prefix,
+        "checkpoint_prefix": args.checkpoint_prefix,
+        "prev_checkpoint_prefix": args.prev_checkpoint,
+    }
+    # A rendered job belongs to no Flyte execution: the sample identity only names it, and sets no
+    # FLYTE_INTERNAL_EXECUTION_* variables.
+    meta = dataclasses.replace(
+        meta,
+        project="",
+        domain="",
+        execution_name="",
+        node_id="",
+        namespace=args.namespace or meta.namespace,
         job_name=name,
         image_override=args.image,
-        input_path=args.inputs or f"{base}/inputs.pb",
-        output_prefix=args.output_prefix or f"{base}/outputs",
-        raw_output_prefix=args.raw_output_prefix or f"{base}/raw",
-        checkpoint_prefix=args.checkpoint_prefix or f"{base}/checkpoints",
-        prev_checkpoint_prefix=args.prev_checkpoint or "",
+        **{k: v for k, v in overrides.items() if v},
     )
-    job = build_pytorchjob(template, meta, config)
+    job = to_pytorchjob(spec, meta, config)
     return yaml.safe_dump(job, sort_keys=False, width=120)
 
 

@@ -20,29 +20,28 @@ from typing import Any, Optional, Union
 
 import yaml
 
-from flytekitplugins_pytorch.quantity import is_quantity  # the SDK's exact parser; one distribution ships both
+from backend_plugin.errors import ConfigError
+from backend_plugin.log_templates import check_templates
+from pytorch_contract.k8s_names import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    EXTENDED_RESOURCE_NAME,
+    QUALIFIED_NAME,
+    is_label_value,
+)
+from pytorch_contract.quantity import is_quantity
+from pytorch_contract.template_keys import CLEAN_POD_POLICIES, DEFAULT_RDZV_BACKEND, RDZV_BACKENDS
 
 __all__ = ["AcceleratorPlacement", "BackendConfig", "ConfigError", "load_config", "DEFAULT_ACCELERATOR_LABEL"]
+# ConfigError is defined with the other errors in `backend_plugin.errors` and re-exported here, where it is raised.
 
 DEFAULT_ACCELERATOR_LABEL = "nvidia.com/gpu.product"
 """Node label that NVIDIA GPU feature discovery (part of the GPU operator) puts on every GPU node."""
 
-CLEAN_POD_POLICIES = ("None", "Running", "All")
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 _TOLERATION_OPERATORS = ("Exists", "Equal")
 _TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
-# Kubernetes name patterns, shared with the builder. Anchored with \Z, not $: $ also matches before a final newline,
-# which let values such as "flyte\n" through.
-# Label/annotation keys: optional DNS-subdomain prefix and a name of at most 63 characters.
-LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
-LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 _PREFIX = re.compile(r"^([a-z]([-a-z0-9]{0,14}[a-z0-9])?-?)?\Z")
-
-
-class ConfigError(ValueError):
-    """A backend configuration value that is not allowed; the message names the field, the value and the rule."""
 
 
 def _gpu_tolerations() -> dict[str, list[dict[str, Any]]]:
@@ -210,7 +209,7 @@ class BackendConfig:
     """Set `schedulingPolicy.minAvailable` to all replicas when the task does not say. Off by default because it
     only means something with a gang scheduler (Volcano, scheduler-plugins) installed."""
 
-    rdzv_backend: str = "c10d"
+    rdzv_backend: str = DEFAULT_RDZV_BACKEND
     """`elasticPolicy.rdzvBackend` for elastic jobs whose template leaves it empty: c10d needs no etcd."""
 
     service_account: Optional[str] = None
@@ -331,8 +330,8 @@ class BackendConfig:
         for attr in ("shm_enabled", "suspend", "gang_scheduling"):
             if not isinstance(getattr(self, attr), bool):
                 raise ConfigError(f"{attr}={getattr(self, attr)!r} must be true or false")
-        if self.rdzv_backend not in ("c10d", "etcd", "etcd-v2", "static"):
-            raise ConfigError(f"rdzv_backend={self.rdzv_backend!r} is not one of ['c10d', 'etcd', 'etcd-v2', 'static']")
+        if self.rdzv_backend not in RDZV_BACKENDS:
+            raise ConfigError(f"rdzv_backend={self.rdzv_backend!r} is not one of {list(RDZV_BACKENDS)}")
         if not isinstance(self.interruptible_tolerations, (list, tuple)):
             raise ConfigError(
                 f"interruptible_tolerations={self.interruptible_tolerations!r} must be a list of tolerations"
@@ -365,8 +364,6 @@ class BackendConfig:
             value = getattr(self, attr)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{attr}={value!r} must be a non-negative number of seconds")
-        from backend_plugin.logs import check_templates  # logs imports this module; the call happens after load
-
         check_templates(self.log_links)
 
     # -- queries used by the builder -----------------------------------------------------------------------
@@ -531,17 +528,17 @@ def load_config(environ: Optional[Mapping[str, str]] = None) -> BackendConfig:
 
 
 def _check_label_key(what: str, key: Any) -> None:
-    if not isinstance(key, str) or not LABEL_KEY.match(key):
+    if not isinstance(key, str) or not QUALIFIED_NAME.match(key):
         raise ConfigError(f"{what} is not a Kubernetes label key (optional 'prefix/' and name of <=63 [A-Za-z0-9-_.])")
 
 
 def _check_label_value(what: str, value: Any) -> None:
-    if not isinstance(value, (str, int)) or isinstance(value, bool) or not LABEL_VALUE.match(str(value)):
+    if not isinstance(value, (str, int)) or isinstance(value, bool) or not is_label_value(str(value)):
         raise ConfigError(f"{what}={value!r} is not a Kubernetes label value (<=63 of [A-Za-z0-9-_.])")
 
 
 def _check_resource_name(what: str, name: Any) -> None:
-    if not isinstance(name, str) or not LABEL_KEY.match(name) or "/" not in name:
+    if not isinstance(name, str) or not EXTENDED_RESOURCE_NAME.match(name):
         raise ConfigError(f"{what}={name!r} is not an extended resource name like 'nvidia.com/gpu' or 'amd.com/gpu'")
 
 

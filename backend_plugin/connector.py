@@ -1,10 +1,12 @@
 """flytekit connector for `pytorch` tasks: create / get / delete Kubeflow PyTorchJobs.
 
-The connector only talks to the API; everything else is pure and lives elsewhere: the job comes from
-`builder.build_pytorchjob`, the phase from `status.job_status`, log links from `logs.log_links`, errors from
-`errors.classify`. Importing this module registers the connector for task type "pytorch" versions 0 and 1 with
-flytekit's `ConnectorRegistry`; it loads neither the kubernetes client nor any kube config (the API client is
-built on first use by a replaceable factory, see `set_api_client_factory`).
+The connector only talks to the API; everything else is pure and lives elsewhere: the task from
+`template.read_template` (read once per create), the execution from `execution.execution_metadata` (shared with
+`pytorchjob render`), the job from `pytorchjob.to_pytorchjob`, the phase from `status.job_status`, log links from
+`logs.log_links`, errors from `errors.classify`, retries from `retry.retry`. Importing this module registers the
+connector for task type "pytorch" versions 0 and 1 with flytekit's `ConnectorRegistry`; it loads neither the
+kubernetes client nor any kube config (the API client is built on first use by a replaceable factory, see
+`set_api_client_factory`).
 
 Serve it with `pyflyte serve connector --modules backend_plugin.connector`.
 
@@ -19,9 +21,8 @@ Failure handling:
 from __future__ import annotations
 
 import datetime
-import hashlib
+import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -33,17 +34,19 @@ from flytekit.extend.backend.base_connector import AsyncConnectorBase, Connector
 from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
-from backend_plugin.builder import ExecutionMetadata, build_pytorchjob, job_name, template_to_dict
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import Conflict, KubeApiError, NotFound, Unavailable, classify
+from backend_plugin.execution import ExecutionMetadata, execution_metadata, identity_of
 from backend_plugin.logs import log_links
+from backend_plugin.pytorchjob import GROUP, PLURAL, VERSION, to_pytorchjob
+from backend_plugin.retry import Backoff, retry
 from backend_plugin.status import job_status, needs_pods
+from backend_plugin.template import read_template, template_to_dict
+from pytorch_contract.template_keys import TASK_TYPE
 
 logger = logging.getLogger(__name__)
 
-GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-TASK_TYPE = "pytorch"
 T = TypeVar("T")
 
 ApiClientFactory = Callable[[], Any]
@@ -197,6 +200,12 @@ class PyTorchJobConnector(AsyncConnectorBase):
         return client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
 
     # ------------------------------------------------------------------ API calls with retries
+    def _backoff(self) -> Backoff:
+        config = self.config
+        return Backoff(
+            config.api_backoff_initial_s, config.api_backoff_max_s, config.api_retry_budget_s, sleep=self._sleep
+        )
+
     def _call(
         self,
         fn: Callable[[], T],
@@ -206,36 +215,33 @@ class PyTorchJobConnector(AsyncConnectorBase):
         k8s_verb: str,
         resource: str = PLURAL,
         group: str = GROUP,
-        retry: bool = True,
+        retry_transient: bool = True,
     ) -> T:
         """Run one API call; retry transient failures with backoff within the budget; raise classified errors."""
-        config = self.config
-        start = time.monotonic()
-        attempt = 0
-        while True:
+
+        def attempt() -> T:
             try:
                 return fn()
-            except Exception as e:  # noqa: BLE001 - classified below; the cause is chained
+            except Exception as e:  # noqa: BLE001 - classified here; the cause is chained
                 if not _is_api_failure(e):
                     raise
-                error = classify(e, verb, namespace, name, k8s_verb=k8s_verb, resource=resource, group=group)
-                cap = min(config.api_backoff_max_s, config.api_backoff_initial_s * (2**attempt))
-                backoff = random.uniform(0, cap)
-                elapsed = time.monotonic() - start
-                if not (retry and error.retryable) or elapsed + backoff > config.api_retry_budget_s:
-                    if error.retryable and retry:
-                        error = Unavailable(
-                            verb,
-                            namespace,
-                            name,
-                            f"{error.reason} (gave up after {attempt + 1} attempts in {elapsed:.1f}s, "
-                            f"api_retry_budget_s={config.api_retry_budget_s:g})",
-                            error.status,
-                        )
-                    raise error from e
-                logger.info("%s (attempt %d); retrying in %.2fs", error, attempt + 1, backoff)
-                self._sleep(backoff)
-                attempt += 1
+                raise classify(e, verb, namespace, name, k8s_verb=k8s_verb, resource=resource, group=group) from e
+
+        def gave_up(error: Exception, attempts: int, elapsed: float) -> Exception:
+            assert isinstance(error, KubeApiError)
+            budget = self.config.api_retry_budget_s
+            reason = (
+                f"{error.reason} (gave up after {attempts} attempts in {elapsed:.1f}s, api_retry_budget_s={budget:g})"
+            )
+            return Unavailable(verb, namespace, name, reason, error.status)
+
+        return retry(
+            attempt,
+            lambda e: retry_transient and isinstance(e, KubeApiError) and e.retryable,
+            self._backoff(),
+            gave_up,
+            lambda e, n, delay: logger.info("%s (attempt %d); retrying in %.2fs", e, n, delay),
+        )
 
     def _timeout(self) -> float:
         return float(self.config.api_timeout_s)
@@ -268,8 +274,6 @@ class PyTorchJobConnector(AsyncConnectorBase):
             resource="pods",
             group="",
         )
-        import json
-
         return list(json.loads(response.data).get("items") or [])
 
     # ------------------------------------------------------------------ create
@@ -279,12 +283,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
         output_prefix: str,
         task_execution_metadata: Optional[TaskExecutionMetadata],
     ) -> ExecutionMetadata:
-        """Derive the builder's `ExecutionMetadata` from flytekit's execution metadata and the output prefix.
-
-        The job name is deterministic in (project, domain, execution, node, retry attempt), so a create that is
-        retried for the same attempt finds the job it already created. Paths follow flytekit's connector
-        convention: `<output_prefix>/inputs.pb`, `/raw_output`, `/checkpoint_output`; the previous attempt's
-        checkpoint is used when the output prefix ends with the attempt number (propeller's layout).
+        """The writer's `ExecutionMetadata` for a create request (`execution.execution_metadata`, which is pure).
 
         Args:
             template: the task template dict.
@@ -292,44 +291,10 @@ class PyTorchJobConnector(AsyncConnectorBase):
             task_execution_metadata: from the create request; None for local runs.
 
         Returns:
-            The execution metadata for `build_pytorchjob`.
+            The execution metadata for `to_pytorchjob`.
         """
-        config = self.config
-        prefix = output_prefix.rstrip("/")
-        meta = task_execution_metadata
-        if meta is not None and meta.task_execution_id is not None:
-            tid = meta.task_execution_id
-            wf = tid.node_execution_id.execution_id
-            project, domain, execution, node = wf.project, wf.domain, wf.name, tid.node_execution_id.node_id
-            attempt = int(tid.retry_attempt or 0)
-        else:
-            tid_ = (template.get("id") or {}) if isinstance(template, dict) else {}
-            project, domain = str(tid_.get("project", "local")), str(tid_.get("domain", "local"))
-            execution = "local-" + hashlib.sha256(prefix.encode()).hexdigest()[:10]
-            node, attempt = str(tid_.get("name", "task")).rsplit(".", 1)[-1], 0
-        prev = ""
-        if attempt > 0 and prefix.endswith(f"/{attempt}"):
-            prev = f"{prefix[: -len(str(attempt))]}{attempt - 1}/checkpoint_output"
-        return ExecutionMetadata(
-            namespace=(meta.namespace if meta is not None and meta.namespace else config.namespace),
-            job_name=job_name(project, domain, execution, node, attempt, prefix=config.job_name_prefix),
-            labels=dict((meta.labels if meta is not None else None) or {}),
-            annotations=dict((meta.annotations if meta is not None else None) or {}),
-            environment=dict((meta.environment_variables if meta is not None else None) or {}),
-            input_path=f"{prefix}/inputs.pb",
-            output_prefix=prefix,
-            raw_output_prefix=f"{prefix}/raw_output",
-            checkpoint_prefix=f"{prefix}/checkpoint_output",
-            prev_checkpoint_prefix=prev,
-            service_account=(meta.k8s_service_account if meta is not None else None) or None,
-            project=project,
-            domain=domain,
-            execution_name=execution,
-            node_id=node,
-            retry_attempt=attempt,
-            # propeller's word on interruptibility wins over the template's: it turns spot off for the last retries
-            interruptible=(getattr(meta, "interruptible", None) if meta is not None else None),
-        )
+        identity = identity_of(task_execution_metadata, template.get("id") or {}, output_prefix)
+        return execution_metadata(identity, output_prefix, self.config, task_execution_metadata)
 
     def create(
         self,
@@ -358,8 +323,9 @@ class PyTorchJobConnector(AsyncConnectorBase):
             KubeApiError: any other API failure, after retries for transient ones.
         """
         template = template_to_dict(task_template)
+        spec = read_template(template)
         meta = self.execution_metadata(template, output_prefix, task_execution_metadata)
-        job = build_pytorchjob(template, meta, self.config)
+        job = to_pytorchjob(spec, meta, self.config)
         _write_inputs(inputs, meta.input_path)
         return self.create_job(job)
 
@@ -378,9 +344,8 @@ class PyTorchJobConnector(AsyncConnectorBase):
         """
         custom, _ = self._apis()
         namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
-        config = self.config
-        start, attempt = time.monotonic(), 0
-        while True:
+
+        def attempt() -> PyTorchJobMetadata:
             try:
                 created = self._call(
                     lambda: custom.create_namespaced_custom_object(
@@ -390,10 +355,8 @@ class PyTorchJobConnector(AsyncConnectorBase):
                     namespace,
                     name,
                     "create",
-                    retry=False,
+                    retry_transient=False,
                 )
-                logger.info("created PyTorchJob %s/%s", namespace, name)
-                return PyTorchJobMetadata(namespace, name, str(created["metadata"].get("uid", "")))
             except Conflict:
                 return self._adopt(job, namespace, name)
             except Unavailable as e:
@@ -402,20 +365,23 @@ class PyTorchJobConnector(AsyncConnectorBase):
                     return self._adopt(job, namespace, name)
                 except (NotFound, Unavailable):
                     pass  # not there (or unknown): a repeated POST is safe, the name is deterministic (409)
-                cap = min(config.api_backoff_max_s, config.api_backoff_initial_s * (2**attempt))
-                backoff = random.uniform(0, cap)
-                if time.monotonic() - start + backoff > config.api_retry_budget_s:
-                    raise Unavailable(
-                        "create",
-                        namespace,
-                        name,
-                        f"{e.reason} (gave up after {attempt + 1} attempts, api_retry_budget_s="
-                        f"{config.api_retry_budget_s:g})",
-                        e.status,
-                    ) from e
-                logger.info("%s; job not found, retrying create in %.2fs", e, backoff)
-                self._sleep(backoff)
-                attempt += 1
+                raise e
+            logger.info("created PyTorchJob %s/%s", namespace, name)
+            return PyTorchJobMetadata(namespace, name, str(created["metadata"].get("uid", "")))
+
+        def gave_up(error: Exception, attempts: int, elapsed: float) -> Exception:
+            assert isinstance(error, Unavailable)
+            budget = self.config.api_retry_budget_s
+            reason = f"{error.reason} (gave up after {attempts} attempts, api_retry_budget_s={budget:g})"
+            return Unavailable("create", namespace, name, reason, error.status)
+
+        return retry(
+            attempt,
+            lambda e: isinstance(e, Unavailable),
+            self._backoff(),
+            gave_up,
+            lambda e, n, delay: logger.info("%s; job not found, retrying create in %.2fs", e, delay),
+        )
 
     def _adopt(self, job: dict, namespace: str, name: str) -> PyTorchJobMetadata:
         """Take over an existing job of this name when it is the one we would create; else raise Conflict."""

@@ -1,4 +1,7 @@
-"""Kubernetes API errors, classified by HTTP status, with one message template.
+"""Every error the backend raises: bad input (template, config) and Kubernetes API failures by HTTP status.
+
+Bad input is a `ValueError` whose message names the field, the value and what is allowed: `TemplateError` for a
+task template the backend cannot run, `ConfigError` for a backend setting.
 
 Every infrastructure fault the connector raises reads "<verb> PyTorchJob <namespace>/<name> failed: <reason>" and
 chains the client's exception (`raise ... from e`). The API server's `Status` body is parsed for its reason,
@@ -13,6 +16,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+
+class TemplateError(ValueError):
+    """A task template the backend cannot turn into a job; the message names the field, value and rule."""
+
+
+class ConfigError(ValueError):
+    """A backend configuration value that is not allowed; the message names the field, the value and the rule."""
+
 
 RBAC_MANIFEST = "backend_plugin/deploy/rbac.yaml"
 """The ClusterRole/Role the connector's service account needs (written next to the builder)."""

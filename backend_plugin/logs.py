@@ -26,64 +26,28 @@ Examples, one per common log store (the templates are used verbatim; shown short
 from __future__ import annotations
 
 import datetime
-import re
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from flyteidl.core.execution_pb2 import TaskLog
 
-from backend_plugin.config import BackendConfig, ConfigError
-from backend_plugin.status import parse_time
+from backend_plugin.config import BackendConfig
+from backend_plugin.log_templates import VARIABLES, check_templates, render_template
+from backend_plugin.timestamps import parse_time, rfc3339
+from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
-CONTAINER_NAME = "pytorch"
-VARIABLES = frozenset(
-    {
-        "podName",
-        "namespace",
-        "containerName",
-        "podUID",
-        "jobName",
-        "replicaName",
-        "replicaType",
-        "replicaIndex",
-        "hostname",
-        "podUnixStartTime",
-        "podUnixFinishTime",
-        "podRFC3339StartTime",
-        "podRFC3339FinishTime",
-    }
-)
-_VAR = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
+__all__ = ["log_links", "replica_names", "check_templates", "VARIABLES", "REPLICA_ORDER"]
+
 REPLICA_ORDER = ("Master", "Worker")
 
 
-def check_templates(templates: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """Validate `BackendConfig.log_links` entries.
+def replica_names(job: dict) -> list[tuple[str, int]]:
+    """Every replica the job's spec asks for, master first.
 
     Args:
-        templates: `{name, template}` mappings.
+        job: the PyTorchJob.
 
     Returns:
-        (name, template) pairs.
-
-    Raises:
-        ConfigError: an entry is not a mapping with non-empty `name` and `template`, or uses an unknown variable.
+        (replica type, index) pairs, e.g. `[("Master", 0), ("Worker", 0), ("Worker", 1)]`.
     """
-    out = []
-    for i, entry in enumerate(templates or ()):
-        if not isinstance(entry, Mapping) or not entry.get("name") or not entry.get("template"):
-            raise ConfigError(f"log_links[{i}]={entry!r} must be a mapping with non-empty 'name' and 'template'")
-        unknown = sorted({v for v in _VAR.findall(str(entry["template"])) if v not in VARIABLES})
-        if unknown:
-            raise ConfigError(
-                f"log_links[{i}] ({entry['name']!r}) uses unknown variables {unknown}; allowed: {sorted(VARIABLES)}"
-            )
-        out.append((str(entry["name"]), str(entry["template"])))
-    return out
-
-
-def replica_names(job: dict) -> list[tuple[str, int]]:
-    """(replica type, index) of every replica in the spec, master first."""
     specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
     order = [t for t in REPLICA_ORDER if t in specs] + sorted(t for t in specs if t not in REPLICA_ORDER)
     return [(rtype, i) for rtype in order for i in range(int((specs[rtype] or {}).get("replicas", 1)))]
@@ -101,14 +65,10 @@ def _pod_times(pod: dict | None, job: dict, now: datetime.datetime) -> tuple[dat
     finished = [
         parse_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
         for c in status.get("containerStatuses") or []
-        if c.get("name") == CONTAINER_NAME
+        if c.get("name") == PRIMARY_CONTAINER
     ]
     finish = next((f for f in finished if f), None) or parse_time(job_status.get("completionTime")) or now
     return start, max(start, finish)
-
-
-def _rfc3339(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def log_links(
@@ -147,7 +107,7 @@ def log_links(
             values = {
                 "podName": pod_name,
                 "namespace": namespace,
-                "containerName": CONTAINER_NAME,
+                "containerName": PRIMARY_CONTAINER,
                 "podUID": str(((pod or {}).get("metadata") or {}).get("uid", "")),
                 "jobName": job_name,
                 "replicaName": f"{rtype.lower()}-{index}",
@@ -156,9 +116,9 @@ def log_links(
                 "hostname": str(((pod or {}).get("spec") or {}).get("nodeName", "")),
                 "podUnixStartTime": str(int(start.timestamp())),
                 "podUnixFinishTime": str(int(finish.timestamp())),
-                "podRFC3339StartTime": _rfc3339(start),
-                "podRFC3339FinishTime": _rfc3339(finish),
+                "podRFC3339StartTime": rfc3339(start),
+                "podRFC3339FinishTime": rfc3339(finish),
             }
-            uri = _VAR.sub(lambda m, v=values: v[m.group(1)], template)
+            uri = render_template(template, values)
             links.append(TaskLog(uri=uri, name=f"{name} {rtype.lower()}-{index}"))
     return links

@@ -20,11 +20,11 @@ import datetime
 import logging
 import signal
 from dataclasses import dataclass
-from typing import Any
 
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.timestamps import EPOCH, parse_time
 
 logger = logging.getLogger(__name__)
 
@@ -63,25 +63,13 @@ class JobStatus:
     condition: str = ""
 
 
-def parse_time(value: Any) -> datetime.datetime | None:
-    """Parse a Kubernetes RFC 3339 timestamp ("2025-01-01T00:00:00Z"); None for missing or malformed values."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
-
-
 def true_conditions(job: dict) -> list[dict]:
     """The job's conditions with status "True", oldest first (by lastTransitionTime, then list order)."""
     conditions = (job.get("status") or {}).get("conditions") or []
     indexed = [(i, c) for i, c in enumerate(conditions) if isinstance(c, dict) and c.get("status") == "True"]
-    epoch = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
 
     def key(item: tuple[int, dict]) -> tuple[datetime.datetime, int]:
-        return parse_time(item[1].get("lastTransitionTime")) or epoch, item[0]
+        return parse_time(item[1].get("lastTransitionTime")) or EPOCH, item[0]
 
     return [c for _, c in sorted(indexed, key=key)]
 

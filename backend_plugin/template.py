@@ -1,0 +1,896 @@
+"""The one reader of a `pytorch` task template: `read_template(template) -> TaskSpec`.
+
+Every read of the template (`custom`, `config`, the container or pod template, metadata, extended resources,
+secrets) happens here, and every check of what the template says: a problem is a `TemplateError` naming the field,
+the value and what is allowed. What comes out is a frozen, typed, target-neutral `TaskSpec`: replicas per role,
+run policy, scheduling, elastic settings, the pod template, accelerator, shared memory, timeout and secrets, with
+nothing decided yet that belongs to a backend config or to one execution. The writers (`pytorchjob.to_pytorchjob`,
+and a TrainJob writer next to it) turn a `TaskSpec` into a job.
+
+Three template dialects are read (docs/template-format.md): ours (task type version 1 plus `pytorch.*` config keys),
+the legacy version 0 (`custom = {"workers": N}`) and flytekit's kfpytorch plugin (container or pod template).
+
+Reading is pure, so results are cached per template content (the connector and `pytorchjob render` read the same
+templates over and over): a `TaskSpec` is shared between callers and deeply read-only (mappings are
+`MappingProxyType`s, lists are tuples); use `thaw` for a mutable copy.
+"""
+
+from __future__ import annotations
+
+import decimal
+import functools
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Optional
+
+from flyteidl.core import security_pb2, tasks_pb2
+from flyteidl.plugins.kubeflow import common_pb2, pytorch_pb2
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+
+from backend_plugin.errors import TemplateError
+from pytorch_contract import template_keys as keys
+from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, EXTENDED_RESOURCE_NAME, LABEL_VALUE
+from pytorch_contract.quantity import is_quantity, parse_quantity
+
+__all__ = [
+    "TaskSpec",
+    "TaskId",
+    "ReplicaGroup",
+    "ElasticSpec",
+    "RunPolicySpec",
+    "SchedulingSpec",
+    "SharedMemorySpec",
+    "PodTemplateSpec",
+    "read_template",
+    "template_to_dict",
+    "check_pod_spec",
+    "thaw",
+    "freeze",
+    "check_task_template",
+    "FLYTEKIT_GPU",
+    "SHM_PATH",
+]
+
+FLYTEKIT_GPU = "nvidia.com/gpu"
+"""The resource name flytekit writes for `Resources(gpu=...)` in pod templates; the reader writes a flyteidl `GPU`
+request under it too, and the writers rename it to the cluster's GPU resource."""
+
+SHM_PATH = "/dev/shm"
+"""Where the memory-backed volume is mounted unless `extendedResources.sharedMemory.mountPath` says otherwise."""
+
+_RESOURCE_NAMES = {
+    "CPU": "cpu",
+    "MEMORY": "memory",
+    "EPHEMERAL_STORAGE": "ephemeral-storage",
+    "STORAGE": "ephemeral-storage",
+}
+_PROTO_RESTART = {
+    common_pb2.RESTART_POLICY_NEVER: keys.RestartPolicy.NEVER.value,
+    common_pb2.RESTART_POLICY_ON_FAILURE: keys.RestartPolicy.ON_FAILURE.value,
+    common_pb2.RESTART_POLICY_ALWAYS: keys.RestartPolicy.ALWAYS.value,
+}
+_PROTO_CLEAN = {
+    common_pb2.CLEANPOD_POLICY_NONE: keys.CleanPodPolicy.NONE.value,
+    common_pb2.CLEANPOD_POLICY_RUNNING: keys.CleanPodPolicy.RUNNING.value,
+    common_pb2.CLEANPOD_POLICY_ALL: keys.CleanPodPolicy.ALL.value,
+}
+_DURATION = re.compile(r"^([0-9]+)(\.[0-9]{1,9})?s\Z")  # protobuf JSON Duration, non-negative
+_PARTITION = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*\Z")  # a MIG partition size such as "1g.5gb"
+_QUANTITY_MAPS = ("limits", "requests")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The spec
+
+
+@dataclass(frozen=True)
+class TaskId:
+    """`TaskTemplate.id`; empty strings where the template has none (e.g. `pytorchjob render` of a hand-made JSON).
+
+    Attributes:
+        project, domain, name, version: the task identifier's fields.
+    """
+
+    project: str = ""
+    domain: str = ""
+    name: str = ""
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    """One role's replicas: a `PyTorchJob` replica spec, a group of TrainJob nodes.
+
+    Attributes:
+        role: `"Master"` or `"Worker"`.
+        replicas: how many (>= 1: a role with none is left out of `TaskSpec.replicas`).
+        image: the role's own image; "" means the execution's image override, else the container's image.
+        resources: core/v1 `ResourceRequirements` (`requests`/`limits` name -> quantity string) of the role, with a
+            GPU request under `FLYTEKIT_GPU`; None means the primary container's own resources.
+        restart_policy: one of `RESTART_POLICIES` (the `pytorch.<role>.restart_policy` key wins over the proto).
+        path: where the role is in the template (`custom.workerReplicas`), for messages.
+    """
+
+    role: str
+    replicas: int
+    image: str
+    resources: Optional[Mapping[str, Mapping[str, str]]]
+    restart_policy: str
+    path: str
+
+
+@dataclass(frozen=True)
+class ElasticSpec:
+    """`custom.elasticConfig`: torchrun-style rendezvous of `min_replicas`..`max_replicas` nodes.
+
+    Attributes:
+        min_replicas: fewest nodes the job runs with (>= 1).
+        max_replicas: most nodes (>= min_replicas); the Worker replica count.
+        rdzv_backend: the template's rendezvous backend; "" means the backend config's default.
+        max_restarts: restarts of the worker group before the job fails (>= 0).
+        nproc_per_node: ranks per node, 0 when the template leaves it to `TaskSpec.nproc_per_node`.
+    """
+
+    min_replicas: int
+    max_replicas: int
+    rdzv_backend: str
+    max_restarts: int
+    nproc_per_node: int
+
+
+@dataclass(frozen=True)
+class RunPolicySpec:
+    """Job-level policy as the template states it; None means "not in the template" (a backend default applies).
+
+    The integers are the values of `custom.runPolicy` exactly as written, zeros included (the SDK writes an explicit
+    0 because proto3 JSON would drop it); what a writer does with a 0 is the writer's decision.
+
+    Attributes:
+        clean_pod_policy: one of `CLEAN_POD_POLICIES` (`pytorch.clean_pod_policy` wins over the proto).
+        backoff_limit: `runPolicy.backoffLimit`.
+        active_deadline_seconds: `runPolicy.activeDeadlineSeconds`.
+        ttl_seconds_after_finished: `runPolicy.ttlSecondsAfterFinished`.
+    """
+
+    clean_pod_policy: Optional[str] = None
+    backoff_limit: Optional[int] = None
+    active_deadline_seconds: Optional[int] = None
+    ttl_seconds_after_finished: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class SchedulingSpec:
+    """Queueing and gang scheduling (`pytorch.queue`, `priority_class`, `gang_scheduling`, `min_available`,
+    `suspend`); None means "not in the template".
+
+    Attributes:
+        queue: Kueue / Volcano queue name (a non-empty label value).
+        priority_class: PriorityClass name (a DNS-1123 subdomain).
+        gang_scheduling: whether all replicas must be scheduled together.
+        min_available: replicas that must be schedulable together (1..total replicas).
+        suspend: create the job suspended.
+    """
+
+    queue: Optional[str] = None
+    priority_class: Optional[str] = None
+    gang_scheduling: Optional[bool] = None
+    min_available: Optional[int] = None
+    suspend: Optional[bool] = None
+
+
+@dataclass(frozen=True)
+class SharedMemorySpec:
+    """The memory-backed `/dev/shm` volume as the template asks for it.
+
+    Attributes:
+        enabled: True/False when the template says (`pytorch.shm_size`, `extendedResources.sharedMemory`); None
+            leaves it to `BackendConfig.shm_enabled`.
+        size_limit: the volume's `sizeLimit`, None for none (or for the backend default when `enabled` is None).
+        mount_path: where to mount it.
+    """
+
+    enabled: Optional[bool] = None
+    size_limit: Optional[str] = None
+    mount_path: str = SHM_PATH
+
+
+@dataclass(frozen=True)
+class PodTemplateSpec:
+    """The pod every replica starts from: the task's container, or its pod template with the primary container.
+
+    Attributes:
+        labels: pod template labels.
+        annotations: pod template annotations.
+        spec: a core/v1 PodSpec (read-only) whose primary container is named `PRIMARY_CONTAINER`; Flyte's
+            placeholders (`{{.input}}`, ...) are still in its command and args.
+    """
+
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    spec: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a `pytorch` task template asks for, validated and target-neutral.
+
+    Attributes:
+        task_id: the template's identifier.
+        task_type_version: 0 (legacy) or 1.
+        replicas: the roles that run, master first; an elastic task has only `Worker`.
+        elastic: the elastic settings, None for a fixed-size job.
+        nproc_per_node: `pytorch.nproc_per_node` (a positive integer or `auto`/`cpu`/`gpu`), None when absent.
+        run_policy: restart budget, deadline, TTL and clean-pod policy.
+        scheduling: queue, priority class, gang scheduling, suspend.
+        pod: the pod template every replica starts from.
+        accelerator: accelerator type (`pytorch.accelerator`, else flytekit's `gpuAccelerator.device`), or None.
+        mig_partition: flytekit's `gpuAccelerator.partitionSize` (`1g.5gb`), or None.
+        gpu_resource: `pytorch.gpu_resource` (an extended resource name), or None for the backend's.
+        shared_memory: the `/dev/shm` request.
+        timeout_seconds: `metadata.timeout` in whole seconds rounded up, None when the task has none.
+        interruptible: `metadata.interruptible` (an execution may override it).
+        secrets: `securityContext.secrets`, parsed.
+        config: the validated `pytorch.*` config entries as written.
+    """
+
+    task_id: TaskId
+    task_type_version: int
+    replicas: tuple[ReplicaGroup, ...]
+    elastic: Optional[ElasticSpec]
+    nproc_per_node: Optional[str]
+    run_policy: RunPolicySpec
+    scheduling: SchedulingSpec
+    pod: PodTemplateSpec
+    accelerator: Optional[str]
+    mig_partition: Optional[str]
+    gpu_resource: Optional[str]
+    shared_memory: SharedMemorySpec
+    timeout_seconds: Optional[int]
+    interruptible: bool
+    secrets: tuple[security_pb2.Secret, ...]
+    config: Mapping[str, str]
+
+    @property
+    def total_replicas(self) -> int:
+        """Pods the job asks for (all roles; an elastic job's maximum)."""
+        return sum(r.replicas for r in self.replicas)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Entry points
+
+
+def template_to_dict(template: Any) -> dict[str, Any]:
+    """Normalize a task template to the protobuf-JSON dict of `flyteidl.core.TaskTemplate` (camelCase keys).
+
+    Args:
+        template: a flytekit `TaskTemplate` model, a `tasks_pb2.TaskTemplate`, its serialized bytes, or a dict
+            (returned as a deep copy; snake_case dicts are normalized through the proto).
+
+    Returns:
+        The template as a JSON-able dict.
+
+    Raises:
+        TemplateError: bytes that do not parse or an unsupported type.
+    """
+    if isinstance(template, Mapping):
+        if any(k in template for k in ("k8s_pod", "task_type_version", "extended_resources")):
+            try:
+                msg = json_format.ParseDict(dict(template), tasks_pb2.TaskTemplate(), ignore_unknown_fields=True)
+            except json_format.ParseError as e:
+                raise TemplateError(f"template: not a TaskTemplate dict: {e}") from e
+            return json_format.MessageToDict(msg)
+        return thaw(template)
+    return _sorted_keys(json_format.MessageToDict(_to_proto(template)))
+
+
+def _sorted_keys(value: Any) -> Any:
+    """JSON with every dict's keys sorted. Protobuf maps and Structs (`config`, `custom`, `k8sPod`) iterate in an
+    order that changes from process to process, and the order of a pod spec's keys is the order of the job's; sorted
+    keys make a job built from a protobuf template the same in every process."""
+    if isinstance(value, dict):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value
+
+
+def read_template(template: Any) -> TaskSpec:
+    """Read and check a `pytorch` task template.
+
+    Args:
+        template: anything `template_to_dict` accepts.
+
+    Returns:
+        The task's `TaskSpec` (shared with other readers of the same template content; read-only).
+
+    Raises:
+        TemplateError: the template is invalid; the message names the field path, the value and what is allowed.
+    """
+    if not isinstance(template, Mapping):
+        template = template_to_dict(template)
+    try:
+        # The JSON text is the cache key: key order included, since it decides the order of the job's fields.
+        key = json.dumps(template, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):  # not plain JSON (e.g. a tuple key): read it without the cache
+        return _read(template_to_dict(template))
+    return _read_json(key)
+
+
+@functools.lru_cache(maxsize=256)
+def _read_json(text: str) -> TaskSpec:
+    """`_read` of a template given as JSON text: pure, so cached per content (errors are not cached)."""
+    return _read(template_to_dict(json.loads(text)))
+
+
+def _to_proto(template: Any) -> tasks_pb2.TaskTemplate:
+    if isinstance(template, (bytes, bytearray)):
+        msg = tasks_pb2.TaskTemplate()
+        try:
+            msg.ParseFromString(bytes(template))
+        except DecodeError as e:
+            raise TemplateError(f"template: {len(template)} bytes are not a serialized TaskTemplate: {e}") from e
+        return msg
+    if isinstance(template, tasks_pb2.TaskTemplate):
+        return template
+    to_idl = getattr(template, "to_flyte_idl", None)
+    if callable(to_idl):
+        msg = to_idl()
+        if isinstance(msg, tasks_pb2.TaskTemplate):
+            return msg
+    raise TemplateError(
+        f"template: {type(template).__name__} is not a TaskTemplate; pass a flytekit TaskTemplate, "
+        "tasks_pb2.TaskTemplate, its serialized bytes, or a dict"
+    )
+
+
+def _read(t: dict[str, Any]) -> TaskSpec:
+    """The reader proper, on a protobuf-JSON template dict."""
+    check_task_template(t)
+    if t.get("type", keys.TASK_TYPE) != keys.TASK_TYPE:
+        raise _err("type", t.get("type"), f"must be {keys.TASK_TYPE!r}")
+    cfg = _read_config(t)
+    version = _int(t.get("taskTypeVersion", 0), "taskTypeVersion")
+    replicas, elastic, run_policy = _read_custom(t, version, cfg)
+    pod = _read_pod(t)
+    gpu_resource = cfg.get(keys.GPU_RESOURCE)
+    if gpu_resource is not None and not EXTENDED_RESOURCE_NAME.match(gpu_resource):
+        raise _err(
+            f"config[{keys.GPU_RESOURCE!r}]", gpu_resource, "must be an extended resource name like 'amd.com/gpu'"
+        )
+    accelerator, partition = _accelerator(t, cfg)
+    shared_memory = _shared_memory(t, cfg)
+    secrets = _secrets(t)
+    interruptible = _interruptible(t)
+    timeout = _timeout_seconds(t)
+    total = sum(r.replicas for r in replicas)
+    nproc = cfg.get(keys.NPROC_PER_NODE)
+    if nproc is not None and nproc not in keys.NPROC_PER_NODE_WORDS and not (nproc.isdigit() and int(nproc) > 0):
+        raise _err(f"config[{keys.NPROC_PER_NODE!r}]", nproc, "must be a positive integer, 'auto', 'cpu' or 'gpu'")
+    task_id = t.get("id") or {}
+    return TaskSpec(
+        task_id=TaskId(*(str(task_id.get(k) or "") for k in ("project", "domain", "name", "version"))),
+        task_type_version=version,
+        replicas=replicas,
+        elastic=elastic,
+        nproc_per_node=nproc,
+        run_policy=run_policy,
+        scheduling=_scheduling(cfg, total),
+        pod=pod,
+        accelerator=accelerator,
+        mig_partition=partition,
+        gpu_resource=gpu_resource,
+        shared_memory=shared_memory,
+        timeout_seconds=timeout,
+        interruptible=interruptible,
+        secrets=secrets,
+        config=MappingProxyType(dict(cfg)),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def _err(path: str, value: Any, rule: str) -> TemplateError:
+    return TemplateError(f"{path}={value!r}: {rule}")
+
+
+def _int(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise _err(path, value, "must be an integer")
+    return int(value)
+
+
+def _bool(config: Mapping[str, str], key: str) -> Optional[bool]:
+    if key not in config:
+        return None
+    value = config[key].strip().lower()
+    if value not in ("true", "false"):
+        raise _err(f"config[{key!r}]", config[key], "must be 'true' or 'false'")
+    return value == "true"
+
+
+def freeze(value: Any) -> Any:
+    """A read-only copy of JSON-like data: dicts become `MappingProxyType`s, lists become tuples.
+
+    Args:
+        value: JSON-like data.
+
+    Returns:
+        The frozen copy (scalars as they are).
+    """
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A fresh mutable copy of JSON-like (or frozen) data: mappings become dicts, tuples and lists become lists.
+
+    Faster than `copy.deepcopy` for JSON data, and every dict in the result is new: shared objects would turn into
+    YAML anchors in `pytorchjob render` output.
+
+    Args:
+        value: JSON-like or `freeze`d data.
+
+    Returns:
+        The copy.
+    """
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Shape of the whole template
+
+
+def check_task_template(template: Mapping[str, Any]) -> None:
+    """Check that `template` parses as a `flyteidl.core.TaskTemplate` (unknown keys are ignored).
+
+    A template dict normally comes from protobuf JSON and is well-typed, but `custom` and `k8sPod.podSpec` are
+    `google.protobuf.Struct`s (any JSON), and `pytorchjob render` accepts hand-written JSON. Without this check a
+    wrong type deep inside would surface as a KeyError/TypeError, or as a job the API server rejects.
+
+    Args:
+        template: the template as protobuf JSON (camelCase keys).
+
+    Raises:
+        TemplateError: a known field has the wrong type (the message is protobuf's, naming the field).
+    """
+    _messages_are_dicts(template, tasks_pb2.TaskTemplate.DESCRIPTOR, "")
+    try:
+        json_format.ParseDict(dict(template), tasks_pb2.TaskTemplate(), ignore_unknown_fields=True)
+    except (json_format.ParseError, TypeError, ValueError) as e:
+        raise TemplateError(f"template: not a flyteidl.core.TaskTemplate: {e}") from e
+
+
+def _messages_are_dicts(value: Mapping[str, Any], descriptor: Any, path: str) -> None:
+    """Message-typed fields must be dicts: with unknown fields ignored, ParseDict takes the string "4Gi" for an
+    empty message (it iterates over its characters as if they were keys)."""
+    for fd in descriptor.fields:
+        if fd.json_name not in value or fd.message_type is None:
+            continue
+        item, where = value[fd.json_name], f"{path}{fd.json_name}"
+        if fd.message_type.full_name.startswith("google.protobuf."):
+            continue  # Struct, wrappers, Duration, Timestamp: their JSON is not a dict of fields
+        is_map = fd.message_type.GetOptions().map_entry
+        repeated = _is_repeated(fd) and not is_map
+        items = item if repeated else [item]
+        if repeated and not isinstance(item, list):
+            raise TemplateError(f"{where}={item!r}: must be a list")
+        for i, element in enumerate(items):
+            if not isinstance(element, Mapping):
+                raise TemplateError(f"{where}={element!r}: must be a dict ({fd.message_type.name})")
+            if not is_map:
+                _messages_are_dicts(element, fd.message_type, f"{where}{'' if item is element else f'[{i}]'}.")
+
+
+def _is_repeated(fd: Any) -> bool:
+    """Whether a field is repeated, on every protobuf we support: `is_repeated` is the API from protobuf 5.29 on
+    (7 removed `label`); older releases only have `label`."""
+    is_repeated = getattr(fd, "is_repeated", None)
+    if is_repeated is not None:
+        return bool(is_repeated)
+    return fd.label == fd.LABEL_REPEATED  # pragma: no cover - protobuf < 5.29
+
+
+# --------------------------------------------------------------------------------------------------------------
+# config and custom
+
+
+def _read_config(template: Mapping[str, Any]) -> dict[str, str]:
+    config = template.get("config") or {}
+    if not isinstance(config, Mapping):
+        raise _err("config", config, "must be a map of string -> string")
+    out = {}
+    for key, value in config.items():
+        if not str(key).startswith(keys.CONFIG_PREFIX):
+            continue
+        if key not in keys.CONFIG_KEYS:
+            allowed = ", ".join(keys.CONFIG_KEYS)
+            raise _err(f"config[{key!r}]", value, f"unknown key; allowed {keys.CONFIG_PREFIX}* keys: {allowed}")
+        if not isinstance(value, str):
+            raise _err(f"config[{key!r}]", value, "must be a string")
+        out[key] = value
+    for role in ("master", "worker"):
+        key = keys.restart_policy_key(role)
+        if key in out and out[key] not in keys.RESTART_POLICIES:
+            raise _err(f"config[{key!r}]", out[key], f"must be one of {list(keys.RESTART_POLICIES)}")
+    if keys.MASTER_IMAGE in out and not out[keys.MASTER_IMAGE].strip():
+        raise _err(f"config[{keys.MASTER_IMAGE!r}]", out[keys.MASTER_IMAGE], "must be a non-empty image")
+    if keys.CLEAN_POD_POLICY in out and out[keys.CLEAN_POD_POLICY] not in keys.CLEAN_POD_POLICIES:
+        policies = list(keys.CLEAN_POD_POLICIES)
+        raise _err(f"config[{keys.CLEAN_POD_POLICY!r}]", out[keys.CLEAN_POD_POLICY], f"must be one of {policies}")
+    return out
+
+
+def _read_custom(
+    template: Mapping[str, Any], version: int, cfg: Mapping[str, str]
+) -> tuple[tuple[ReplicaGroup, ...], Optional[ElasticSpec], RunPolicySpec]:
+    """(replica groups that run, elastic settings or None, run policy) from `custom` and the config keys."""
+    custom = template.get("custom")
+    if custom is None:
+        raise _err("custom", None, "missing; a pytorch task needs DistributedPyTorchTrainingTask or {'workers': N}")
+    if not isinstance(custom, Mapping):
+        raise _err("custom", custom, "must be a dict")
+    clean = cfg.get(keys.CLEAN_POD_POLICY)
+    if "workers" in custom and version == 0:  # legacy v0: {"workers": N}, replicas take the container resources
+        unknown = set(custom) - {"workers"}
+        if unknown:
+            raise _err("custom", dict(custom), f"unknown legacy keys {sorted(unknown)}; v0 only has 'workers'")
+        workers = _int(custom["workers"], "custom.workers")
+        if workers < 0:
+            raise _err("custom.workers", custom["workers"], "must be >= 0")
+        groups = [_group("Master", 1, "", None, keys.RestartPolicy.NEVER.value, cfg)]
+        if workers:
+            groups.append(_group("Worker", workers, "", None, keys.RestartPolicy.NEVER.value, cfg))
+        return tuple(groups), None, RunPolicySpec(clean_pod_policy=clean)
+    try:
+        task = json_format.ParseDict(dict(custom), pytorch_pb2.DistributedPyTorchTrainingTask())
+    except json_format.ParseError as e:
+        raise TemplateError(
+            f"custom: not a flyteidl.plugins.kubeflow.DistributedPyTorchTrainingTask: {e} "
+            "(allowed keys: workerReplicas, masterReplicas, runPolicy, elasticConfig)"
+        ) from e
+    run_policy = _run_policy(task, custom, clean)
+    worker_src = _replica_source(task.worker_replicas)
+    if worker_src.replicas < 0:
+        raise _err("custom.workerReplicas.replicas", worker_src.replicas, "must be >= 0")
+    if task.HasField("elastic_config"):
+        ec = task.elastic_config
+        lo, hi = ec.min_replicas, ec.max_replicas
+        if lo < 1 or hi < lo:
+            raise _err(
+                "custom.elasticConfig", f"minReplicas={lo}, maxReplicas={hi}", "need 1 <= minReplicas <= maxReplicas"
+            )
+        if ec.nproc_per_node < 0 or ec.max_restarts < 0:
+            raise _err("custom.elasticConfig", json_format.MessageToDict(ec), "nprocPerNode/maxRestarts must be >= 0")
+        worker = _proto_group("Worker", task.worker_replicas, cfg, replicas=worker_src.replicas or hi)
+        elastic = ElasticSpec(lo, hi, ec.rdzv_backend, ec.max_restarts, ec.nproc_per_node)
+        return (worker,), elastic, run_policy
+    # always exactly one master (the proto's default 0 means "unset")
+    groups = [_proto_group("Master", task.master_replicas, cfg, replicas=1)]
+    if worker_src.replicas:
+        groups.append(_proto_group("Worker", task.worker_replicas, cfg, replicas=worker_src.replicas))
+    return tuple(groups), None, run_policy
+
+
+def _replica_source(spec: pytorch_pb2.DistributedPyTorchTrainingReplicaSpec) -> Any:
+    """The newer `common` sub-message when present, else the replica spec's own (deprecated) fields."""
+    return spec.common if spec.HasField("common") else spec
+
+
+def _proto_group(
+    role: str, spec: pytorch_pb2.DistributedPyTorchTrainingReplicaSpec, cfg: Mapping[str, str], replicas: int
+) -> ReplicaGroup:
+    src = _replica_source(spec)
+    path = f"custom.{role.lower()}Replicas"
+    resources = json_format.MessageToDict(src.resources) if src.HasField("resources") else None
+    k8s = _k8s_resources(resources, f"{path}.resources") if resources else None
+    restart = _PROTO_RESTART.get(src.restart_policy, keys.RestartPolicy.NEVER.value)
+    return _group(role, replicas, src.image, k8s, restart, cfg)
+
+
+def _group(
+    role: str,
+    replicas: int,
+    image: str,
+    resources: Optional[dict[str, dict[str, str]]],
+    restart_policy: str,
+    cfg: Mapping[str, str],
+) -> ReplicaGroup:
+    if role == "Master" and cfg.get(keys.MASTER_IMAGE):
+        image = cfg[keys.MASTER_IMAGE]
+    restart = cfg.get(keys.restart_policy_key(role)) or restart_policy
+    frozen = freeze(resources) if resources is not None else None
+    return ReplicaGroup(role, replicas, image, frozen, restart, f"custom.{role.lower()}Replicas")
+
+
+def _run_policy(
+    task: pytorch_pb2.DistributedPyTorchTrainingTask, custom: Mapping[str, Any], clean: Optional[str]
+) -> RunPolicySpec:
+    """The run policy: proto values, with the integers taken as written (an explicit 0 is kept)."""
+    if not task.HasField("run_policy"):
+        return RunPolicySpec(clean_pod_policy=clean)
+    rp = task.run_policy
+    if rp.clean_pod_policy != common_pb2.CLEANPOD_POLICY_NONE:
+        if rp.clean_pod_policy not in _PROTO_CLEAN:  # proto enums are open: any int32 parses
+            names = [common_pb2.CleanPodPolicy.Name(v) for v in _PROTO_CLEAN]
+            raise _err("custom.runPolicy.cleanPodPolicy", rp.clean_pod_policy, f"must be one of {names}")
+        clean = clean or _PROTO_CLEAN[rp.clean_pod_policy]
+    written = custom.get("runPolicy") or custom.get("run_policy") or {}
+    values: dict[str, Optional[int]] = {}
+    for name, field_name, value in (
+        ("backoffLimit", "backoff_limit", rp.backoff_limit),
+        ("activeDeadlineSeconds", "active_deadline_seconds", rp.active_deadline_seconds),
+        ("ttlSecondsAfterFinished", "ttl_seconds_after_finished", rp.ttl_seconds_after_finished),
+    ):
+        if value < 0:
+            raise _err(f"custom.runPolicy.{name}", value, "must be >= 0")
+        values[name] = value if (value or name in written or field_name in written) else None
+    return RunPolicySpec(
+        clean, values["backoffLimit"], values["activeDeadlineSeconds"], values["ttlSecondsAfterFinished"]
+    )
+
+
+def _k8s_resources(resources: Mapping[str, Any], path: str) -> dict[str, dict[str, str]]:
+    """flyteidl Resources JSON -> core/v1 ResourceRequirements; a GPU request is written under `FLYTEKIT_GPU`."""
+    out: dict[str, dict[str, str]] = {}
+    for kind in ("requests", "limits"):
+        entries = resources.get(kind) or []
+        if not entries:
+            continue
+        section: dict[str, str] = {}
+        for i, entry in enumerate(entries):
+            name, value = entry.get("name", "UNKNOWN"), str(entry.get("value", ""))
+            where = f"{path}.{kind}[{i}]"
+            if name == "GPU":
+                key = FLYTEKIT_GPU
+            elif name in _RESOURCE_NAMES:
+                key = _RESOURCE_NAMES[name]
+            else:
+                raise _err(f"{where}.name", name, "must be one of CPU, MEMORY, GPU, EPHEMERAL_STORAGE")
+            if not is_quantity(value) or parse_quantity(value) < 0:
+                raise _err(f"{where}.value", value, "is not a non-negative Kubernetes quantity; use e.g. '500m', '4Gi'")
+            section[key] = value
+        out[kind] = section
+    return out
+
+
+def _scheduling(cfg: Mapping[str, str], total: int) -> SchedulingSpec:
+    queue = cfg.get(keys.QUEUE)
+    if queue is not None and not LABEL_VALUE.match(queue):
+        raise _err(f"config[{keys.QUEUE!r}]", queue, "must be a non-empty label value (<=63 of [A-Za-z0-9-_.])")
+    priority_class = cfg.get(keys.PRIORITY_CLASS)
+    if priority_class is not None and not DNS1123_SUBDOMAIN.match(priority_class):
+        raise _err(
+            f"config[{keys.PRIORITY_CLASS!r}]", priority_class, "must be a PriorityClass name (DNS-1123 subdomain)"
+        )
+    gang = _bool(cfg, keys.GANG_SCHEDULING)
+    min_available = None
+    if keys.MIN_AVAILABLE in cfg:
+        raw = cfg[keys.MIN_AVAILABLE]
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1 or int(raw) > total:
+            raise _err(f"config[{keys.MIN_AVAILABLE!r}]", raw, f"must be an integer in 1..{total} (the replica count)")
+        min_available = int(raw)
+    return SchedulingSpec(queue, priority_class, gang, min_available, _bool(cfg, keys.SUSPEND))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The pod
+
+
+def _read_pod(template: Mapping[str, Any]) -> PodTemplateSpec:
+    """The pod template with the primary container renamed to `PRIMARY_CONTAINER`."""
+    config = template.get("config") or {}
+    primary_name = keys.PRIMARY_CONTAINER
+    if "k8sPod" in template:
+        pod = template["k8sPod"] or {}
+        spec = check_pod_spec(_ints(thaw(pod.get("podSpec") or {})), "k8sPod.podSpec")
+        containers = spec.get("containers") or []
+        name = config.get(keys.PRIMARY_CONTAINER_NAME_KEY) or ""
+        if not name:
+            raise _err(f"config[{keys.PRIMARY_CONTAINER_NAME_KEY!r}]", None, "required with a k8sPod template")
+        matches = [i for i, c in enumerate(containers) if isinstance(c, Mapping) and c.get("name") == name]
+        if not matches:
+            names = [c.get("name") for c in containers if isinstance(c, Mapping)]
+            raise _err("k8sPod.podSpec.containers", names, f"no container named {name!r} (primary_container_name)")
+        taken = [c.get("name") for i, c in enumerate(containers) if i != matches[0]]
+        if primary_name in taken:
+            raise _err("k8sPod.podSpec.containers", taken, f"a non-primary container may not be named {primary_name!r}")
+        for i, other in enumerate(containers):
+            if i != matches[0] and not other.get("image"):
+                raise _err(f"k8sPod.podSpec.containers[{i}].image", other.get("image"), "a sidecar needs an image")
+        containers[matches[0]]["name"] = primary_name
+        meta = pod.get("metadata") or {}
+        return PodTemplateSpec(
+            labels=freeze(dict(meta.get("labels") or {})),
+            annotations=freeze(dict(meta.get("annotations") or {})),
+            spec=freeze(spec),
+        )
+    container = template.get("container")
+    if not container:
+        raise _err("container", container, "a pytorch task needs a container or a k8sPod template")
+    c: dict[str, Any] = {"name": primary_name, "image": container.get("image", "")}
+    if container.get("command"):
+        c["command"] = list(container["command"])
+    if container.get("args"):
+        c["args"] = list(container["args"])
+    env = []
+    for i, e in enumerate(container.get("env") or []):
+        if not e.get("key"):
+            raise _err(f"container.env[{i}].key", e.get("key"), "an environment variable needs a non-empty name")
+        env.append({"name": e["key"], "value": e.get("value") or ""})
+    if env:
+        c["env"] = env
+    if container.get("resources"):
+        c["resources"] = _k8s_resources(container["resources"], "container.resources")
+    return PodTemplateSpec(labels=freeze({}), annotations=freeze({}), spec=freeze({"containers": [c]}))
+
+
+def _ints(value: Any) -> Any:
+    """Struct JSON turns every number into a float; the API server rejects 1000.0 for an int field."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    return value
+
+
+def check_pod_spec(spec: Any, path: str) -> dict[str, Any]:
+    """Check a pod spec against the core/v1 PodSpec model of the `kubernetes` client: types, required fields,
+    no unknown fields, no nulls.
+
+    Args:
+        spec: the pod spec dict (numbers already turned into ints where whole).
+        path: where it is in the template, for messages (``"k8sPod.podSpec"``).
+
+    Returns:
+        `spec`, with numeric resource quantities written as strings (``1`` -> ``"1"``), as Kubernetes reads them.
+
+    Raises:
+        TemplateError: the spec would be rejected by the API server; the message names the field.
+    """
+    from kubernetes.client import V1PodSpec  # lazy: importing the reader loads no kubernetes client
+
+    if not isinstance(spec, Mapping):
+        raise TemplateError(f"{path}={spec!r}: must be a core/v1 PodSpec dict")
+    spec = _quantities_as_strings(dict(spec))
+    try:
+        parsed = V1PodSpec.from_dict(spec)
+    except (ValueError, TypeError, AttributeError, KeyError) as e:  # pydantic's ValidationError is a ValueError
+        detail = " ".join(str(e).split("For further information")[0].split())
+        raise TemplateError(f"{path}: not a valid core/v1 PodSpec: {detail}") from e
+    _unknown_keys(spec, parsed.to_dict(serialize=True), path)
+    return spec
+
+
+def _quantities_as_strings(spec: dict[str, Any]) -> dict[str, Any]:
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if not isinstance(containers, list):
+            continue
+        for container in containers:
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for kind in _QUANTITY_MAPS:
+                section = resources.get(kind)
+                if isinstance(section, Mapping):
+                    resources[kind] = {
+                        k: str(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in section.items()
+                    }
+    return spec
+
+
+def _unknown_keys(given: Any, known: Any, path: str) -> None:
+    """Keys of `given` that the parsed model dropped (unknown fields, explicit nulls), and dicts taken for lists."""
+    if isinstance(known, list) and not isinstance(given, list):
+        raise TemplateError(f"{path}={given!r}: must be a list")
+    if isinstance(given, Mapping) and isinstance(known, Mapping):
+        for key, value in given.items():
+            where = f"{path}.{key}"
+            if value is None:
+                raise TemplateError(f"{where}=None: null is not allowed; omit the field")
+            if key not in known:
+                raise TemplateError(f"{where}: unknown field of core/v1 PodSpec (a typo, or a newer Kubernetes field?)")
+            _unknown_keys(value, known[key], where)
+    elif isinstance(given, list) and isinstance(known, list) and len(given) == len(known):
+        for i, (a, b) in enumerate(zip(given, known, strict=True)):
+            _unknown_keys(a, b, f"{path}[{i}]")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Accelerator, shared memory, secrets, metadata
+
+
+def _accelerator(template: Mapping[str, Any], config: Mapping[str, str]) -> tuple[Optional[str], Optional[str]]:
+    """(accelerator type, MIG partition) from `pytorch.accelerator` or flytekit's extendedResources."""
+    gpu = (template.get("extendedResources") or {}).get("gpuAccelerator") or {}
+    device = config.get(keys.ACCELERATOR) or gpu.get("device") or None
+    partition = gpu.get("partitionSize") or None
+    if device is not None and not LABEL_VALUE.match(device):
+        where = (
+            f"config[{keys.ACCELERATOR!r}]" if keys.ACCELERATOR in config else "extendedResources.gpuAccelerator.device"
+        )
+        raise _err(where, device, "must be a label value (<=63 of [A-Za-z0-9-_.]), e.g. 'nvidia-tesla-a100'")
+    if partition is not None and not _PARTITION.match(partition):
+        raise _err("extendedResources.gpuAccelerator.partitionSize", partition, "must look like '1g.5gb'")
+    return device, partition
+
+
+def _shared_memory(template: Mapping[str, Any], config: Mapping[str, str]) -> SharedMemorySpec:
+    shared = (template.get("extendedResources") or {}).get("sharedMemory")
+    path = (shared or {}).get("mountPath") or SHM_PATH
+    if keys.SHM_SIZE in config:
+        size = config[keys.SHM_SIZE].strip()
+        if not is_quantity(size) or parse_quantity(size) < 0:
+            raise _err(
+                f"config[{keys.SHM_SIZE!r}]", size, "must be a Kubernetes quantity like '16Gi', or '0' to disable"
+            )
+        if parse_quantity(size) == 0:
+            return SharedMemorySpec(False, None, path)
+        return SharedMemorySpec(True, size, path)
+    if shared is not None:
+        return SharedMemorySpec(True, shared.get("sizeLimit") or None, path)
+    return SharedMemorySpec(None, None, path)
+
+
+def _secrets(template: Mapping[str, Any]) -> tuple[security_pb2.Secret, ...]:
+    """`securityContext.secrets`, each parsed and checked as a `flyteidl.core.Secret`."""
+    context = template.get("securityContext") or {}
+    if not isinstance(context, Mapping):
+        raise _err("securityContext", context, "must be a flyteidl.core.SecurityContext dict")
+    secrets = context.get("secrets") or []
+    if not isinstance(secrets, list):
+        raise _err("securityContext.secrets", secrets, "must be a list of flyteidl.core.Secret dicts")
+    mount_types = dict(security_pb2.Secret.MountType.items())
+    out = []
+    for i, raw in enumerate(secrets):
+        path = f"securityContext.secrets[{i}]"
+        if not isinstance(raw, Mapping):
+            raise _err(path, raw, "must be a flyteidl.core.Secret dict like {'group': 'wandb', 'key': 'api_key'}")
+        try:
+            secret = json_format.ParseDict(dict(raw), security_pb2.Secret())
+        except json_format.ParseError as e:
+            raise TemplateError(
+                f"{path}={dict(raw)!r}: not a flyteidl.core.Secret: {e} "
+                "(allowed keys: group, groupVersion, key, mountRequirement, envVar)"
+            ) from e
+        if secret.mount_requirement not in mount_types.values():
+            raise _err(f"{path}.mountRequirement", secret.mount_requirement, f"must be one of {list(mount_types)}")
+        out.append(secret)
+    return tuple(out)
+
+
+def _interruptible(template: Mapping[str, Any]) -> bool:
+    flag = (template.get("metadata") or {}).get("interruptible", False)
+    if not isinstance(flag, bool):
+        raise _err("metadata.interruptible", flag, "must be true or false")
+    return flag
+
+
+def _timeout_seconds(template: Mapping[str, Any]) -> Optional[int]:
+    """The task's `metadata.timeout` in whole seconds (rounded up), or None when it has none."""
+    raw = (template.get("metadata") or {}).get("timeout")
+    if raw is None or raw == "":
+        return None
+    match = _DURATION.match(str(raw)) if isinstance(raw, str) else None
+    if match is None:
+        raise _err("metadata.timeout", raw, "must be a non-negative protobuf JSON duration like '3600s' or '1.5s'")
+    seconds = int(match.group(1))
+    if match.group(2) and decimal.Decimal(match.group(2)) > 0:
+        seconds += 1  # a deadline earlier than the task's timeout would kill work Flyte still allows
+    return seconds or None
