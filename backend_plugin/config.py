@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from pytorch_contract.k8s_names import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
     EXTENDED_RESOURCE_NAME,
+    NVIDIA_GPU,
     QUALIFIED_NAME,
     is_label_value,
 )
@@ -145,7 +147,7 @@ class BackendConfig:
     """Prepended to every job name (e.g. `pt-`). Empty by default: every character counts toward the 50 a job
     name may use so that `<name>-worker-<index>` pod names stay within 63."""
 
-    gpu_resource_name: str = "nvidia.com/gpu"
+    gpu_resource_name: str = NVIDIA_GPU
     """Extended resource that a Flyte `GPU` request is written under. NVIDIA's device plugin is by far the most
     common; AMD clusters set `amd.com/gpu` here (tasks can also choose per task with `pytorch.gpu_resource`)."""
 
@@ -379,8 +381,7 @@ class BackendConfig:
         """
         if name == self.gpu_resource_name:
             return True
-        patterns = (*self.extra_gpu_resource_names, *self.gpu_tolerations)
-        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+        return _matches_any(name, (*self.extra_gpu_resource_names, *self.gpu_tolerations))
 
     def tolerations_for(self, resource_names: list[str]) -> list[dict[str, Any]]:
         """GPU tolerations for a replica requesting `resource_names` (duplicates removed, order kept).
@@ -510,6 +511,12 @@ class BackendConfig:
                 value = raw  # keep strings such as "010" or "1e3" verbatim
             data[f.name] = value
         return cls.from_dict(data)
+
+
+@functools.lru_cache(maxsize=1024)
+def _matches_any(name: str, patterns: tuple[str, ...]) -> bool:
+    """Whether `name` matches a glob of `patterns` (cached: the builder asks for every resource of every replica)."""
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 def load_config(environ: Optional[Mapping[str, str]] = None) -> BackendConfig:

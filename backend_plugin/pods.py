@@ -171,7 +171,7 @@ def replica_pod(group: ReplicaGroup, plan: PodPlan) -> dict[str, Any]:
         TemplateError: no image for the role, bad resources, or a template volume named like the shm volume.
     """
     meta, config = plan.metadata, plan.config
-    pod = thaw(plan.spec.pod.spec)
+    pod = plan.spec.pod.fresh_spec()
     container = next(c for c in pod["containers"] if c.get("name") == PRIMARY_CONTAINER)
 
     image = group.image or meta.image_override or container.get("image") or ""
@@ -179,10 +179,9 @@ def replica_pod(group: ReplicaGroup, plan: PodPlan) -> dict[str, Any]:
         raise _err(
             f"{group.path}.image", image, "no image: set the replica, the execution override or the container image"
         )
-    for c in pod["containers"]:
-        for key in ("command", "args"):
-            if c.get(key):
-                c[key] = [_fill(str(a), plan.placeholders) for a in c[key]]
+    for i, key, j in plan.spec.pod.fill_args:  # the items with placeholders (found once per template)
+        items = pod["containers"][i][key]
+        items[j] = _fill(str(items[j]), plan.placeholders)
     env = _merge_env(plan.environment, container.get("env") or [], plan.execution_environment)
 
     where = f"{group.path}.resources"
@@ -253,6 +252,9 @@ def _placeholders(meta: ExecutionMetadata) -> dict[str, str]:
 
 
 def _fill(text: str, values: Mapping[str, str]) -> str:
+    if "{{" not in text:
+        return text
+
     def sub(m: re.Match) -> str:
         return values.get(m.group(1).lower(), m.group(0))
 
@@ -320,7 +322,7 @@ def _fix_resources(
             req, lim = requests.get(key), limits.get(key)
             if req is not None and lim is not None and parse_quantity(req) != parse_quantity(lim):
                 raise _err(f"{path}[{key!r}]", f"request {req}, limit {lim}", "GPU requests must equal limits")
-            amount = lim if lim is not None else req
+            amount = lim if lim is not None else requests[key]
             requests[key] = limits[key] = amount  # extended resources cannot overcommit: Kubernetes needs both
             if parse_quantity(amount) > 0:
                 gpus.append(key)

@@ -22,7 +22,7 @@ import functools
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Optional
 
@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 
 from backend_plugin.errors import TemplateError
 from pytorch_contract import template_keys as keys
-from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, EXTENDED_RESOURCE_NAME, LABEL_VALUE
+from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, EXTENDED_RESOURCE_NAME, LABEL_VALUE, NVIDIA_GPU
 from pytorch_contract.quantity import is_quantity, parse_quantity
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "SharedMemorySpec",
     "PodTemplateSpec",
     "read_template",
+    "clear_cache",
     "template_to_dict",
     "check_pod_spec",
     "thaw",
@@ -55,7 +56,7 @@ __all__ = [
     "SHM_PATH",
 ]
 
-FLYTEKIT_GPU = "nvidia.com/gpu"
+FLYTEKIT_GPU = NVIDIA_GPU
 """The resource name flytekit writes for `Resources(gpu=...)` in pod templates; the reader writes a flyteidl `GPU`
 request under it too, and the writers rename it to the cluster's GPU resource."""
 
@@ -207,11 +208,37 @@ class PodTemplateSpec:
         annotations: pod template annotations.
         spec: a core/v1 PodSpec (read-only) whose primary container is named `PRIMARY_CONTAINER`; Flyte's
             placeholders (`{{.input}}`, ...) are still in its command and args.
+        spec_json: `spec` as JSON text: `json.loads` of it is the fastest fresh, mutable copy for a writer.
+        fill_args: (container index, `"command"` or `"args"`, item index) of every command/args item a writer must
+            fill placeholders in (or turn into a string); the others are copied as they are.
     """
 
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     spec: Mapping[str, Any]
+    spec_json: str = field(default="", repr=False, compare=False)
+    fill_args: tuple[tuple[int, str, int], ...] = field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.spec_json:
+            object.__setattr__(self, "spec_json", json.dumps(thaw(self.spec), separators=(",", ":")))
+        if not self.fill_args:
+            where = [
+                (i, key, j)
+                for i, container in enumerate(self.spec.get("containers") or ())
+                for key in ("command", "args")
+                for j, item in enumerate(container.get(key) or ())
+                if not isinstance(item, str) or "{{" in item
+            ]
+            object.__setattr__(self, "fill_args", tuple(where))
+
+    def fresh_spec(self) -> dict[str, Any]:
+        """A new mutable copy of `spec` (no object shared with the spec or with earlier copies).
+
+        Returns:
+            The pod spec as plain dicts and lists.
+        """
+        return json.loads(self.spec_json)
 
 
 @dataclass(frozen=True)
@@ -315,10 +342,15 @@ def read_template(template: Any) -> TaskSpec:
         template = template_to_dict(template)
     try:
         # The JSON text is the cache key: key order included, since it decides the order of the job's fields.
-        key = json.dumps(template, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError):  # not plain JSON (e.g. a tuple key): read it without the cache
+        key = json.dumps(template, separators=(",", ":"), allow_nan=False, check_circular=False)
+    except (TypeError, ValueError, RecursionError):  # not plain JSON (e.g. a tuple key): read it without the cache
         return _read(template_to_dict(template))
     return _read_json(key)
+
+
+def clear_cache() -> None:
+    """Forget the specs `read_template` has cached (benchmarks measure reads without the cache with it)."""
+    _read_json.cache_clear()
 
 
 @functools.lru_cache(maxsize=256)
@@ -443,11 +475,21 @@ def thaw(value: Any) -> Any:
     Returns:
         The copy.
     """
+    kind = type(value)
+    if kind is dict or kind is MappingProxyType:  # exact types first: this runs for every field of every job
+        return {k: thaw(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [thaw(v) for v in value]
+    if kind in _SCALARS:
+        return value
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [thaw(v) for v in value]
     return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -773,6 +815,8 @@ def check_pod_spec(spec: Any, path: str) -> dict[str, Any]:
     except (ValueError, TypeError, AttributeError, KeyError) as e:  # pydantic's ValidationError is a ValueError
         detail = " ".join(str(e).split("For further information")[0].split())
         raise TemplateError(f"{path}: not a valid core/v1 PodSpec: {detail}") from e
+    if parsed is None:  # from_dict(None) only; spec is a dict here
+        raise TemplateError(f"{path}={spec!r}: must be a core/v1 PodSpec dict")
     _unknown_keys(spec, parsed.to_dict(serialize=True), path)
     return spec
 
@@ -784,7 +828,7 @@ def _quantities_as_strings(spec: dict[str, Any]) -> dict[str, Any]:
             continue
         for container in containers:
             resources = container.get("resources") if isinstance(container, Mapping) else None
-            if not isinstance(resources, Mapping):
+            if not isinstance(resources, dict):
                 continue
             for kind in _QUANTITY_MAPS:
                 section = resources.get(kind)

@@ -18,7 +18,11 @@ __all__ = [
     "QUALIFIED_NAME",
     "EXTENDED_RESOURCE_NAME",
     "is_label_value",
+    "NVIDIA_GPU",
 ]
+
+NVIDIA_GPU = "nvidia.com/gpu"
+"""The extended resource NVIDIA's device plugin advertises, and the one flytekit writes for `Resources(gpu=...)`."""
 
 _LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"  # one DNS-1123 label, at most 63 characters
 _SUBDOMAIN = rf"(?=[-a-z0-9.]{{1,253}}(?:/|\Z)){_LABEL}(?:\.{_LABEL})*"  # dot-separated labels, at most 253

@@ -18,6 +18,7 @@ are needed: both sides import this module (`pytorch_contract`).
 from __future__ import annotations
 
 import decimal
+import functools
 import re
 from decimal import Decimal
 from typing import Union
@@ -71,10 +72,21 @@ def parse_quantity(value: QuantityLike) -> Decimal:
         if not value.is_finite():
             raise QuantityError(f"{value!r} is not a Kubernetes quantity (not finite); use {_EXAMPLES}")
         return value
-    text = repr(value) if isinstance(value, float) else value
+    parsed = _parse_text(repr(value) if isinstance(value, float) else value)
+    if isinstance(parsed, str):
+        raise QuantityError(f"{value!r} is not a Kubernetes quantity{parsed}; use {_EXAMPLES}")
+    return parsed
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Union[Decimal, str]:
+    """The value of a quantity string, or what is wrong with it ("" for a malformed one).
+
+    Cached: `Decimal`s are immutable, and jobs repeat the same few quantities.
+    """
     match = _QUANTITY.fullmatch(text)
     if match is None:
-        raise QuantityError(f"{value!r} is not a Kubernetes quantity; use {_EXAMPLES}")
+        return ""
     number = Decimal(match["number"])
     with decimal.localcontext() as ctx:
         ctx.prec = 80  # exact for every representable quantity
@@ -83,7 +95,7 @@ def parse_quantity(value: QuantityLike) -> Decimal:
         if match["exponent"] is not None:
             exponent = int(match["exponent"])
             if abs(exponent) > _MAX_EXPONENT:
-                raise QuantityError(f"{value!r} is not a Kubernetes quantity (exponent out of range); use {_EXAMPLES}")
+                return " (exponent out of range)"
             return number.scaleb(exponent)
         return number.scaleb(_DECIMAL[match["decimal"]])
 
