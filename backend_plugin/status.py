@@ -64,7 +64,14 @@ class JobStatus:
 
 
 def true_conditions(job: dict) -> list[dict]:
-    """The job's conditions with status "True", oldest first (by lastTransitionTime, then list order)."""
+    """The job's conditions with status "True", oldest first (by lastTransitionTime, then list order).
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        The true conditions, sorted.
+    """
     conditions = (job.get("status") or {}).get("conditions") or []
     indexed = [(i, c) for i, c in enumerate(conditions) if isinstance(c, dict) and c.get("status") == "True"]
 
@@ -75,7 +82,14 @@ def true_conditions(job: dict) -> list[dict]:
 
 
 def deciding_condition(job: dict) -> dict | None:
-    """The condition that decides the phase: a true terminal one first, else the latest true one; None if none."""
+    """The condition that decides the phase: a true terminal one first, else the latest true one.
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        The deciding condition, or None when no condition is true.
+    """
     conditions = true_conditions(job)
     for ctype in TERMINAL_CONDITIONS:
         for c in reversed(conditions):
@@ -85,13 +99,27 @@ def deciding_condition(job: dict) -> dict | None:
 
 
 def expected_replicas(job: dict) -> int:
-    """Total replicas the spec asks for (Master + Worker)."""
+    """Total replicas the spec asks for (Master + Worker).
+
+    Args:
+        job: the PyTorchJob.
+
+    Returns:
+        The sum of `replicas` over the replica specs (1 where a spec omits it).
+    """
     specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
     return sum(int((s or {}).get("replicas", 1)) for s in specs.values())
 
 
 def active_replicas(job: dict) -> int:
-    """Replicas the operator reports as active in `status.replicaStatuses`."""
+    """Replicas the operator reports as active in `status.replicaStatuses`.
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        The sum of `active` over the replica statuses.
+    """
     statuses = (job.get("status") or {}).get("replicaStatuses") or {}
     return sum(int((s or {}).get("active") or 0) for s in statuses.values())
 
