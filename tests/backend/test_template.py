@@ -151,3 +151,9 @@ def test_retry_raises_other_errors_at_once() -> None:
     backoff = Backoff(1.0, 4.0, 5.0, sleep=lambda s: pytest.fail("slept"), clock=lambda: 0.0)
     with pytest.raises(KeyError):
         retry(call, lambda e: isinstance(e, Flaky), backoff, lambda e, n, t: RuntimeError())
+
+
+def test_the_template_format_page_lists_exactly_the_contracts_config_keys() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "template-format.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip().strip("`") for line in page.splitlines() if line.startswith("| `pytorch.")}
+    assert rows == set(keys.CONFIG_KEYS)
