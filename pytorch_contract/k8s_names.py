@@ -25,7 +25,8 @@ NVIDIA_GPU = "nvidia.com/gpu"
 """The extended resource NVIDIA's device plugin advertises, and the one flytekit writes for `Resources(gpu=...)`."""
 
 _LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"  # one DNS-1123 label, at most 63 characters
-_SUBDOMAIN = rf"(?=[-a-z0-9.]{{1,253}}(?:/|\Z)){_LABEL}(?:\.{_LABEL})*"  # dot-separated labels, at most 253
+_PART = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"  # one part of a subdomain (Kubernetes bounds only the whole)
+_SUBDOMAIN = rf"(?=[-a-z0-9.]{{1,253}}(?:/|\Z)){_PART}(?:\.{_PART})*"  # dot-separated parts, at most 253
 _NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"  # the name part of a qualified name, at most 63
 
 DNS1123_LABEL = re.compile(rf"^{_LABEL}\Z")
