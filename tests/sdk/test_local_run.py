@@ -19,7 +19,7 @@ from flytekit.core.context_manager import ExecutionParameters, ExecutionState, F
 from flytekit.exceptions.user import FlyteRecoverableException
 from flytekit.models.core.identifier import WorkflowExecutionIdentifier
 
-from flytekitplugins_pytorch import Elastic, PyTorch, Worker, launcher
+from flytekitplugins_pytorch import Elastic, PyTorch, Worker, _processes, launcher
 from flytekitplugins_pytorch.launcher import ExecutionKind, RankFailure, plan_launch, resolve_nproc
 from tests.faults.drills_local import descendants
 from tests.sdk import local_tasks
@@ -328,7 +328,7 @@ if __name__ == "__main__":
 @pytest.mark.slow
 def test_two_simulated_pods_run_their_ranks_and_only_rank_0_returns() -> None:
     """Two processes with the variables the operator sets, rendezvousing on loopback like master and worker pods."""
-    port = launcher._free_port()
+    port = _processes.free_port()
     procs = []
     for rank in (0, 1):
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), RANK=str(rank), WORLD_SIZE="2")
@@ -360,7 +360,7 @@ def test_import_roots_name_the_package_root_pyflyte_run_removed_from_sys_path(tm
     import importlib
     import sys
 
-    from flytekitplugins_pytorch.launcher import _import_roots
+    from flytekitplugins_pytorch._processes import _import_roots
 
     pkg = tmp_path / "roots_pkg"
     pkg.mkdir()
