@@ -1,4 +1,4 @@
-"""The launcher: launch planning (pure, fast) and real local multi-process runs of pytorch tasks (slow)."""
+"""The launcher end to end: in-process mode, real local multi-process runs, simulated pods (planning: test_plan.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from flytekit.core.context_manager import ExecutionParameters, ExecutionState, F
 from flytekit.exceptions.user import FlyteRecoverableException
 from flytekit.models.core.identifier import WorkflowExecutionIdentifier
 
-from flytekitplugins_pytorch import Elastic, PyTorch, Worker, _processes, launcher
-from flytekitplugins_pytorch.launcher import ExecutionKind, RankFailure, plan_launch, resolve_nproc
+from flytekitplugins_pytorch import PyTorch, _processes, launcher
+from flytekitplugins_pytorch.launcher import RankFailure
 from tests.faults.drills_local import descendants
 from tests.sdk import local_tasks
 
@@ -40,113 +40,6 @@ def _living_children() -> list[int]:
         if b"resource_tracker" not in cmdline and b"multiprocessing.forkserver" not in cmdline:
             out.append(pid)
     return out
-
-
-# ---------------------------------------------------------------- planning (pure) -----------------------------------
-
-PLAN_CASES = [
-    pytest.param(PyTorch(worker=Worker(replicas=2)), {}, True, (ExecutionKind.LOCAL, 3, 3), id="local-1+2-workers"),
-    pytest.param(PyTorch(worker=Worker(replicas=0)), {}, True, (ExecutionKind.LOCAL, 1, 1), id="local-master-only"),
-    pytest.param(
-        PyTorch(worker=Worker(replicas=1), nproc_per_node=2), {}, True, (ExecutionKind.LOCAL, 4, 4), id="local-2x2"
-    ),
-    pytest.param(
-        PyTorch(worker=Worker(replicas=3), nproc_per_node=2),
-        {"FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE": "4"},
-        True,
-        (ExecutionKind.LOCAL, 4, 8),
-        id="cap-reduces-nodes-first",
-    ),
-    pytest.param(
-        PyTorch(worker=Worker(replicas=1), nproc_per_node=4),
-        {"FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE": "3"},
-        True,
-        (ExecutionKind.LOCAL, 3, 8),
-        id="cap-below-nproc",
-    ),
-    pytest.param(
-        Elastic(nnodes="2:3", nproc_per_node=2), {}, True, (ExecutionKind.LOCAL, 4, 4), id="elastic-min-nodes"
-    ),
-    pytest.param(PyTorch(), {"FLYTE_PYTORCH_INPROCESS": "1"}, True, (ExecutionKind.IN_PROCESS, 1, 1), id="in-process"),
-    pytest.param(
-        PyTorch(),
-        {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "m"},
-        True,
-        (ExecutionKind.LOCAL, 2, 2),
-        id="local-ignores-operator-vars",
-    ),
-    pytest.param(
-        PyTorch(),
-        {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "m", "MASTER_PORT": "23456"},
-        False,
-        (ExecutionKind.CLUSTER_DIRECT, 2, 2),
-        id="pod-direct",
-    ),
-    pytest.param(
-        PyTorch(nproc_per_node=2),
-        {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "m", "PET_NNODES": "2", "PET_NODE_RANK": "1"},
-        False,
-        (ExecutionKind.CLUSTER_FANOUT, 4, 4),
-        id="pod-fanout",
-    ),
-    pytest.param(
-        Elastic(nnodes="1:4", nproc_per_node=1),
-        {"PET_RDZV_ENDPOINT": "job-worker-0:29400", "PET_NNODES": "1:4", "PET_MAX_RESTARTS": "2"},
-        False,
-        (ExecutionKind.CLUSTER_ELASTIC, 1, 1),
-        id="pod-elastic",
-    ),
-    pytest.param(PyTorch(), {}, False, (ExecutionKind.LOCAL, 2, 2), id="no-operator-vars-runs-locally"),
-]
-
-
-@pytest.mark.parametrize(("config", "environ", "local", "expected"), PLAN_CASES)
-def test_plan_launch(config, environ, local, expected) -> None:
-    plan = plan_launch(config, environ, local=local, cuda_devices=0, cpu_count=8)
-    assert (plan.kind, plan.world_size, plan.declared_world_size) == expected
-
-
-def test_plan_details_for_a_fanout_pod() -> None:
-    env = {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "m", "MASTER_PORT": "23456", "PET_NNODES": "2"}
-    plan = plan_launch(PyTorch(nproc_per_node=2), env, local=False, cpu_count=8)
-    assert (plan.rdzv_backend, plan.rdzv_endpoint, plan.rdzv_configs, plan.node_rank) == (
-        "static",
-        "m:23456",
-        {"rank": 1},
-        1,
-    )
-    assert plan.rank_env["PET_NODE_RANK"] == "1" and plan.rank_env["PET_NPROC_PER_NODE"] == "2"
-
-
-def test_local_threads_are_an_even_share_of_the_cores() -> None:
-    plan = plan_launch(PyTorch(worker=Worker(replicas=2)), {}, local=True, cpu_count=8)
-    assert plan.threads == 2
-
-
-@pytest.mark.parametrize(
-    ("value", "local", "cuda", "cpus", "expected"),
-    [
-        pytest.param(3, True, 0, 8, 3, id="int"),
-        pytest.param("auto", True, 0, 8, 1, id="auto-no-gpu"),
-        pytest.param("gpu", False, 4, 8, 4, id="gpu-4"),
-        pytest.param("cpu", True, 0, 8, 1, id="cpu-local-is-1"),
-        pytest.param("cpu", False, 0, 8, 8, id="cpu-pod-is-cpu-count"),
-    ],
-)
-def test_resolve_nproc(value, local, cuda, cpus, expected) -> None:
-    assert resolve_nproc(value, local=local, cuda_devices=cuda, cpu_count=cpus) == expected
-
-
-@pytest.mark.parametrize(
-    ("environ", "match"),
-    [
-        pytest.param({"FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE": "0"}, "FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE='0'", id="cap"),
-        pytest.param({"FLYTE_PYTORCH_LOCAL_THREADS": "x"}, "FLYTE_PYTORCH_LOCAL_THREADS='x'", id="threads"),
-    ],
-)
-def test_bad_environment_is_rejected_with_the_variable_named(environ, match) -> None:
-    with pytest.raises(ValueError, match=match):
-        plan_launch(PyTorch(), environ, local=True)
 
 
 def test_launcher_module_imports_without_torch() -> None:
