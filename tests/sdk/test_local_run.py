@@ -42,8 +42,12 @@ def _living_children() -> list[int]:
     return out
 
 
-def test_launcher_module_imports_without_torch() -> None:
-    code = "import sys; sys.modules['torch'] = None; import flytekitplugins_pytorch.launcher; print('ok')"
+LAUNCHER_MODULES = ("launcher", "_plan", "_processes", "_failure", "_control", "_context", "_rank")
+
+
+def test_launcher_modules_import_without_torch() -> None:
+    imports = "; ".join(f"import flytekitplugins_pytorch.{name}" for name in LAUNCHER_MODULES)
+    code = f"import sys; sys.modules['torch'] = None; {imports}; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     assert out.stdout.strip() == "ok"
 
