@@ -37,7 +37,7 @@ from typing import Any, Optional
 
 import cloudpickle
 
-from flytekitplugins_pytorch._context import snapshot_context
+from flytekitplugins_pytorch._context import ContextSnapshot, snapshot_context
 from flytekitplugins_pytorch._control import ControlDir, ControlRecord, RankSpec
 from flytekitplugins_pytorch._failure import RankFailedError
 from flytekitplugins_pytorch._plan import LOCAL_ADDR, ExecutionKind, LaunchPlan
@@ -89,10 +89,9 @@ def run_ranks(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) 
             first). ``KeyboardInterrupt`` (default SIGINT handler) or the end of the process (default SIGTERM) come
             first when those handlers are in place.
     """
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
     snapshot = snapshot_context()
     base_dir = snapshot.working_dir if snapshot.working_dir and os.path.isdir(snapshot.working_dir) else None
@@ -101,35 +100,9 @@ def run_ranks(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) 
     control.mkdir()
     if snapshot.working_dir is None or base_dir is None:
         snapshot = replace(snapshot, working_dir=str(run_dir))
-    spec = RankSpec(
-        fn_bytes=cloudpickle.dumps(fn),
-        kwargs_bytes=cloudpickle.dumps(kwargs),
-        control_dir=str(control),
-        context=snapshot,
-        threads=plan.threads,
-        collective_timeout_s=plan.collective_timeout_s,
-        env=dict(plan.rank_env),
-        nproc_per_node=plan.procs_per_node,
-        virtual_nodes=plan.virtual_nodes,
-        parent_pid=os.getpid(),
-        import_roots=_import_roots(fn),
-    )
+    spec = rank_spec(fn, kwargs, plan, control_dir=control, context=snapshot)
     local = plan.kind is ExecutionKind.LOCAL
-    launch_config = LaunchConfig(
-        min_nodes=plan.min_nodes,
-        max_nodes=plan.max_nodes,
-        nproc_per_node=plan.nproc_per_node,
-        run_id=_run_id(plan),
-        rdzv_backend=plan.rdzv_backend,
-        rdzv_endpoint=plan.rdzv_endpoint,
-        rdzv_configs=dict(plan.rdzv_configs),
-        max_restarts=plan.max_restarts,
-        monitor_interval=plan.monitor_interval,
-        start_method=plan.start_method,
-        local_addr=LOCAL_ADDR if local else None,
-        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "torchelastic")),
-        shutdown_timeout=LOCAL_SHUTDOWN_TIMEOUT_S if local else None,
-    )
+    launch_config = _agent_config(plan, log_dir=run_dir / "torchelastic")
     if plan.start_method == "forkserver":
         _preload_forkserver(fn)
     saved_handlers = _install_handlers()
@@ -160,6 +133,59 @@ def run_ranks(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) 
     # The ranks are stopped; now let the previous handler act as if the signal had arrived now.
     signal.raise_signal(interrupted)
     raise RankFailedError(f"the launch was stopped by {interrupted.name}; the ranks were stopped")
+
+
+def rank_spec(
+    fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan, *, control_dir: Path, context: ContextSnapshot
+) -> RankSpec:
+    """What every rank of the plan is handed (the same spec for all: a rank learns its number from ``RANK``).
+
+    Args:
+        fn: the user's function (cloudpickled into the spec).
+        kwargs: its inputs (cloudpickled).
+        plan: the launch plan.
+        control_dir: the launch's control directory.
+        context: the task process's Flyte context, with the working directory the ranks work under.
+
+    Returns:
+        RankSpec: the spec.
+    """
+    return RankSpec(
+        fn_bytes=cloudpickle.dumps(fn),
+        kwargs_bytes=cloudpickle.dumps(kwargs),
+        control_dir=str(control_dir),
+        context=context,
+        threads=plan.threads,
+        collective_timeout_s=plan.collective_timeout_s,
+        env=dict(plan.rank_env),
+        nproc_per_node=plan.procs_per_node,
+        virtual_nodes=plan.virtual_nodes,
+        parent_pid=os.getpid(),
+        import_roots=_import_roots(fn),
+    )
+
+
+def _agent_config(plan: LaunchPlan, *, log_dir: Path) -> Any:
+    """torch's ``LaunchConfig`` for the plan (locally: loopback only, and a short SIGTERM-to-SIGKILL grace)."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig
+
+    local = plan.kind is ExecutionKind.LOCAL
+    return LaunchConfig(
+        min_nodes=plan.min_nodes,
+        max_nodes=plan.max_nodes,
+        nproc_per_node=plan.nproc_per_node,
+        run_id=_run_id(plan),
+        rdzv_backend=plan.rdzv_backend,
+        rdzv_endpoint=plan.rdzv_endpoint,
+        rdzv_configs=dict(plan.rdzv_configs),
+        max_restarts=plan.max_restarts,
+        monitor_interval=plan.monitor_interval,
+        start_method=plan.start_method,
+        local_addr=LOCAL_ADDR if local else None,
+        logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)),
+        shutdown_timeout=LOCAL_SHUTDOWN_TIMEOUT_S if local else None,
+    )
 
 
 def _run_id(plan: LaunchPlan) -> str:
