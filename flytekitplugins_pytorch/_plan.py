@@ -42,7 +42,7 @@ LOCAL_MONITOR_INTERVAL_S = 0.5
 #: Where a local run's ranks meet: loopback only, never a routable address.
 LOCAL_ADDR = "127.0.0.1"
 #: The rendezvous backend of local and elastic runs: torch's c10d store, which needs no etcd. The same value the
-#: template's ``elasticConfig.rdzvBackend`` carries (``task.RDZV_BACKEND``, checked equal by the tests).
+#: template's ``elasticConfig.rdzvBackend`` carries (checked equal by ``tests/sdk/test_plan.py``).
 RDZV_BACKEND = "c10d"
 #: ``MASTER_PORT`` when a pod has ``MASTER_ADDR`` but no port (the operator's default port).
 OPERATOR_MASTER_PORT = "23456"
@@ -248,9 +248,9 @@ def _static_plan(config: TaskConfig, *, nnodes: int, node_rank: int, nproc: int,
     """One node of a fixed-size job: ``nproc`` ranks that meet the other nodes' at ``addr:port`` (static rendezvous).
 
     Global rank = ``node_rank * nproc + local rank``. With one process per node the function runs in this process
-    (``CLUSTER_DIRECT``: the operator already set its ``RANK``); with more, an agent starts them (``CLUSTER_FANOUT``).
-    Any target that names its node count, node rank and master address the way the ``PET_*`` variables do builds
-    its plan here.
+    (``CLUSTER_DIRECT``: the operator already set its ``RANK`` and ``WORLD_SIZE``); with more, an agent starts them
+    (``CLUSTER_FANOUT``). Any target that gives the node count, node rank and master address the way the ``PET_*``
+    variables do builds its plan here; one that sets only ``PET_*`` (no ``RANK``) must not take the direct path.
     """
     return LaunchPlan(
         kind=ExecutionKind.CLUSTER_DIRECT if nproc == 1 else ExecutionKind.CLUSTER_FANOUT,

@@ -40,10 +40,6 @@ __all__ = [
 INT32_MAX = 2**31 - 1  # the proto fields (replicas, backoff limit, deadlines) are int32
 START_METHODS = ("spawn", "fork", "forkserver")
 """Process start methods of `torch.multiprocessing` / torchrun, in the order of preference."""
-DEFAULT_START_METHOD = "forkserver"
-"""The default of ``PyTorch.start_method`` and ``Elastic.start_method``: as safe as ``"spawn"`` with CUDA and with
-threads in the launching process, but the server imports torch and flytekit once, so a rank starts in a fraction of a
-second instead of re-importing them."""
 NPROC_PER_NODE_WORDS = ("auto", "cpu", "gpu")
 """The non-numeric values torchrun accepts for ``--nproc-per-node``."""
 
@@ -349,6 +345,12 @@ def check_start_method(name: str, value: Any) -> str:
     if value not in START_METHODS:
         raise _fail(name, value, "not a start method", f"use one of {', '.join(map(repr, START_METHODS))}")
     return value
+
+
+DEFAULT_START_METHOD = "forkserver"
+"""The default of ``PyTorch.start_method`` and ``Elastic.start_method``: as safe as ``"spawn"`` with CUDA and with
+threads in the launching process, but the server imports torch and flytekit once, so a rank starts in a fraction of a
+second instead of re-importing them."""
 
 
 def check_timeout(name: str, value: Any) -> Optional[datetime.timedelta]:

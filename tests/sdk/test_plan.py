@@ -275,6 +275,6 @@ def test_the_plan_is_frozen() -> None:
 
 
 def test_the_local_rendezvous_backend_is_the_one_the_template_declares() -> None:
-    from flytekitplugins_pytorch.task import RDZV_BACKEND as TEMPLATE_RDZV_BACKEND
+    from flytekitplugins_pytorch.task import elastic_custom
 
-    assert RDZV_BACKEND == TEMPLATE_RDZV_BACKEND
+    assert RDZV_BACKEND == elastic_custom(Elastic(nnodes="1:2"))["elasticConfig"]["rdzvBackend"]
