@@ -41,7 +41,6 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from flytekitplugins_pytorch import _rank
 from flytekitplugins_pytorch._control import RankResult
 from flytekitplugins_pytorch._failure import (
     RankFailedError,
@@ -64,6 +63,7 @@ from flytekitplugins_pytorch._plan import (
     resolve_nproc,
 )
 from flytekitplugins_pytorch._processes import AgentResult, EnvPatch, free_port, run_ranks
+from flytekitplugins_pytorch._rank import COLLECTIVE_TIMEOUT_ENV, install_collective_timeout
 
 __all__ = [
     "run_distributed",
@@ -82,8 +82,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-COLLECTIVE_TIMEOUT_ENV = _rank.COLLECTIVE_TIMEOUT_ENV
 
 
 class DistributedTask(Protocol):
@@ -172,7 +170,7 @@ def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: Launch
     }
     env["PET_MASTER_PORT"] = env["MASTER_PORT"]
     with EnvPatch(env):
-        restore = _rank.install_collective_timeout(plan.collective_timeout_s)
+        restore = install_collective_timeout(plan.collective_timeout_s)
         try:
             return fn(**kwargs)
         finally:
@@ -183,7 +181,7 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
     """A pod with one rank: the function runs in the pod process, under the operator's ``RANK``."""
     from flytekit.core.base_task import IgnoreOutputs
 
-    restore = _rank.install_collective_timeout(plan.collective_timeout_s)
+    restore = install_collective_timeout(plan.collective_timeout_s)
     try:
         value = fn(**kwargs)
     finally:
