@@ -123,7 +123,7 @@ def run_distributed(task: DistributedTask, kwargs: dict[str, Any]) -> Any:
     if plan.kind is ExecutionKind.LOCAL and plan.world_size < plan.declared_world_size:
         logger.warning(
             "%s: running %d local ranks instead of the declared %d (%s=%s)",
-            getattr(task, "name", fn.__name__),
+            task.name,
             plan.world_size,
             plan.declared_world_size,
             MAX_LOCAL_WORLD_SIZE_ENV,
