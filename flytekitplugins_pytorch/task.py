@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 import flytekit
 from flyteidl.plugins.kubeflow import common_pb2, pytorch_pb2
@@ -337,7 +337,7 @@ def _flytekit_task_options() -> frozenset[str]:
 def pytorch_task(
     _task_function: Optional[Callable] = None,
     *,
-    workers_count: int = 1,
+    workers_count: int = Worker.replicas,
     per_replica_cpu_request: Optional[Union[str, int, float]] = None,
     per_replica_cpu_limit: Optional[Union[str, int, float]] = None,
     per_replica_memory_request: Optional[Union[str, int]] = None,
@@ -346,21 +346,21 @@ def pytorch_task(
     per_replica_gpu_limit: Optional[Union[str, int]] = None,
     per_replica_storage_request: Optional[Union[str, int]] = None,
     per_replica_storage_limit: Optional[Union[str, int]] = None,
-    nproc_per_node: Union[int, str] = 1,
+    nproc_per_node: Union[int, str] = PyTorch.nproc_per_node,
     queue: Optional[str] = None,
     priority_class: Optional[str] = None,
-    gang_scheduling: bool = False,
+    gang_scheduling: bool = RunPolicy.gang_scheduling,
     min_available: Optional[int] = None,
-    suspend: bool = False,
+    suspend: bool = RunPolicy.suspend,
     shm_size: Optional[str] = None,
     accelerator: Optional[Union[str, BaseAccelerator]] = None,
     gpu_resource: Optional[str] = None,
-    restart_policy: Union[RestartPolicy, str] = RestartPolicy.NEVER,
-    clean_pod_policy: Union[CleanPodPolicy, str] = CleanPodPolicy.RUNNING,
+    restart_policy: Union[RestartPolicy, str] = Worker.restart_policy,
+    clean_pod_policy: Union[CleanPodPolicy, str] = RunPolicy.clean_pod_policy,
     backoff_limit: Optional[int] = None,
     active_deadline_seconds: Optional[int] = None,
     ttl_seconds_after_finished: Optional[int] = None,
-    start_method: str = "forkserver",
+    start_method: str = PyTorch.start_method,
     collective_timeout: Optional[Any] = None,
     **task_options: Any,
 ) -> Union[PyTorchFunctionTask, Callable[[Callable], PyTorchFunctionTask]]:
@@ -458,13 +458,20 @@ def pytorch_task(
         task_options["accelerator"] = accelerator
         accelerator = None
 
+    # Master, Worker and RunPolicy accept a policy's string value and coerce it (with their own field names in the
+    # error); their fields are typed as the enum they hold after __post_init__.
     config = PyTorch(
-        master=Master(requests=requests_or_none, limits=limits_or_none, restart_policy=restart_policy),
+        master=Master(
+            requests=requests_or_none, limits=limits_or_none, restart_policy=cast(RestartPolicy, restart_policy)
+        ),
         worker=Worker(
-            replicas=workers_count, requests=requests_or_none, limits=limits_or_none, restart_policy=restart_policy
+            replicas=workers_count,
+            requests=requests_or_none,
+            limits=limits_or_none,
+            restart_policy=cast(RestartPolicy, restart_policy),
         ),
         run_policy=RunPolicy(
-            clean_pod_policy=clean_pod_policy,
+            clean_pod_policy=cast(CleanPodPolicy, clean_pod_policy),
             backoff_limit=backoff_limit,
             active_deadline_seconds=active_deadline_seconds,
             ttl_seconds_after_finished=ttl_seconds_after_finished,

@@ -1,4 +1,4 @@
-"""The launcher: launch planning (pure, fast) and real local multi-process runs of pytorch tasks (slow)."""
+"""The launcher end to end: in-process mode, real local multi-process runs, simulated pods (planning: test_plan.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from flytekit.core.context_manager import ExecutionParameters, ExecutionState, F
 from flytekit.exceptions.user import FlyteRecoverableException
 from flytekit.models.core.identifier import WorkflowExecutionIdentifier
 
-from flytekitplugins_pytorch import Elastic, PyTorch, Worker, launcher
-from flytekitplugins_pytorch.launcher import ExecutionKind, RankFailure, plan_launch, resolve_nproc
+from flytekitplugins_pytorch import PyTorch, _processes, launcher
+from flytekitplugins_pytorch.launcher import RankFailure
 from tests.faults.drills_local import descendants
 from tests.sdk import local_tasks
 
@@ -42,115 +42,12 @@ def _living_children() -> list[int]:
     return out
 
 
-# ---------------------------------------------------------------- planning (pure) -----------------------------------
-
-PLAN_CASES = [
-    pytest.param(PyTorch(worker=Worker(replicas=2)), {}, True, (ExecutionKind.LOCAL, 3, 3), id="local-1+2-workers"),
-    pytest.param(PyTorch(worker=Worker(replicas=0)), {}, True, (ExecutionKind.LOCAL, 1, 1), id="local-master-only"),
-    pytest.param(
-        PyTorch(worker=Worker(replicas=1), nproc_per_node=2), {}, True, (ExecutionKind.LOCAL, 4, 4), id="local-2x2"
-    ),
-    pytest.param(
-        PyTorch(worker=Worker(replicas=3), nproc_per_node=2),
-        {"FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE": "4"},
-        True,
-        (ExecutionKind.LOCAL, 4, 8),
-        id="cap-reduces-nodes-first",
-    ),
-    pytest.param(
-        PyTorch(worker=Worker(replicas=1), nproc_per_node=4),
-        {"FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE": "3"},
-        True,
-        (ExecutionKind.LOCAL, 3, 8),
-        id="cap-below-nproc",
-    ),
-    pytest.param(
-        Elastic(nnodes="2:3", nproc_per_node=2), {}, True, (ExecutionKind.LOCAL, 4, 4), id="elastic-min-nodes"
-    ),
-    pytest.param(PyTorch(), {"FLYTE_PYTORCH_INPROCESS": "1"}, True, (ExecutionKind.IN_PROCESS, 1, 1), id="in-process"),
-    pytest.param(
-        PyTorch(),
-        {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "m"},
-        True,
-        (ExecutionKind.LOCAL, 2, 2),
-        id="local-ignores-operator-vars",
-    ),
-    pytest.param(
-        PyTorch(),
-        {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "m", "MASTER_PORT": "23456"},
-        False,
-        (ExecutionKind.CLUSTER_DIRECT, 2, 2),
-        id="pod-direct",
-    ),
-    pytest.param(
-        PyTorch(nproc_per_node=2),
-        {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "m", "PET_NNODES": "2", "PET_NODE_RANK": "1"},
-        False,
-        (ExecutionKind.CLUSTER_FANOUT, 4, 4),
-        id="pod-fanout",
-    ),
-    pytest.param(
-        Elastic(nnodes="1:4", nproc_per_node=1),
-        {"PET_RDZV_ENDPOINT": "job-worker-0:29400", "PET_NNODES": "1:4", "PET_MAX_RESTARTS": "2"},
-        False,
-        (ExecutionKind.CLUSTER_ELASTIC, 1, 1),
-        id="pod-elastic",
-    ),
-    pytest.param(PyTorch(), {}, False, (ExecutionKind.LOCAL, 2, 2), id="no-operator-vars-runs-locally"),
-]
+LAUNCHER_MODULES = ("launcher", "_plan", "_processes", "_failure", "_control", "_context", "_rank")
 
 
-@pytest.mark.parametrize(("config", "environ", "local", "expected"), PLAN_CASES)
-def test_plan_launch(config, environ, local, expected) -> None:
-    plan = plan_launch(config, environ, local=local, cuda_devices=0, cpu_count=8)
-    assert (plan.kind, plan.world_size, plan.declared_world_size) == expected
-
-
-def test_plan_details_for_a_fanout_pod() -> None:
-    env = {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "m", "MASTER_PORT": "23456", "PET_NNODES": "2"}
-    plan = plan_launch(PyTorch(nproc_per_node=2), env, local=False, cpu_count=8)
-    assert (plan.rdzv_backend, plan.rdzv_endpoint, plan.rdzv_configs, plan.node_rank) == (
-        "static",
-        "m:23456",
-        {"rank": 1},
-        1,
-    )
-    assert plan.rank_env["PET_NODE_RANK"] == "1" and plan.rank_env["PET_NPROC_PER_NODE"] == "2"
-
-
-def test_local_threads_are_an_even_share_of_the_cores() -> None:
-    plan = plan_launch(PyTorch(worker=Worker(replicas=2)), {}, local=True, cpu_count=8)
-    assert plan.threads == 2
-
-
-@pytest.mark.parametrize(
-    ("value", "local", "cuda", "cpus", "expected"),
-    [
-        pytest.param(3, True, 0, 8, 3, id="int"),
-        pytest.param("auto", True, 0, 8, 1, id="auto-no-gpu"),
-        pytest.param("gpu", False, 4, 8, 4, id="gpu-4"),
-        pytest.param("cpu", True, 0, 8, 1, id="cpu-local-is-1"),
-        pytest.param("cpu", False, 0, 8, 8, id="cpu-pod-is-cpu-count"),
-    ],
-)
-def test_resolve_nproc(value, local, cuda, cpus, expected) -> None:
-    assert resolve_nproc(value, local=local, cuda_devices=cuda, cpu_count=cpus) == expected
-
-
-@pytest.mark.parametrize(
-    ("environ", "match"),
-    [
-        pytest.param({"FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE": "0"}, "FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE='0'", id="cap"),
-        pytest.param({"FLYTE_PYTORCH_LOCAL_THREADS": "x"}, "FLYTE_PYTORCH_LOCAL_THREADS='x'", id="threads"),
-    ],
-)
-def test_bad_environment_is_rejected_with_the_variable_named(environ, match) -> None:
-    with pytest.raises(ValueError, match=match):
-        plan_launch(PyTorch(), environ, local=True)
-
-
-def test_launcher_module_imports_without_torch() -> None:
-    code = "import sys; sys.modules['torch'] = None; import flytekitplugins_pytorch.launcher; print('ok')"
+def test_launcher_modules_import_without_torch() -> None:
+    imports = "; ".join(f"import flytekitplugins_pytorch.{name}" for name in LAUNCHER_MODULES)
+    code = f"import sys; sys.modules['torch'] = None; {imports}; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     assert out.stdout.strip() == "ok"
 
@@ -328,7 +225,7 @@ if __name__ == "__main__":
 @pytest.mark.slow
 def test_two_simulated_pods_run_their_ranks_and_only_rank_0_returns() -> None:
     """Two processes with the variables the operator sets, rendezvousing on loopback like master and worker pods."""
-    port = launcher._free_port()
+    port = _processes.free_port()
     procs = []
     for rank in (0, 1):
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), RANK=str(rank), WORLD_SIZE="2")
@@ -360,7 +257,7 @@ def test_import_roots_name_the_package_root_pyflyte_run_removed_from_sys_path(tm
     import importlib
     import sys
 
-    from flytekitplugins_pytorch.launcher import _import_roots
+    from flytekitplugins_pytorch._processes import _import_roots
 
     pkg = tmp_path / "roots_pkg"
     pkg.mkdir()

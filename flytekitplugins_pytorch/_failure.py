@@ -1,0 +1,301 @@
+"""Root-cause analysis of a failed launch: which rank to blame, and the exception the task raises. Pure.
+
+:func:`find_root_cause` takes :class:`RankOutcomes` (plain data: what the ranks reported through the control
+directory plus the exit codes torch's agent recorded) and returns a :class:`RootCause`; :func:`to_exception` turns
+that into the exception the task raises. Neither starts a process, so every case is a table row in
+``tests/sdk/test_failure.py``.
+
+The rules, in order:
+
+1. the **earliest** rank whose exception is its own (not a lost-peer or timeout error) is the root cause;
+2. else a rank that died without reporting an exception (a signal, ``os._exit``, a segfault: its peers then fail
+   with connection errors), the lowest such rank;
+3. else the earliest lost-peer / timeout error;
+4. else nobody can be named, and the agent's own error is reported.
+
+The message names the rank, ``rank 2 (of 3) failed: ValueError: boom``, then the other ranks (failed afterwards,
+still running, never started), then the root cause's traceback. The exception keeps the rank's original type when it
+can be rebuilt here (it also derives from :class:`RankFailure`); ``FlyteRecoverableException`` stays recoverable so
+Flyte retries the task.
+
+Whether an exception is collateral (a consequence of a lost peer) is decided in the rank, where its type is known
+(:func:`is_collateral`), and travels in the report. Neither torch nor flytekit is imported at module level.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional, cast
+
+from flytekitplugins_pytorch._control import RankError
+
+# Error text from torch.distributed / gloo / NCCL that a rank raises *because another rank failed*. Such errors are
+# collateral: the root cause is the peer that died or raised first.
+_COLLATERAL_PATTERNS = re.compile(
+    r"connection closed by peer|connection reset|broken pipe|timed out|timeout|nccl|gloo|"
+    r"socket|Connection refused|ProcessGroup|store",
+    re.IGNORECASE,
+)
+
+
+def is_collateral(exc: BaseException) -> bool:
+    """Whether ``exc`` looks like a consequence of another rank's failure (lost peer, timeout in a collective).
+
+    Args:
+        exc: the exception a rank raised.
+
+    Returns:
+        bool: True for torch's ``DistError`` family, and for runtime, connection and timeout errors whose text
+        names a lost connection, a timeout or a process-group internal.
+    """
+    try:
+        import torch.distributed as dist
+
+        if isinstance(exc, getattr(dist, "DistError", ())):
+            return True
+    except ImportError:  # pragma: no cover - torch is always there in a rank process
+        pass
+    return isinstance(exc, (RuntimeError, ConnectionError, TimeoutError)) and bool(
+        _COLLATERAL_PATTERNS.search(str(exc))
+    )
+
+
+class RankFailure:
+    """Mixin carried by every exception ``run_distributed`` raises for a failed rank.
+
+    Attributes:
+        rank: global rank whose failure is the root cause (-1 when none could be named).
+        world_size: global ranks in the run.
+    """
+
+    rank: int = -1
+    world_size: int = 0
+
+    def __str__(self) -> str:
+        args: tuple[object, ...] = getattr(self, "args", ())
+        if len(args) == 1 and isinstance(args[0], str):
+            return args[0]
+        return super().__str__()
+
+
+class RankFailedError(RankFailure, RuntimeError):
+    """A rank of a distributed task failed; the message names the rank and carries its traceback.
+
+    When the failing rank's exception can be rebuilt in the task process, the task raises an exception of the
+    original type that also derives from :class:`RankFailure`; this class is the fallback (and is used for ranks
+    killed by a signal).
+    """
+
+
+@dataclass(frozen=True)
+class RankOutcomes:
+    """What is known about the ranks of one launch after it ended.
+
+    Attributes:
+        world_size: global ranks in the run.
+        ranks: the global ranks this launch ran (every rank locally; this node's block in a pod).
+        errors: the exceptions the ranks reported, earliest first.
+        started: ranks whose entrypoint began.
+        done: ranks whose function returned.
+        exit_codes: global rank -> exit code of each rank the agent saw fail (negative: killed by that signal).
+        agent_error: the agent's own description of the failure, for when no rank can be named.
+        elapsed_s: seconds from the launch to its end.
+    """
+
+    world_size: int
+    ranks: range
+    errors: tuple[RankError, ...] = ()
+    started: frozenset[int] = frozenset()
+    done: frozenset[int] = frozenset()
+    exit_codes: Mapping[int, Optional[int]] = field(default_factory=dict)
+    agent_error: str = ""
+    elapsed_s: float = 0.0
+
+
+class CauseKind(Enum):
+    """How the root-cause rank failed (the rule of the module docstring that picked it)."""
+
+    RAISED = "raised"
+    DIED = "died"
+    COLLATERAL = "collateral"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """The rank to blame and what to say about it.
+
+    Attributes:
+        kind: which rule picked it.
+        rank: its global rank, or ``None`` for ``UNKNOWN``.
+        world_size: global ranks in the run.
+        headline: the first line, e.g. ``rank 2 (of 3) failed: ValueError: boom``.
+        details: lines about the other ranks (failed afterwards, still running, never started).
+        error: the rank's report when it raised (``RAISED``, ``COLLATERAL``).
+    """
+
+    kind: CauseKind
+    rank: Optional[int]
+    world_size: int
+    headline: str
+    details: tuple[str, ...] = ()
+    error: Optional[RankError] = None
+
+    @property
+    def message(self) -> str:
+        """The exception's text: headline, details, then the rank's traceback when it raised."""
+        text = "\n".join((self.headline, *self.details))
+        if self.error is not None:
+            text += f"\n--- traceback of rank {self.error.rank} ---\n{self.error.traceback_text.rstrip()}"
+        return text
+
+
+def _exit_text(exitcode: Optional[int]) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name} (exit code {exitcode})"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with code {exitcode} without raising an exception"
+
+
+#: Appended when a rank died before its entrypoint began: almost always the script's main module re-imported.
+NEVER_RAN_HINT = (
+    " before it ran the task (see its stderr above; with start_method 'forkserver' (the default) or "
+    "'spawn' the script's main module is imported again, so a script must run its workflow under "
+    "`if __name__ == '__main__':`)"
+)
+
+
+def _others(root: int, outcomes: RankOutcomes) -> tuple[str, ...]:
+    """Lines about the other ranks: who failed as a consequence, who was still running, who never started."""
+    reported = {err.rank for err in outcomes.errors}
+    failed = [f"{err.rank} ({err.type_name.rsplit('.', 1)[-1]})" for err in outcomes.errors if err.rank != root]
+    running = [rank for rank in outcomes.ranks if rank != root and rank not in outcomes.done and rank not in reported]
+    lines = []
+    if failed:
+        lines.append(f"ranks that failed afterwards: {', '.join(failed)}")
+    stuck = [rank for rank in running if rank in outcomes.started]
+    never = [rank for rank in running if rank not in outcomes.started]
+    if stuck:
+        lines.append(
+            f"ranks still running when the job was stopped (they had not reached or finished the collective): {stuck}"
+        )
+    if never:
+        lines.append(f"ranks that never started: {never}")
+    return tuple(lines)
+
+
+def _from_report(kind: CauseKind, err: RankError, outcomes: RankOutcomes) -> RootCause:
+    short = err.type_name.rsplit(".", 1)[-1]
+    return RootCause(
+        kind=kind,
+        rank=err.rank,
+        world_size=outcomes.world_size,
+        headline=f"rank {err.rank} (of {outcomes.world_size}) failed: {short}: {err.message}",
+        details=_others(err.rank, outcomes),
+        error=err,
+    )
+
+
+def find_root_cause(outcomes: RankOutcomes) -> RootCause:
+    """Pick the rank to blame for a failed launch (rules in the module docstring).
+
+    Args:
+        outcomes: what the ranks reported and how they ended.
+
+    Returns:
+        RootCause: the rank, the rule that picked it, and the text for the task's exception.
+    """
+    own = [err for err in outcomes.errors if not err.collateral]
+    if own:
+        return _from_report(CauseKind.RAISED, own[0], outcomes)
+    reported = {err.rank for err in outcomes.errors}
+    silent = sorted(rank for rank in outcomes.exit_codes if rank not in reported)
+    if silent:
+        rank = silent[0]
+        headline = f"rank {rank} (of {outcomes.world_size}) {_exit_text(outcomes.exit_codes[rank])}"
+        if rank not in outcomes.started:
+            headline += NEVER_RAN_HINT
+        return RootCause(CauseKind.DIED, rank, outcomes.world_size, headline, _others(rank, outcomes))
+    if outcomes.errors:
+        return _from_report(CauseKind.COLLATERAL, outcomes.errors[0], outcomes)
+    headline = f"the ranks failed after {outcomes.elapsed_s:.1f}s without reporting an error: {outcomes.agent_error}"
+    return RootCause(CauseKind.UNKNOWN, None, outcomes.world_size, headline)
+
+
+def to_exception(cause: RootCause) -> BaseException:
+    """The exception the task raises for ``cause``.
+
+    Args:
+        cause: the root cause.
+
+    Returns:
+        BaseException: for a rank that raised, an exception of its original type that also is a
+        :class:`RankFailure` when the type can be rebuilt here (a ``FlyteRecoverableException`` that cannot is
+        rebuilt as a recoverable :class:`RankFailure`); otherwise a :class:`RankFailedError`. ``rank`` and
+        ``world_size`` are set whenever a rank is named.
+    """
+    exc: BaseException
+    if cause.error is None:
+        exc = RankFailedError(cause.message)
+    else:
+        rebuilt = _load(cause.error.exc_bytes)
+        exc = (_rebrand(rebuilt, cause.message, cause.error) if rebuilt is not None else None) or _wrapper(
+            cause.message, cause.error
+        )
+    if cause.rank is not None:
+        exc.rank, exc.world_size = cause.rank, cause.world_size  # type: ignore[attr-defined]
+    return exc
+
+
+def _load(exc_bytes: Optional[bytes]) -> Optional[BaseException]:
+    if exc_bytes is None:
+        return None
+    try:
+        loaded = pickle.loads(exc_bytes)
+    except Exception:  # noqa: BLE001 - the type cannot be rebuilt here: fall back to a wrapper
+        return None
+    return loaded if isinstance(loaded, BaseException) else None
+
+
+#: Exception type -> its RankFailure subclass, made once per type.
+_REBRANDED: dict[type[BaseException], type[BaseException]] = {}
+
+
+def _rebrand(original: BaseException, message: str, err: RankError) -> Optional[BaseException]:
+    """An exception of ``type(original)`` that also is a :class:`RankFailure`, with ``message`` as its text."""
+    cls = type(original)
+    try:
+        sub = _REBRANDED.get(cls)
+        if sub is None:
+            namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            sub = cast("type[BaseException]", type(cls.__name__, (RankFailure, cls), namespace))
+            _REBRANDED[cls] = sub
+        exc = sub.__new__(sub, message)
+        exc.__dict__.update(getattr(original, "__dict__", {}))
+        exc.args = (message,)
+        if hasattr(original, "_timestamp"):
+            exc._timestamp = err.timestamp  # type: ignore[attr-defined]
+        return exc
+    except Exception:  # noqa: BLE001 - e.g. a final or layout-incompatible type: use the wrapper
+        return None
+
+
+def _wrapper(message: str, err: RankError) -> BaseException:
+    if err.recoverable:
+        from flytekit.exceptions.user import FlyteRecoverableException
+
+        cls = _REBRANDED.get(FlyteRecoverableException)
+        if cls is None:
+            bases = (RankFailure, FlyteRecoverableException)
+            cls = type("RecoverableRankFailedError", bases, {"__module__": __name__})
+            _REBRANDED[FlyteRecoverableException] = cls
+        recoverable = cast("type[FlyteRecoverableException]", cls)
+        return recoverable(message, timestamp=err.timestamp)
+    return RankFailedError(message)
