@@ -28,6 +28,7 @@ from enum import Enum
 from typing import Optional, Union
 
 from flytekitplugins_pytorch.config import Elastic, PyTorch
+from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND
 
 #: A task's configuration: what ``plan_launch`` is typed on.
 TaskConfig = Union[PyTorch, Elastic]
@@ -41,9 +42,9 @@ LOCAL_THREADS_ENV = "FLYTE_PYTORCH_LOCAL_THREADS"
 LOCAL_MONITOR_INTERVAL_S = 0.5
 #: Where a local run's ranks meet: loopback only, never a routable address.
 LOCAL_ADDR = "127.0.0.1"
-#: The rendezvous backend of local and elastic runs: torch's c10d store, which needs no etcd. The same value the
-#: template's ``elasticConfig.rdzvBackend`` carries (checked equal by ``tests/sdk/test_plan.py``).
-RDZV_BACKEND = "c10d"
+#: The rendezvous backend of local and elastic runs: torch's c10d store, which needs no etcd; the very value the
+#: template's ``elasticConfig.rdzvBackend`` carries.
+RDZV_BACKEND = DEFAULT_RDZV_BACKEND
 #: ``MASTER_PORT`` when a pod has ``MASTER_ADDR`` but no port (the operator's default port).
 OPERATOR_MASTER_PORT = "23456"
 #: Rendezvous port when an elastic task runs in a pod without ``PET_RDZV_ENDPOINT`` (torchrun's default port).
