@@ -34,11 +34,29 @@ from pytorch_contract.k8s_names import (
 from pytorch_contract.quantity import is_quantity
 from pytorch_contract.template_keys import CLEAN_POD_POLICIES, DEFAULT_RDZV_BACKEND, RDZV_BACKENDS
 
-__all__ = ["AcceleratorPlacement", "BackendConfig", "ConfigError", "load_config", "DEFAULT_ACCELERATOR_LABEL"]
+__all__ = [
+    "AcceleratorPlacement",
+    "BackendConfig",
+    "ConfigError",
+    "load_config",
+    "DEFAULT_ACCELERATOR_LABEL",
+    "TARGETS",
+    "TRAINJOB_RUNTIME_KINDS",
+    "TRAINJOB_MANAGED_BY",
+]
 # ConfigError is defined with the other errors in `backend_plugin.errors` and re-exported here, where it is raised.
 
 DEFAULT_ACCELERATOR_LABEL = "nvidia.com/gpu.product"
 """Node label that NVIDIA GPU feature discovery (part of the GPU operator) puts on every GPU node."""
+
+TARGETS = ("pytorchjob", "trainjob", "auto")
+"""`BackendConfig.target` values: the job kind the connector creates (`auto` asks the API server once)."""
+
+TRAINJOB_RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+"""`spec.runtimeRef.kind` values a TrainJob accepts (Kubeflow Trainer v2.3)."""
+
+TRAINJOB_MANAGED_BY = ("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue")
+"""`spec.managedBy` values the TrainJob CRD allows."""
 
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 _TOLERATION_OPERATORS = ("Exists", "Equal")
@@ -238,6 +256,35 @@ class BackendConfig:
         karpenter.sh/capacity-type: spot               # Karpenter
         kubernetes.azure.com/scalesetpriority: spot    # AKS"""
 
+    # --- the target: which Kubeflow job kind a task becomes ---
+
+    target: str = "pytorchjob"
+    """Which job the connector creates for a `pytorch` task: `pytorchjob` (Kubeflow training operator v1,
+    `kubeflow.org/v1` PyTorchJob), `trainjob` (Kubeflow Trainer v2, `trainer.kubeflow.org/v1alpha1` TrainJob) or
+    `auto` (ask the API server once which of the two CRDs it serves, PyTorchJob first; the choice is logged).
+    `pytorchjob` by default: it expresses everything a task can ask for and is what existing clusters run; a
+    cluster with current Kubeflow (Trainer v2 only) sets `trainjob`. The same template runs on either
+    (docs/trainer-v2.md lists what a TrainJob cannot express). Env: `PYTORCHJOB_TARGET`."""
+
+    trainjob_runtime_name: str = "torch-distributed"
+    """`spec.runtimeRef.name` of TrainJobs: the training runtime every node is rendered from. `torch-distributed`
+    is the ClusterTrainingRuntime that every Trainer v2 install ships for PyTorch."""
+
+    trainjob_runtime_kind: str = "ClusterTrainingRuntime"
+    """`spec.runtimeRef.kind`: `ClusterTrainingRuntime` (cluster-wide, what the default install provides) or
+    `TrainingRuntime` (one in the job's namespace)."""
+
+    trainjob_managed_by: Optional[str] = None
+    """`spec.managedBy` of TrainJobs; None leaves the CRD default (`trainer.kubeflow.org/trainjob-controller`).
+    Set `kueue.x-k8s.io/multikueue` to dispatch TrainJobs to worker clusters with MultiKueue."""
+
+    trainjob_pickup_timeout_s: float = 300.0
+    """A TrainJob with no condition and no `jobsStatus` this long after creation is failed (permanently: it can
+    never run). The Trainer controller writes `jobsStatus` within seconds of creating the JobSet; when the runtime
+    is missing or the JobSet cannot be built it only records an Event, so without this the job would wait until
+    Flyte's timeout. Five minutes tolerates a controller restart, as `operator_pickup_timeout_s` does for
+    PyTorchJobs."""
+
     # --- connector settings (owned by connector helper) ---
 
     api_timeout_s: float = 10.0
@@ -354,7 +401,29 @@ class BackendConfig:
         self.interruptible_node_selector = selector
         if self.service_account is not None and not DNS1123_SUBDOMAIN.match(str(self.service_account)):
             raise ConfigError(f"service_account={self.service_account!r} is not a DNS-1123 subdomain")
+        self._check_target_settings()
         self._check_connector_settings()
+
+    def _check_target_settings(self) -> None:
+        """The target section: a known target, a runtime reference the TrainJob CRD accepts."""
+        if self.target not in TARGETS:
+            raise ConfigError(f"target={self.target!r} is not one of {list(TARGETS)}")
+        if not isinstance(self.trainjob_runtime_name, str) or not DNS1123_SUBDOMAIN.match(self.trainjob_runtime_name):
+            raise ConfigError(
+                f"trainjob_runtime_name={self.trainjob_runtime_name!r} is not a DNS-1123 subdomain "
+                "(the name of a ClusterTrainingRuntime or TrainingRuntime, e.g. 'torch-distributed')"
+            )
+        if self.trainjob_runtime_kind not in TRAINJOB_RUNTIME_KINDS:
+            raise ConfigError(
+                f"trainjob_runtime_kind={self.trainjob_runtime_kind!r} is not one of {list(TRAINJOB_RUNTIME_KINDS)}"
+            )
+        if self.trainjob_managed_by is not None and self.trainjob_managed_by not in TRAINJOB_MANAGED_BY:
+            raise ConfigError(
+                f"trainjob_managed_by={self.trainjob_managed_by!r} is not one of {list(TRAINJOB_MANAGED_BY)} or null"
+            )
+        value = self.trainjob_pickup_timeout_s
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"trainjob_pickup_timeout_s={value!r} must be a non-negative number of seconds")
 
     def _check_connector_settings(self) -> None:
         """The connector section: positive timeouts and backoffs, non-negative budgets, well-formed log links."""
@@ -507,7 +576,8 @@ class BackendConfig:
                 raise ConfigError(f"{key} cannot be set from the environment; put {f.name} in the {prefix}CONFIG file")
             raw = env[key]
             value = yaml.safe_load(raw) if raw.strip() else None
-            if f.name in ("namespace", "job_name_prefix", "gpu_resource_name", "shm_size") and value is not None:
+            verbatim = ("namespace", "job_name_prefix", "gpu_resource_name", "shm_size", "target", "trainjob_runtime_name")
+            if f.name in verbatim and value is not None:
                 value = raw  # keep strings such as "010" or "1e3" verbatim
             data[f.name] = value
         return cls.from_dict(data)
