@@ -20,6 +20,7 @@ Failure handling:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -37,10 +38,10 @@ from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import Conflict, KubeApiError, NotFound, Unavailable, classify
 from backend_plugin.execution import ExecutionMetadata, execution_metadata, identity_of
-from backend_plugin.logs import log_links
-from backend_plugin.pytorchjob import GROUP, PLURAL, VERSION, to_pytorchjob
+from backend_plugin.pytorchjob import GROUP, PLURAL
+from backend_plugin.trainjob import warnings as trainjob_warnings
 from backend_plugin.retry import Backoff, retry
-from backend_plugin.status import job_status, needs_pods
+from backend_plugin.targets import AUTO_ORDER, Target, target_for_config, target_for_kind
 from backend_plugin.template import read_template, template_to_dict
 from pytorch_contract.template_keys import TASK_TYPE
 
@@ -106,11 +107,24 @@ class PyTorchJobMetadata(ResourceMeta):
         namespace: the job's namespace.
         name: the job's name.
         uid: `metadata.uid` of the job we created or adopted ("" if unknown).
+        kind: the job's kind (`PyTorchJob` or `TrainJob`); metadata stored before TrainJobs existed has none.
     """
 
     namespace: str
     name: str
     uid: str = ""
+    kind: str = "PyTorchJob"
+
+    def encode(self) -> bytes:
+        """JSON of the fields; `kind` only when it is not PyTorchJob, so PyTorchJob metadata reads as before.
+
+        Returns:
+            The encoded metadata.
+        """
+        fields = dataclasses.asdict(self)
+        if self.kind == "PyTorchJob":
+            del fields["kind"]
+        return json.dumps(fields).encode("utf-8")
 
 
 def spec_differences(desired: Any, stored: Any, path: str = "spec") -> list[str]:
@@ -177,6 +191,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
         self._sleep = sleep or time.sleep
         self._client: Optional[tuple[ApiClientFactory, Any]] = None
         self._lock = threading.Lock()
+        self._auto_target: Optional[Target] = None
 
     # ------------------------------------------------------------------ lazy dependencies
     @property
@@ -246,24 +261,28 @@ class PyTorchJobConnector(AsyncConnectorBase):
     def _timeout(self) -> float:
         return float(self.config.api_timeout_s)
 
-    def _read_job(self, namespace: str, name: str, verb: str = "get") -> dict:
+    def _read_job(self, namespace: str, name: str, verb: str = "get", target: Optional[Target] = None) -> dict:
         custom, _ = self._apis()
+        t = target or target_for_kind("PyTorchJob")
         return self._call(
             lambda: custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self._timeout()
+                t.group, t.version, namespace, t.plural, name, _request_timeout=self._timeout()
             ),
             verb,
             namespace,
             name,
             "get",
+            resource=t.plural,
+            group=t.group,
         )
 
-    def _list_pods(self, namespace: str, name: str) -> list[dict]:
+    def _list_pods(self, namespace: str, name: str, target: Optional[Target] = None) -> list[dict]:
         _, core = self._apis()
+        selector = target.pod_selector(name) if target is not None else f"{JOB_NAME_LABEL}={name}"
         response = self._call(
             lambda: core.list_namespaced_pod(
                 namespace,
-                label_selector=f"{JOB_NAME_LABEL}={name}",
+                label_selector=selector,
                 _request_timeout=self._timeout(),
                 _preload_content=False,
             ),
@@ -275,6 +294,62 @@ class PyTorchJobConnector(AsyncConnectorBase):
             group="",
         )
         return list(json.loads(response.data).get("items") or [])
+
+    # ------------------------------------------------------------------ target
+    def target(self) -> Target:
+        """The job kind this connector creates: `BackendConfig.target`, or for `auto` the first kind whose CRD the
+        API server serves (asked once per connector, and logged).
+
+        Returns:
+            The target.
+
+        Raises:
+            KubeApiError: the API server could not be asked (after retries); the next create asks again.
+            NotFound: `auto` and the API server serves neither CRD.
+        """
+        chosen = target_for_config(self.config.target)
+        if chosen is not None:
+            return chosen
+        if self._auto_target is None:
+            self._auto_target = self._discover_target()
+        return self._auto_target
+
+    def _discover_target(self) -> Target:
+        """Ask the API server which CRD it serves (`GET /apis/<group>/<version>`), PyTorchJob first."""
+        self._apis()
+        assert self._client is not None
+        api_client = self._client[1]
+        for t in AUTO_ORDER:
+            try:
+                resources = self._call(
+                    lambda t=t: api_client.call_api(
+                        f"/apis/{t.group}/{t.version}",
+                        "GET",
+                        response_type="object",
+                        auth_settings=["BearerToken"],
+                        _return_http_data_only=True,
+                        _request_timeout=self._timeout(),
+                    ),
+                    "discover",
+                    "",
+                    t.api_version,
+                    "get",
+                    resource=t.plural,
+                    group=t.group,
+                )
+            except NotFound:
+                continue
+            names = {r.get("name") for r in (resources or {}).get("resources") or [] if isinstance(r, dict)}
+            if t.plural in names:
+                logger.info("target auto: the API server serves %s.%s; creating %ss", t.plural, t.group, t.kind)
+                return t
+        raise NotFound(
+            "discover",
+            "",
+            "target",
+            "target: auto, but the API server serves neither pytorchjobs.kubeflow.org (Kubeflow training operator) "
+            "nor trainjobs.trainer.kubeflow.org (Kubeflow Trainer v2); install one, or set target explicitly",
+        )
 
     # ------------------------------------------------------------------ create
     def execution_metadata(
@@ -325,7 +400,11 @@ class PyTorchJobConnector(AsyncConnectorBase):
         template = template_to_dict(task_template)
         spec = read_template(template)
         meta = self.execution_metadata(template, output_prefix, task_execution_metadata)
-        job = to_pytorchjob(spec, meta, self.config)
+        target = self.target()
+        job = target.write(spec, meta, self.config)
+        if target.kind == "TrainJob":
+            for warning in trainjob_warnings(spec, self.config):
+                logger.warning("TrainJob %s/%s: %s", job["metadata"]["namespace"], job["metadata"]["name"], warning)
         _write_inputs(inputs, meta.input_path)
         return self.create_job(job)
 
@@ -344,17 +423,20 @@ class PyTorchJobConnector(AsyncConnectorBase):
         """
         custom, _ = self._apis()
         namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        target = target_for_kind(str(job.get("kind", "PyTorchJob")))
 
         def attempt() -> PyTorchJobMetadata:
             try:
                 created = self._call(
                     lambda: custom.create_namespaced_custom_object(
-                        GROUP, VERSION, namespace, PLURAL, job, _request_timeout=self._timeout()
+                        target.group, target.version, namespace, target.plural, job, _request_timeout=self._timeout()
                     ),
                     "create",
                     namespace,
                     name,
                     "create",
+                    resource=target.plural,
+                    group=target.group,
                     retry_transient=False,
                 )
             except Conflict:
@@ -366,8 +448,8 @@ class PyTorchJobConnector(AsyncConnectorBase):
                 except (NotFound, Unavailable):
                     pass  # not there (or unknown): a repeated POST is safe, the name is deterministic (409)
                 raise e
-            logger.info("created PyTorchJob %s/%s", namespace, name)
-            return PyTorchJobMetadata(namespace, name, str(created["metadata"].get("uid", "")))
+            logger.info("created %s %s/%s", target.kind, namespace, name)
+            return PyTorchJobMetadata(namespace, name, str(created["metadata"].get("uid", "")), target.kind)
 
         def gave_up(error: Exception, attempts: int, elapsed: float) -> Exception:
             assert isinstance(error, Unavailable)
@@ -385,7 +467,8 @@ class PyTorchJobConnector(AsyncConnectorBase):
 
     def _adopt(self, job: dict, namespace: str, name: str) -> PyTorchJobMetadata:
         """Take over an existing job of this name when it is the one we would create; else raise Conflict."""
-        stored = self._read_job(namespace, name, verb="create")
+        target = target_for_kind(str(job.get("kind", "PyTorchJob")))
+        stored = self._read_job(namespace, name, verb="create", target=target)
         if (stored.get("metadata") or {}).get("deletionTimestamp"):
             raise Conflict(
                 "create", namespace, name, "a job with this name exists and is being deleted; retry once it is gone"
@@ -397,11 +480,11 @@ class PyTorchJobConnector(AsyncConnectorBase):
                 "create",
                 namespace,
                 name,
-                f"a different PyTorchJob with this name already exists (differs in {shown}); delete it with "
-                f"`kubectl delete pytorchjob -n {namespace} {name}` or rerun under a new execution",
+                f"a different {target.kind} with this name already exists (differs in {shown}); delete it with "
+                f"`kubectl delete {target.kind.lower()} -n {namespace} {name}` or rerun under a new execution",
             )
-        logger.info("adopted existing PyTorchJob %s/%s with the same spec", namespace, name)
-        return PyTorchJobMetadata(namespace, name, str(stored["metadata"].get("uid", "")))
+        logger.info("adopted existing %s %s/%s with the same spec", target.kind, namespace, name)
+        return PyTorchJobMetadata(namespace, name, str(stored["metadata"].get("uid", "")), target.kind)
 
     # ------------------------------------------------------------------ get
     def get(self, resource_meta: PyTorchJobMetadata, **kwargs: Any) -> Resource:
@@ -419,12 +502,14 @@ class PyTorchJobConnector(AsyncConnectorBase):
             KubeApiError: the job could not be read (after retries); Flyte polls again.
         """
         ns, name = resource_meta.namespace, resource_meta.name
+        target = target_for_kind(getattr(resource_meta, "kind", "") or "PyTorchJob")
+        kind = target.kind
         try:
-            job = self._read_job(ns, name)
+            job = self._read_job(ns, name, target=target)
         except NotFound:
             return Resource(
                 phase=TaskExecution.FAILED,
-                message=f"PyTorchJob {ns}/{name} no longer exists: it was deleted outside Flyte (for example with "
+                message=f"{kind} {ns}/{name} no longer exists: it was deleted outside Flyte (for example with "
                 "kubectl, by ttlSecondsAfterFinished, or with its namespace) before it finished",
                 custom_info={"namespace": ns, "name": name, "uid": resource_meta.uid, "deleted": True},
             )
@@ -432,25 +517,27 @@ class PyTorchJobConnector(AsyncConnectorBase):
         if resource_meta.uid and uid and uid != resource_meta.uid:
             return Resource(
                 phase=TaskExecution.FAILED,
-                message=f"PyTorchJob {ns}/{name} was deleted outside Flyte and a different job of the same name "
+                message=f"{kind} {ns}/{name} was deleted outside Flyte and a different job of the same name "
                 f"now exists (uid {uid}, ours was {resource_meta.uid})",
                 custom_info={"namespace": ns, "name": name, "uid": resource_meta.uid, "replaced_by": uid},
             )
         pods: Optional[list[dict]] = None
         note = ""
-        if needs_pods(job):
+        # A TrainJob's pod names are the JobSet's (random suffix): its log links need the pods.
+        wants_links = target.kind == "TrainJob" and bool(self.config.log_links)
+        if target.needs_pods(job) or wants_links:
             try:
-                pods = self._list_pods(ns, name)
+                pods = self._list_pods(ns, name, target)
             except KubeApiError as e:
                 # The job's own conditions still decide the phase; only the explanation is poorer.
                 logger.warning("%s", e)
                 note = f" (replica details unavailable: {e.reason})"
-        status = job_status(job, pods, self.config, self._clock())
+        status = target.status(job, pods, self.config, self._clock())
         return Resource(
             phase=status.phase,
             message=status.message + note,
-            log_links=log_links(job, pods, self.config, self._clock()),
-            custom_info=_custom_info(job),
+            log_links=target.links(job, pods, self.config, self._clock()),
+            custom_info=_custom_info(job, target.status_keys),
         )
 
     # ------------------------------------------------------------------ delete
@@ -468,13 +555,14 @@ class PyTorchJobConnector(AsyncConnectorBase):
 
         custom, _ = self._apis()
         ns, name = resource_meta.namespace, resource_meta.name
+        target = target_for_kind(getattr(resource_meta, "kind", "") or "PyTorchJob")
         try:
             self._call(
                 lambda: custom.delete_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
+                    target.group,
+                    target.version,
                     ns,
-                    PLURAL,
+                    target.plural,
                     name,
                     body=client.V1DeleteOptions(propagation_policy="Foreground"),
                     _request_timeout=self._timeout(),
@@ -483,9 +571,11 @@ class PyTorchJobConnector(AsyncConnectorBase):
                 ns,
                 name,
                 "delete",
+                resource=target.plural,
+                group=target.group,
             )
         except NotFound:
-            logger.info("PyTorchJob %s/%s already deleted", ns, name)
+            logger.info("%s %s/%s already deleted", target.kind, ns, name)
 
 
 def _is_api_failure(e: BaseException) -> bool:
@@ -508,13 +598,18 @@ def _write_inputs(inputs: Optional[LiteralMap], path: str) -> None:
     ctx.file_access.put_data(local, path)
 
 
-def _custom_info(job: dict) -> dict[str, Any]:
+def _custom_info(
+    job: dict,
+    keys: tuple[str, ...] = ("conditions", "replicaStatuses", "startTime", "completionTime", "lastReconcileTime"),
+) -> dict[str, Any]:
     """The job's identity and status as a JSON-able dict (shown in Flyte's task details)."""
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
     info: dict[str, Any] = {"namespace": meta.get("namespace", ""), "name": meta.get("name", "")}
     info["uid"] = meta.get("uid", "")
-    for key in ("conditions", "replicaStatuses", "startTime", "completionTime", "lastReconcileTime"):
+    if job.get("kind") and job.get("kind") != "PyTorchJob":
+        info["kind"] = job["kind"]
+    for key in keys:
         if key in status:
             info[key] = status[key]
     return info

@@ -34,7 +34,7 @@ from backend_plugin.log_templates import VARIABLES, check_templates, render_temp
 from backend_plugin.timestamps import parse_time, rfc3339
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
-__all__ = ["log_links", "replica_names", "check_templates", "VARIABLES", "REPLICA_ORDER"]
+__all__ = ["log_links", "node_log_links", "replica_names", "check_templates", "VARIABLES", "REPLICA_ORDER"]
 
 REPLICA_ORDER = ("Master", "Worker")
 
@@ -121,4 +121,74 @@ def log_links(
             }
             uri = render_template(template, values)
             links.append(TaskLog(uri=uri, name=f"{name} {rtype.lower()}-{index}"))
+    return links
+
+
+def node_log_links(
+    job: dict,
+    pods: list[dict] | None,
+    config: BackendConfig,
+    now: datetime.datetime | None = None,
+    container: str = "node",
+    index_label: str = "batch.kubernetes.io/job-completion-index",
+) -> list[TaskLog]:
+    """One `TaskLog` per configured template and TrainJob node, with the JobSet's real pod names.
+
+    A TrainJob's pods are named by the JobSet (`<job>-node-0-<index>-<random>`), so links exist once the pods are
+    listed; a node with several pods (restarts) gets the newest one. `replicaType` is `node`, `replicaName` is
+    `node-<index>`, `containerName` is the runtime's container `node`.
+
+    Args:
+        job: the TrainJob.
+        pods: its pods (None or empty: no links yet).
+        config: supplies `log_links`.
+        now: finish time of nodes still running; the current time when None.
+        container: the container the logs are read from.
+        index_label: the pod label holding the node index.
+
+    Returns:
+        TaskLogs named "<template name> node-<index>", nodes in index order.
+
+    Raises:
+        ConfigError: a template is malformed (see `check_templates`).
+    """
+    templates = check_templates(config.log_links)
+    if not templates or not pods:
+        return []
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    meta = job.get("metadata") or {}
+    job_name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+    newest: dict[int, dict] = {}
+    for pod in pods:
+        pmeta = pod.get("metadata") or {}
+        raw = (pmeta.get("labels") or {}).get(index_label) or (pmeta.get("annotations") or {}).get(index_label)
+        if raw is None or not str(raw).isdigit():
+            continue
+        index = int(raw)
+        seen = newest.get(index)
+        if seen is None or str(pmeta.get("creationTimestamp", "")) >= str(
+            (seen.get("metadata") or {}).get("creationTimestamp", "")
+        ):
+            newest[index] = pod
+    links = []
+    for name, template in templates:
+        for index, pod in sorted(newest.items()):
+            pmeta = pod.get("metadata") or {}
+            start, finish = _pod_times(pod, job, now)
+            values = {
+                "podName": str(pmeta.get("name", "")),
+                "namespace": namespace,
+                "containerName": container,
+                "podUID": str(pmeta.get("uid", "")),
+                "jobName": job_name,
+                "replicaName": f"node-{index}",
+                "replicaType": "node",
+                "replicaIndex": str(index),
+                "hostname": str((pod.get("spec") or {}).get("nodeName", "")),
+                "podUnixStartTime": str(int(start.timestamp())),
+                "podUnixFinishTime": str(int(finish.timestamp())),
+                "podRFC3339StartTime": rfc3339(start),
+                "podRFC3339FinishTime": rfc3339(finish),
+            }
+            links.append(TaskLog(uri=render_template(template, values), name=f"{name} node-{index}"))
     return links
