@@ -5,6 +5,7 @@ Two sources::
     pytorchjob render train.py train_mnist            # a task in a Python file, serialized like `pyflyte package`
     pytorchjob render --template task.pb              # a serialized TaskTemplate / TaskSpec (.pb), JSON, or
     pytorchjob render --template flyte-package.tgz train_mnist   # a `pyflyte package` archive (task picked by name)
+    pytorchjob render --target trainjob train.py train_mnist      # the Kubeflow Trainer v2 TrainJob instead
 
 The output is the exact object the connector would create (the same reader, execution metadata and writer), ready
 for `kubectl apply -f -`. Flyte's placeholders (`{{.input}}`, `{{.outputPrefix}}`, ...) are filled with `--inputs`,
@@ -33,8 +34,9 @@ import yaml
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionIdentity, execution_metadata, job_name
-from backend_plugin.pytorchjob import to_pytorchjob
+from backend_plugin.targets import TRAINJOB, target_for_config
 from backend_plugin.template import read_template, template_to_dict
+from backend_plugin.trainjob import warnings as trainjob_warnings
 from pytorch_contract.template_keys import TASK_TYPE
 
 __all__ = ["main", "render", "load_task_template", "load_template_file"]
@@ -213,7 +215,16 @@ def render(template: dict[str, Any], args: argparse.Namespace, config: BackendCo
         image_override=args.image,
         **{k: v for k, v in overrides.items() if v},
     )
-    job = to_pytorchjob(spec, meta, config)
+    choice = getattr(args, "target", None) or config.target
+    target = target_for_config(choice)
+    if target is None:
+        raise ConfigError(
+            f"target={choice!r}: render needs no cluster and cannot ask one; pass --target pytorchjob or trainjob"
+        )
+    job = target.write(spec, meta, config)
+    if target is TRAINJOB:
+        for warning in trainjob_warnings(spec, config):
+            print(f"pytorchjob render: warning: {warning}", file=sys.stderr)
     return yaml.safe_dump(job, sort_keys=False, width=120)
 
 
@@ -233,6 +244,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--name", help="metadata.name (default: derived from the task name)")
     r.add_argument("--image", help="image for replicas without their own (and for serializing FILE.py)")
     r.add_argument("--config", help="backend config YAML (default: PYTORCHJOB_CONFIG / PYTORCHJOB_* env)")
+    r.add_argument(
+        "--target",
+        choices=("pytorchjob", "trainjob"),
+        help="job kind: a Kubeflow PyTorchJob or a Kubeflow Trainer v2 TrainJob (default: the config's target)",
+    )
     r.add_argument("--inputs", help="value of {{.input}} (default: <bucket>/<name>/inputs.pb)")
     r.add_argument("--output-prefix", help="value of {{.outputPrefix}}")
     r.add_argument("--raw-output-prefix", help="value of {{.rawOutputDataPrefix}}")

@@ -576,8 +576,7 @@ class BackendConfig:
                 raise ConfigError(f"{key} cannot be set from the environment; put {f.name} in the {prefix}CONFIG file")
             raw = env[key]
             value = yaml.safe_load(raw) if raw.strip() else None
-            verbatim = ("namespace", "job_name_prefix", "gpu_resource_name", "shm_size", "target", "trainjob_runtime_name")
-            if f.name in verbatim and value is not None:
+            if f.name in _VERBATIM_ENV and value is not None:
                 value = raw  # keep strings such as "010" or "1e3" verbatim
             data[f.name] = value
         return cls.from_dict(data)
@@ -587,6 +586,9 @@ class BackendConfig:
 def _matches_any(name: str, patterns: tuple[str, ...]) -> bool:
     """Whether `name` matches a glob of `patterns` (cached: the builder asks for every resource of every replica)."""
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+_VERBATIM_ENV = ("namespace", "job_name_prefix", "gpu_resource_name", "shm_size", "target", "trainjob_runtime_name")
 
 
 def load_config(environ: Optional[Mapping[str, str]] = None) -> BackendConfig:

@@ -39,10 +39,10 @@ from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import Conflict, KubeApiError, NotFound, Unavailable, classify
 from backend_plugin.execution import ExecutionMetadata, execution_metadata, identity_of
 from backend_plugin.pytorchjob import GROUP, PLURAL
-from backend_plugin.trainjob import warnings as trainjob_warnings
 from backend_plugin.retry import Backoff, retry
 from backend_plugin.targets import AUTO_ORDER, Target, target_for_config, target_for_kind
 from backend_plugin.template import read_template, template_to_dict
+from backend_plugin.trainjob import warnings as trainjob_warnings
 from pytorch_contract.template_keys import TASK_TYPE
 
 logger = logging.getLogger(__name__)

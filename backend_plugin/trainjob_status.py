@@ -141,9 +141,7 @@ def node_pods(pods: Optional[list[dict]]) -> list[dict]:
     return out
 
 
-def trainjob_status(
-    job: dict, pods: Optional[list[dict]], config: BackendConfig, now: datetime.datetime
-) -> JobStatus:
+def trainjob_status(job: dict, pods: Optional[list[dict]], config: BackendConfig, now: datetime.datetime) -> JobStatus:
     """Flyte phase and message of a TrainJob.
 
     Args:
@@ -198,13 +196,14 @@ def _not_picked_up(job: dict, name: str, config: BackendConfig, now: datetime.da
     age = max(0.0, (now - created).total_seconds()) if created else 0.0
     if age >= config.trainjob_pickup_timeout_s:
         ns = (job.get("metadata") or {}).get("namespace", "?")
+        job_name = (job.get("metadata") or {}).get("name", "?")
         runtime = ((job.get("spec") or {}).get("runtimeRef") or {}).get("name", "?")
         return JobStatus(
             failure_phase(ran=False),
             f"TrainJob {name} has no condition and no node status {age:.0f}s after creation "
             f"(trainjob_pickup_timeout_s={config.trainjob_pickup_timeout_s:g}): the Kubeflow Trainer controller may "
             f"not be installed, the runtime {runtime!r} may not exist, or its JobSet could not be created. Check "
-            f"`kubectl get events -n {ns} --field-selector involvedObject.name={(job.get('metadata') or {}).get('name')}`"
+            f"`kubectl get events -n {ns} --field-selector involvedObject.name={job_name}`"
             f" and `kubectl get clustertrainingruntimes`.",
         )
     return JobStatus(TaskExecution.QUEUED, f"waiting for the Kubeflow Trainer controller to create nodes ({age:.0f}s)")
