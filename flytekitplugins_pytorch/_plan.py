@@ -15,6 +15,10 @@ No process is started, no torch is imported and nothing is read but the argument
   (``CLUSTER_FANOUT``, global rank = node rank * nproc + local rank; see :func:`_static_plan`).
 - **cluster replica, elastic** (``PET_RDZV_ENDPOINT`` set): elastic agent with a c10d rendezvous at
   ``PET_RDZV_ENDPOINT``, ``min:max`` nodes from ``PET_NNODES``.
+- **TrainJob node** (Kubeflow Trainer v2: exactly the five ``TRAINJOB_NODE_ENV`` variables, no ``RANK``): always an
+  agent (``CLUSTER_FANOUT``, even for one process: nothing else sets ``RANK``/``WORLD_SIZE``) with
+  ``PET_NPROC_PER_NODE`` ranks (``auto`` = visible GPUs, 1 without CUDA) and a static rendezvous at
+  ``PET_MASTER_ADDR:PET_MASTER_PORT`` (see :func:`plan_trainjob_node`).
 
 Every default comes from the config dataclasses (``config.py``); the only values stated here are the launcher's
 own (the local monitor interval, the operator's fallback ports), each with its reason.
@@ -23,7 +27,7 @@ own (the local monitor interval, the operator's fallback ports), each with its r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Optional, Union
 
@@ -185,6 +189,64 @@ def cluster_role(environ: Mapping[str, str]) -> Optional[ExecutionKind]:
     return None
 
 
+#: What the Trainer v2 torch runtime sets in every node, and nothing else (it wraps no command).
+TRAINJOB_NODE_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+
+
+def is_trainjob_node(environ: Mapping[str, str]) -> bool:
+    """Whether the environment is a Kubeflow Trainer v2 TrainJob node.
+
+    Args:
+        environ: the process environment.
+
+    Returns:
+        bool: every ``TRAINJOB_NODE_ENV`` variable is set and the PyTorchJob operator's are not (no ``RANK``,
+        ``WORLD_SIZE`` or ``PET_RDZV_ENDPOINT``: a PyTorchJob pod also has ``PET_*`` names, but always with them).
+    """
+    if any(environ.get(name) for name in ("RANK", "WORLD_SIZE", "PET_RDZV_ENDPOINT")):
+        return False
+    return all(environ.get(name) for name in TRAINJOB_NODE_ENV)
+
+
+def plan_trainjob_node(
+    config: TaskConfig, environ: Mapping[str, str], *, cuda_devices: int, cpu_count: int
+) -> LaunchPlan:
+    """One node of a TrainJob: ``PET_NPROC_PER_NODE`` ranks meeting the other nodes' at the master (static).
+
+    Global rank = ``PET_NODE_RANK * nproc + local rank``, world size = ``PET_NNODES * nproc``; only global rank 0 (on
+    node 0) returns the function's value, as on a PyTorchJob.
+
+    Args:
+        config: the task's config (its start method and collective timeout apply; its node counts are the job's).
+        environ: the node's environment (``TRAINJOB_NODE_ENV``).
+        cuda_devices: visible CUDA devices (for ``auto``).
+        cpu_count: CPUs available (for ``cpu``).
+
+    Returns:
+        LaunchPlan: a ``CLUSTER_FANOUT`` plan.
+
+    Raises:
+        ValueError: a ``PET_*`` variable is malformed (named in the message).
+    """
+    nnodes = _env_int(environ, "PET_NNODES", minimum=1)
+    node_rank = _env_int(environ, "PET_NODE_RANK", minimum=0)
+    assert nnodes is not None and node_rank is not None  # is_trainjob_node checked they are set
+    if node_rank >= nnodes:
+        raise ValueError(f"PET_NODE_RANK={node_rank} is not valid with PET_NNODES={nnodes}; use 0..{nnodes - 1}")
+    raw = environ["PET_NPROC_PER_NODE"]
+    try:
+        nproc = resolve_nproc(raw, local=False, cuda_devices=cuda_devices, cpu_count=cpu_count)
+    except ValueError:
+        raise ValueError(f"PET_NPROC_PER_NODE={raw!r} is not valid; use a positive int or 'auto'") from None
+    port = environ["PET_MASTER_PORT"].strip()
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"PET_MASTER_PORT={environ['PET_MASTER_PORT']!r} is not valid; use a port 1..65535")
+    plan = _static_plan(
+        config, nnodes=nnodes, node_rank=node_rank, nproc=nproc, addr=environ["PET_MASTER_ADDR"], port=port
+    )
+    return replace(plan, kind=ExecutionKind.CLUSTER_FANOUT)
+
+
 def _collective_timeout_s(config: TaskConfig) -> Optional[float]:
     timeout = config.collective_timeout
     return timeout.total_seconds() if timeout is not None else None
@@ -216,6 +278,8 @@ def plan_launch(
             malformed (the message names the variable), or ``nproc_per_node`` is invalid.
     """
     role = None if local else cluster_role(environ)
+    if role is None and not local and is_trainjob_node(environ):
+        return plan_trainjob_node(config, environ, cuda_devices=cuda_devices, cpu_count=cpu_count)
     if _is_truthy(environ.get(INPROCESS_ENV)) and role is None:
         return LaunchPlan(
             kind=ExecutionKind.IN_PROCESS,
