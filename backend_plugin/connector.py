@@ -316,19 +316,12 @@ class PyTorchJobConnector(AsyncConnectorBase):
 
     def _discover_target(self) -> Target:
         """Ask the API server which CRD it serves (`GET /apis/<group>/<version>`), PyTorchJob first."""
-        self._apis()
-        assert self._client is not None
-        api_client = self._client[1]
+        custom, _ = self._apis()
         for t in AUTO_ORDER:
             try:
-                resources = self._call(
-                    lambda t=t: api_client.call_api(
-                        f"/apis/{t.group}/{t.version}",
-                        "GET",
-                        response_type="object",
-                        auth_settings=["BearerToken"],
-                        _return_http_data_only=True,
-                        _request_timeout=self._timeout(),
+                response = self._call(
+                    lambda t=t: custom.get_api_resources(
+                        t.group, t.version, _preload_content=False, _request_timeout=self._timeout()
                     ),
                     "discover",
                     "",
@@ -339,7 +332,8 @@ class PyTorchJobConnector(AsyncConnectorBase):
                 )
             except NotFound:
                 continue
-            names = {r.get("name") for r in (resources or {}).get("resources") or [] if isinstance(r, dict)}
+            resources = json.loads(response.data).get("resources") or []
+            names = {r.get("name") for r in resources if isinstance(r, dict)}
             if t.plural in names:
                 logger.info("target auto: the API server serves %s.%s; creating %ss", t.plural, t.group, t.kind)
                 return t

@@ -20,10 +20,14 @@ class FakeApi(NamedTuple):
 
 
 def validate_on_create(_server: FakeKubeApi, job: dict) -> None:
-    """Create hook: every PyTorchJob created through the API must pass the CRD, webhook and core/v1 checks."""
-    from tests.kube_schema import assert_valid_pytorchjob
+    """Create hook: every PyTorchJob / TrainJob created through the API must pass the CRD, webhook and core/v1
+    checks of its kind."""
+    from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
 
-    assert_valid_pytorchjob(job)
+    if job.get("kind") == "TrainJob":
+        assert_valid_trainjob(job)
+    else:
+        assert_valid_pytorchjob(job)
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,8 +37,16 @@ def warm_validators() -> None:
     The first validation reads the schemas from disk (about a second on a busy 2-core machine); inside a create hook
     that is longer than the connector tests' 1 s client timeout, which made the first create of a session look slow.
     """
-    from tests.kube_schema import assert_valid_pytorchjob
+    from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
 
+    assert_valid_trainjob(
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "warm-up"},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"image": "python:3.11"}},
+        }
+    )
     container = {"name": "pytorch", "image": "python:3.11"}
     assert_valid_pytorchjob(
         {

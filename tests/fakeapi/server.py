@@ -1,8 +1,10 @@
 """A local HTTP server that answers like the Kubernetes API server for the calls our backend makes.
 
-Covered: PyTorchJobs (`kubeflow.org/v1`: create, get, list, delete with `propagationPolicy`), pods (list with a
-label selector, get) and events (list). Error responses carry the API server's `Status` bodies (NotFound,
-AlreadyExists, Forbidden with the RBAC message, InternalError, ServiceUnavailable, Invalid).
+Covered: PyTorchJobs (`kubeflow.org/v1`) and TrainJobs (`trainer.kubeflow.org/v1alpha1`): create, get, list, delete
+with `propagationPolicy`; API discovery of both groups (`GET /apis/<group>/<version>`, only for the kinds in
+`served`); pods (list with a label selector, get) and events (list). Error responses carry the API server's
+`Status` bodies (NotFound, AlreadyExists, Forbidden with the RBAC message, InternalError, ServiceUnavailable,
+Invalid).
 
 Tests drive it through a clean state API (`put_job`, `get_job`, `set_job_status`, `put_pod`, ...), hooks that run on
 create and delete (the e2e harness's fake operator uses them to start replica processes), fault rules (`fail`,
@@ -29,7 +31,18 @@ VERSION = "v1"
 PLURAL = "pytorchjobs"
 DEFAULT_USER = "system:serviceaccount:flyte:pytorch-connector"
 
+TRAINJOBS = "trainjobs"
+JOB_KINDS = {
+    PLURAL: (GROUP, VERSION, "PyTorchJob", "training.kubeflow.org/job-name"),
+    TRAINJOBS: ("trainer.kubeflow.org", "v1alpha1", "TrainJob", "jobset.sigs.k8s.io/jobset-name"),
+}
+"""plural -> (group, version, kind, the label naming a job's pods)."""
+
 _JOBS = re.compile(rf"^/apis/{GROUP}/{VERSION}/namespaces/(?P<ns>[^/]+)/{PLURAL}(?:/(?P<name>[^/]+))?/?$")
+_TRAINJOBS = re.compile(
+    r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<ns>[^/]+)/trainjobs(?:/(?P<name>[^/]+))?/?$"
+)
+_DISCOVERY = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$")
 _CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|events)(?:/(?P<name>[^/]+))?/?$")
 
 JobHook = Callable[["FakeKubeApi", dict], None]
@@ -197,6 +210,9 @@ class FakeKubeApi:
         self.hook_errors: list[str] = []
         self.requests: list[RequestRecord] = []
         self._jobs: dict[tuple[str, str], dict] = {}
+        self._trainjobs: dict[tuple[str, str], dict] = {}
+        self.served: set[str] = {PLURAL, TRAINJOBS}
+        """The job plurals whose CRD this server says it serves in API discovery (tests remove one)."""
         self._pods: dict[tuple[str, str], dict] = {}
         self._events: dict[str, list[dict]] = {}
         self._faults: list[FaultRule] = []
@@ -262,15 +278,20 @@ class FakeKubeApi:
         self._rv += 1
         return str(self._rv)
 
-    def put_job(self, job: dict) -> dict:
-        """Store a PyTorchJob as-is (no hooks), filling server-set metadata that is missing.
+    def _store(self, plural: str) -> dict[tuple[str, str], dict]:
+        return self._trainjobs if plural == TRAINJOBS else self._jobs
+
+    def put_job(self, job: dict, plural: str = "") -> dict:
+        """Store a job as-is (no hooks), filling server-set metadata that is missing.
 
         Args:
             job: the job; `metadata.name` and `metadata.namespace` are required.
+            plural: `pytorchjobs` or `trainjobs`; by default from the job's `kind`.
 
         Returns:
             A copy of the stored job.
         """
+        plural = plural or (TRAINJOBS if job.get("kind") == "TrainJob" else PLURAL)
         with self._lock:
             job = copy.deepcopy(job)
             meta = job.setdefault("metadata", {})
@@ -278,35 +299,35 @@ class FakeKubeApi:
             meta.setdefault("creationTimestamp", now_rfc3339())
             meta.setdefault("generation", 1)
             meta["resourceVersion"] = self._next_rv()
-            self._jobs[(meta["namespace"], meta["name"])] = job
+            self._store(plural)[(meta["namespace"], meta["name"])] = job
             return copy.deepcopy(job)
 
-    def get_job(self, namespace: str, name: str) -> dict | None:
-        """A copy of the stored job, or None."""
+    def get_job(self, namespace: str, name: str, plural: str = PLURAL) -> dict | None:
+        """A copy of the stored job (of kind `plural`), or None."""
         with self._lock:
-            job = self._jobs.get((namespace, name))
+            job = self._store(plural).get((namespace, name))
             return copy.deepcopy(job) if job is not None else None
 
-    def jobs(self) -> list[dict]:
-        """Copies of all stored jobs."""
+    def jobs(self, plural: str = PLURAL) -> list[dict]:
+        """Copies of all stored jobs of kind `plural`."""
         with self._lock:
-            return [copy.deepcopy(j) for j in self._jobs.values()]
+            return [copy.deepcopy(j) for j in self._store(plural).values()]
 
-    def set_job_status(self, namespace: str, name: str, status: dict) -> None:
+    def set_job_status(self, namespace: str, name: str, status: dict, plural: str = PLURAL) -> None:
         """Replace a job's `status` (conditions, replicaStatuses, startTime, ...), as the operator would.
 
         Raises:
             KeyError: when the job does not exist.
         """
         with self._lock:
-            job = self._jobs[(namespace, name)]
+            job = self._store(plural)[(namespace, name)]
             job["status"] = copy.deepcopy(status)
             job["metadata"]["resourceVersion"] = self._next_rv()
 
-    def remove_job(self, namespace: str, name: str) -> bool:
+    def remove_job(self, namespace: str, name: str, plural: str = PLURAL) -> bool:
         """Delete a job behind the client's back (no hooks, pods kept). Returns whether it existed."""
         with self._lock:
-            return self._jobs.pop((namespace, name), None) is not None
+            return self._store(plural).pop((namespace, name), None) is not None
 
     def put_pod(self, pod: dict) -> dict:
         """Store or replace a pod (`metadata.name`, `metadata.namespace` required).
@@ -438,8 +459,10 @@ class FakeKubeApi:
         Returns:
             (HTTP status, JSON body).
         """
-        if rec.resource == PLURAL:
+        if rec.resource in JOB_KINDS:
             return self._handle_job(rec, body)
+        if rec.resource == "discovery":
+            return self._discovery(rec)
         if rec.resource == "pods":
             return self._handle_pods(rec)
         if rec.resource == "events":
@@ -451,6 +474,16 @@ class FakeKubeApi:
                          "items": items}  # fmt: skip
         return 404, status_body(404, "NotFound", "the server could not find the requested resource", {})
 
+    def _discovery(self, rec: RequestRecord) -> tuple[int, dict]:
+        group_version = rec.name or ""
+        for plural, (group, version, kind, _) in JOB_KINDS.items():
+            if f"{group}/{version}" == group_version and plural in self.served:
+                resource = {"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind,
+                            "verbs": ["create", "delete", "get", "list", "watch"]}  # fmt: skip
+                return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+                             "resources": [resource]}  # fmt: skip
+        return 404, status_body(404, "NotFound", "the server could not find the requested resource", {})
+
     def _not_found(self, rec: RequestRecord, group: str = GROUP) -> tuple[int, dict]:
         qualified = f"{rec.resource}.{group}" if group else rec.resource
         kind_details = {"name": rec.name, "group": group, "kind": rec.resource}
@@ -458,6 +491,9 @@ class FakeKubeApi:
 
     def _handle_job(self, rec: RequestRecord, body: dict | None) -> tuple[int, dict]:
         key = (rec.namespace, rec.name or "")
+        plural = rec.resource
+        group, version, kind, _ = JOB_KINDS[plural]
+        store = self._store(plural)
         if rec.verb == "create":
             job = copy.deepcopy(body or {})
             meta = job.setdefault("metadata", {})
@@ -468,42 +504,41 @@ class FakeKubeApi:
             meta["namespace"] = rec.namespace
             rec.name = name
             with self._lock:
-                if (rec.namespace, name) in self._jobs:
-                    details = {"name": name, "group": GROUP, "kind": PLURAL}
-                    msg = f'{PLURAL}.{GROUP} "{name}" already exists'
+                if (rec.namespace, name) in store:
+                    details = {"name": name, "group": group, "kind": plural}
+                    msg = f'{plural}.{group} "{name}" already exists'
                     return 409, status_body(409, "AlreadyExists", msg, details)
                 for hook in self.on_create:
                     try:
                         hook(self, copy.deepcopy(job))
                     except Exception as e:  # noqa: BLE001 - a failing hook becomes the API's Invalid answer
                         self.hook_errors.append(f"{name}: {e}")
-                        msg = f'PyTorchJob.{GROUP} "{name}" is invalid: {e}'
-                        return 422, status_body(
-                            422, "Invalid", msg, {"name": name, "group": GROUP, "kind": "PyTorchJob"}
-                        )
-                stored = self.put_job(job)
+                        msg = f'{kind}.{group} "{name}" is invalid: {e}'
+                        return 422, status_body(422, "Invalid", msg, {"name": name, "group": group, "kind": kind})
+                stored = self.put_job(job, plural)
             return 201, stored
         if rec.verb == "get":
-            job = self.get_job(*key)
-            return (200, job) if job is not None else self._not_found(rec)
+            job = self.get_job(*key, plural=plural)
+            return (200, job) if job is not None else self._not_found(rec, group)
         if rec.verb == "list":
             with self._lock:
-                items = [copy.deepcopy(j) for (ns, _), j in sorted(self._jobs.items()) if ns == rec.namespace]
+                items = [copy.deepcopy(j) for (ns, _), j in sorted(store.items()) if ns == rec.namespace]
                 rv = str(self._rv)
-            return 200, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PyTorchJobList", "items": items,
+            return 200, {"apiVersion": f"{group}/{version}", "kind": f"{kind}List", "items": items,
                          "metadata": {"resourceVersion": rv}}  # fmt: skip
         if rec.verb == "delete":
             return self._delete_job(rec, body)
-        return 405, status_body(405, "MethodNotAllowed", f"the server does not allow this method on {PLURAL}")
+        return 405, status_body(405, "MethodNotAllowed", f"the server does not allow this method on {plural}")
 
     def _delete_job(self, rec: RequestRecord, body: dict | None) -> tuple[int, dict]:
         policy = (body or {}).get("propagationPolicy") or rec.query.get("propagationPolicy", ["Background"])[0]
+        group, _, _, pod_label = JOB_KINDS[rec.resource]
         with self._lock:
-            job = self._jobs.pop((rec.namespace, rec.name or ""), None)
+            job = self._store(rec.resource).pop((rec.namespace, rec.name or ""), None)
             if job is None:
-                return self._not_found(rec)
+                return self._not_found(rec, group)
             if policy != "Orphan":
-                selector = _Selector.parse(f"training.kubeflow.org/job-name={rec.name}")
+                selector = _Selector.parse(f"{pod_label}={rec.name}")
                 for key, pod in list(self._pods.items()):
                     if key[0] == rec.namespace and selector.matches(pod["metadata"].get("labels", {})):
                         del self._pods[key]
@@ -516,7 +551,7 @@ class FakeKubeApi:
             job["metadata"]["deletionTimestamp"] = now_rfc3339()
             job["metadata"]["finalizers"] = ["foregroundDeletion"]
             return 200, job
-        details = {"name": rec.name, "group": GROUP, "kind": PLURAL, "uid": job["metadata"].get("uid")}
+        details = {"name": rec.name, "group": group, "kind": rec.resource, "uid": job["metadata"].get("uid")}
         return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
 
     def _handle_pods(self, rec: RequestRecord) -> tuple[int, dict]:
@@ -557,9 +592,15 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        m_jobs, m_core = _JOBS.match(url.path), _CORE.match(url.path)
+        m_jobs, m_core, m_train = _JOBS.match(url.path), _CORE.match(url.path), _TRAINJOBS.match(url.path)
+        m_discovery = _DISCOVERY.match(url.path)
         if m_jobs:
             ns, name, resource, group = m_jobs["ns"], m_jobs["name"], PLURAL, GROUP
+        elif m_train:
+            ns, name, resource, group = m_train["ns"], m_train["name"], TRAINJOBS, JOB_KINDS[TRAINJOBS][0]
+        elif m_discovery:
+            ns, name, resource = "", f"{m_discovery['group']}/{m_discovery['version']}", "discovery"
+            group = m_discovery["group"]
         elif m_core:
             ns, name, resource, group = m_core["ns"], m_core["name"], m_core["res"], ""
         else:

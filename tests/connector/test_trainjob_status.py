@@ -1,0 +1,95 @@
+"""The TrainJob status table, case by case (pure: job + pods + config + now -> phase and message)."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from flyteidl.core.execution_pb2 import TaskExecution
+
+from backend_plugin.config import BackendConfig
+from backend_plugin.trainjob_status import failure_phase, needs_pods, trainjob_status
+
+NOW = datetime.datetime(2025, 1, 1, 0, 10, tzinfo=datetime.timezone.utc)
+CONFIG = BackendConfig()
+
+
+def cond(ctype: str, status: str = "True", reason: str = "", at: str = "2025-01-01T00:05:00Z") -> dict:
+    return {"type": ctype, "status": status, "reason": reason, "message": f"{ctype} {reason}".strip(),
+            "lastTransitionTime": at}  # fmt: skip
+
+
+def job(conditions=(), node=None, created="2025-01-01T00:09:00Z") -> dict:
+    status: dict = {"conditions": list(conditions)}
+    if node is not None:
+        status["jobsStatus"] = [{"name": "node", **node}]
+    return {
+        "kind": "TrainJob",
+        "metadata": {"name": "j", "namespace": "ns", "creationTimestamp": created},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 3}},
+        "status": status,
+    }
+
+
+CASES = [
+    pytest.param(job(), TaskExecution.QUEUED, "waiting for the Kubeflow Trainer controller", id="new"),
+    pytest.param(job([cond("Suspended", reason="Suspended")]), TaskExecution.QUEUED, "suspended", id="suspended"),
+    pytest.param(
+        job([cond("Suspended", "False", "Resumed")], {"active": 3, "ready": 0}),
+        TaskExecution.INITIALIZING,
+        "starting nodes (0/3 nodes ready, 3 active)",
+        id="resumed-false-ignored-starting",
+    ),
+    pytest.param(job(node={"active": 3, "ready": 3}), TaskExecution.RUNNING, "3/3 nodes ready", id="running"),
+    pytest.param(job(node={"active": 0, "ready": 0}), TaskExecution.QUEUED, "waiting for nodes", id="jobset-idle"),
+    pytest.param(
+        job([cond("Suspended", at="2025-01-01T00:01:00Z"), cond("Complete", reason="JobSetCompleted")]),
+        TaskExecution.SUCCEEDED,
+        "Complete",
+        id="complete-wins",
+    ),
+    pytest.param(
+        job([cond("Failed", reason="DeadlineExceeded")]),
+        TaskExecution.RETRYABLE_FAILED,
+        "failed (DeadlineExceeded)",
+        id="failed-retryable",
+    ),
+    pytest.param(job([cond("Paused")]), TaskExecution.RUNNING, "unknown condition 'Paused'", id="unknown"),
+    pytest.param(
+        job(created="2025-01-01T00:00:00Z"),
+        TaskExecution.FAILED,
+        "trainjob_pickup_timeout_s=300",
+        id="no-jobset-permanent",
+    ),
+]
+
+
+@pytest.mark.parametrize("trainjob, phase, fragment", CASES)
+def test_status_table(trainjob: dict, phase: int, fragment: str):
+    status = trainjob_status(trainjob, None, CONFIG, NOW)
+    assert status.phase == phase, status.message
+    assert fragment in status.message
+
+
+def test_image_that_never_pulls_is_a_permanent_failure_naming_the_node():
+    pod = {
+        "metadata": {"name": "j-node-0-2-abcde", "creationTimestamp": "2025-01-01T00:00:00Z",
+                     "labels": {"batch.kubernetes.io/job-completion-index": "2"}},
+        "status": {"containerStatuses": [{"name": "node", "state": {"waiting": {"reason": "ErrImagePull"}}}]},
+    }  # fmt: skip
+    status = trainjob_status(job(node={"active": 3, "ready": 0}), [pod], CONFIG, NOW)
+    assert status.phase == TaskExecution.FAILED
+    assert "node-2 cannot start: ErrImagePull" in status.message
+
+
+def test_pods_are_listed_only_to_explain():
+    assert needs_pods(job([cond("Failed")]))
+    assert needs_pods(job(node={"active": 2, "ready": 0}))
+    assert not needs_pods(job(node={"active": 3, "ready": 3}))
+    assert not needs_pods(job([cond("Complete")]))
+    assert not needs_pods(job())
+
+
+def test_failure_rule():
+    assert failure_phase(ran=True) == TaskExecution.RETRYABLE_FAILED
+    assert failure_phase(ran=False) == TaskExecution.FAILED
