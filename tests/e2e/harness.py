@@ -735,3 +735,219 @@ def utc_now() -> datetime.datetime:
 def make_workdir(prefix: str = "e2e-") -> Path:
     """A fresh temporary directory."""
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Kubeflow Trainer v2: the TrainJob controller, the JobSet controller and the kubelet.
+
+TRAINJOB_PET_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def trainer_env(job: dict, index: int, master_port: int) -> dict[str, str]:
+    """Exactly what the Trainer v2.3 torch plugin (`pkg/runtime/framework/plugins/torch`) adds to a node's container.
+
+    `PET_NNODES` = numNodes; `PET_NPROC_PER_NODE` = numProcPerNode if set, else `auto` when a resource whose name
+    contains `gpu` has a non-zero request (else limit), else the CPU request (else limit) rounded up, at least 1;
+    `PET_NODE_RANK` = the completion index; `PET_MASTER_ADDR` = `<job>-node-0-0.<job>` (127.0.0.1 here);
+    `PET_MASTER_PORT` = 29500 (a free local port here). Nothing else: no RANK, WORLD_SIZE or MASTER_ADDR.
+
+    Args:
+        job: the TrainJob.
+        index: the node's completion index.
+        master_port: the local port standing for 29500 on node 0.
+
+    Returns:
+        The five variables.
+    """
+    from pytorch_contract.quantity import parse_quantity
+
+    trainer = job["spec"].get("trainer") or {}
+    nproc: str
+    if "numProcPerNode" in trainer:
+        nproc = str(trainer["numProcPerNode"])
+    else:
+        resources = trainer.get("resourcesPerNode") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        gpu = any("gpu" in k and parse_quantity(v) > 0 for k, v in {**limits, **requests}.items())
+        cpu = requests.get("cpu") or limits.get("cpu")
+        nproc = "auto" if gpu else str(max(1, int(-(-parse_quantity(cpu) // 1)))) if cpu else "1"
+    return {
+        "PET_NNODES": str(int(trainer.get("numNodes", 1))),
+        "PET_NPROC_PER_NODE": nproc,
+        "PET_NODE_RANK": str(index),
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(master_port),
+    }
+
+
+class FakeTrainer(FakeOperator):
+    """Plays Kubeflow Trainer v2 (TrainJob -> JobSet -> one Indexed Job `node`) and the kubelet for TrainJobs.
+
+    One process per node, named like the JobSet's pods (`<job>-node-0-<index>-<5 random>`), running the TrainJob's
+    `trainer.command` + `trainer.args` with the image's environment, `trainer.env`, the test's extra variables and
+    the five `PET_*` variables of `trainer_env`, nothing else from the operator. Status as the controller writes it:
+    `jobsStatus[node]` counts, and a True `Complete` (every node exited 0) or `Failed` (reason `FailedJobs`, a node
+    failed; the JobSet then stops the other nodes and deletes their pods) condition. `suspend` holds the job with a
+    `Suspended` condition until resumed. Not emulated: the runtime's OnFailure restarts (a failed node fails the job
+    at once), scheduling, images and DNS (the master address is 127.0.0.1).
+    """
+
+    def reconcile(self) -> None:
+        """One pass: start new TrainJobs, follow node processes, write job and pod status."""
+        from tests.fakeapi.server import TRAINJOBS
+
+        for job in self.server.jobs(TRAINJOBS):
+            meta = job["metadata"]
+            key = (meta["namespace"], meta["name"])
+            with self._lock:
+                run = self.runs.get(key)
+                if run is None or run.job["metadata"].get("uid") != meta.get("uid"):
+                    run = self._start(job)
+                    self.runs[key] = run
+            self._follow(run)
+
+    def _start(self, job: dict) -> JobRun:
+        import secrets
+
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        run = JobRun(ns, name, job, start_time=now_rfc3339())
+        trainer = job["spec"]["trainer"]
+        master_port = _free_port()
+        for index in range(int(trainer.get("numNodes", 1))):
+            pod_name = f"{name}-node-0-{index}-{secrets.token_hex(3)[:5]}"
+            home = self.workdir / pod_name
+            home.mkdir(parents=True, exist_ok=True)
+            env = image_env(home)
+            for entry in trainer.get("env") or []:
+                env[entry["name"]] = _resolve_env_entry(entry, pod_name, ns)
+            env.update(self.extra_env)
+            env.update(trainer_env(job, index, master_port))
+            command = list(trainer.get("command") or []) + list(trainer.get("args") or [])
+            run.replicas.append(Replica("node", index, pod_name, command, env, self.workdir / f"{pod_name}.log"))
+        for replica in run.replicas:
+            self._put_pod(run, replica, phase="Pending")
+        for replica in run.replicas:
+            replica.process = subprocess.Popen(
+                replica.command,
+                env=replica.env,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=replica.log_path.open("wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            replica.started_at = now_rfc3339()
+            self._put_pod(run, replica, phase="Running")
+        self._write_status(run)
+        return run
+
+    def _follow(self, run: JobRun) -> None:
+        changed = False
+        for replica in run.replicas:
+            if replica.process is None or replica.exit_code is not None or replica.deleted:
+                continue
+            code = replica.process.poll()
+            if code is None:
+                continue
+            replica.exit_code = code if code >= 0 else 128 - code
+            replica.finished_at = now_rfc3339()
+            self._put_pod(run, replica, phase="Succeeded" if code == 0 else "Failed")
+            changed = True
+        if not changed or run.done:
+            return
+        failed = [r for r in run.replicas if r.exit_code not in (None, 0)]
+        if failed:
+            first = failed[0]
+            message = f"jobset failed: job {run.name}-node-0 failed (node index {first.index} exited {first.exit_code})"
+            self._trainjob_condition(run, "Failed", "FailedJobs", message)
+            doomed = [r for r in run.replicas if r.exit_code is None]
+            for replica in doomed:
+                replica.deleted = True
+                self.server.remove_pod(run.namespace, replica.pod_name)
+            self._kill(doomed)
+        elif all(r.exit_code == 0 for r in run.replicas):
+            self._trainjob_condition(run, "Complete", "JobSetCompleted", "jobset completed successfully")
+        if run.done:
+            run.completion_time = now_rfc3339()
+        self._write_status(run)
+
+    def _trainjob_condition(self, run: JobRun, ctype: str, reason: str, message: str) -> None:
+        run.done = True
+        at = now_rfc3339()
+        run.conditions.append(
+            {"type": ctype, "status": "True", "reason": reason, "message": message, "lastTransitionTime": at}
+        )
+
+    def _write_status(self, run: JobRun) -> None:
+        from tests.fakeapi.server import TRAINJOBS
+
+        counts = {"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 0}
+        for r in run.replicas:
+            if r.exit_code is None and not r.deleted and r.process is not None:
+                counts["active"] += 1
+                counts["ready"] += 1
+            elif r.exit_code == 0:
+                counts["succeeded"] += 1
+            elif r.exit_code is not None:
+                counts["failed"] += 1
+        status = {"conditions": [dict(c) for c in run.conditions], "jobsStatus": [counts]}
+        try:
+            self.server.set_job_status(run.namespace, run.name, status, TRAINJOBS)
+        except KeyError:
+            run.gone = True
+
+    def _put_pod(self, run: JobRun, replica: Replica, phase: str) -> None:
+        if replica.deleted:
+            return
+        trainer = run.job["spec"]["trainer"]
+        if phase == "Pending":
+            state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
+        elif phase == "Running":
+            state = {"running": {"startedAt": replica.started_at}}
+        else:
+            # The runtime's node container keeps terminationMessagePolicy File: no log tail in the message.
+            state = {
+                "terminated": {
+                    "exitCode": replica.exit_code,
+                    "reason": "Completed" if replica.exit_code == 0 else "Error",
+                    "startedAt": replica.started_at,
+                    "finishedAt": replica.finished_at,
+                }
+            }
+        labels = {
+            JOBSET_NAME_LABEL: run.name,
+            "jobset.sigs.k8s.io/replicatedjob-name": "node",
+            "jobset.sigs.k8s.io/job-index": "0",
+            COMPLETION_INDEX: str(replica.index),
+            "trainer.kubeflow.org/trainjob-ancestor-step": "trainer",
+        }
+        pod = {
+            "metadata": {
+                "name": replica.pod_name,
+                "namespace": run.namespace,
+                "labels": labels,
+                "annotations": {COMPLETION_INDEX: str(replica.index)},
+            },
+            "spec": {"containers": [{"name": "node", "image": trainer.get("image", "")}]},
+            "status": {
+                "phase": phase,
+                **({"startTime": replica.started_at} if replica.started_at else {}),
+                "containerStatuses": [
+                    {
+                        "name": "node",
+                        "ready": phase == "Running",
+                        "restartCount": 0,
+                        "image": trainer.get("image", ""),
+                        "imageID": "",
+                        "state": state,
+                    }
+                ],  # fmt: skip
+            },
+        }
+        self.server.put_pod(pod)
+
+    def run_for(self, name: str, timeout_s: float = 30.0) -> JobRun:
+        """The record of TrainJob `name`, waiting until the fake Trainer has started it."""
+        return super().run_for(name, timeout_s)
