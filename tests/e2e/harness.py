@@ -52,7 +52,12 @@ VENV_BIN = Path(sys.executable).parent
 IMAGE = "localhost/flytekitplugins-pytorch-e2e:venv"
 """The image name given to `pyflyte package`; the fake kubelet "runs" it as this machine's venv."""
 
-TERMINAL_PHASES = (TaskExecution.SUCCEEDED, TaskExecution.FAILED, TaskExecution.ABORTED)
+TERMINAL_PHASES = (
+    TaskExecution.SUCCEEDED,
+    TaskExecution.FAILED,
+    TaskExecution.RETRYABLE_FAILED,
+    TaskExecution.ABORTED,
+)
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
