@@ -47,6 +47,9 @@ def test_rbac_is_least_privilege():
         ("kubeflow.org", "pytorchjobs", "create"),
         ("kubeflow.org", "pytorchjobs", "get"),
         ("kubeflow.org", "pytorchjobs", "delete"),
+        ("trainer.kubeflow.org", "trainjobs", "create"),
+        ("trainer.kubeflow.org", "trainjobs", "get"),
+        ("trainer.kubeflow.org", "trainjobs", "delete"),
         ("", "pods", "list"),
     }
     lines = (DEPLOY / "rbac.yaml").read_text().splitlines()
