@@ -317,12 +317,16 @@ class PyTorchJobConnector(AsyncConnectorBase):
     def _discover_target(self) -> Target:
         """Ask the API server which CRD it serves (`GET /apis/<group>/<version>`), PyTorchJob first."""
         custom, _ = self._apis()
+
+        def resources_of(t: Target) -> Callable[[], Any]:
+            return lambda: custom.get_api_resources(
+                t.group, t.version, _preload_content=False, _request_timeout=self._timeout()
+            )
+
         for t in AUTO_ORDER:
             try:
                 response = self._call(
-                    lambda t=t: custom.get_api_resources(
-                        t.group, t.version, _preload_content=False, _request_timeout=self._timeout()
-                    ),
+                    resources_of(t),
                     "discover",
                     "",
                     t.api_version,
