@@ -8,9 +8,10 @@ The template format is specified in ``docs/template-format.md``: ``custom`` is F
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Optional, Union, cast
 
 import flytekit
@@ -334,6 +335,33 @@ def _flytekit_task_options() -> frozenset[str]:
     return frozenset(names - {"_task_function", "task_config"})
 
 
+_FLAT_OWNERS = ("PyTorch.", "Master.", "Worker.", "RunPolicy.", "run_policy.")
+_FLAT_RENAMES = {"replicas": "workers_count"}
+"""Dataclass fields whose flat keyword has another name (``Worker.replicas`` is ``workers_count``)."""
+
+
+@contextlib.contextmanager
+def _flat_names() -> Iterator[None]:
+    """Re-raise a `ConfigError` from the dataclasses under the `pytorch_task` keyword that fed the field.
+
+    ``pytorch_task(restart_policy="sometimes")`` fails in ``Master.__post_init__``; the user typed
+    ``restart_policy``, so the message says ``pytorch_task.restart_policy='sometimes' is ...``.
+    """
+    try:
+        yield
+    except ConfigError as e:
+        name = e.field or ""
+        short = name
+        while short.startswith(_FLAT_OWNERS):
+            short = short.split(".", 1)[1]
+        keyword = _FLAT_RENAMES.get(short, short)
+        message = str(e)
+        if name == short or keyword not in inspect.signature(pytorch_task).parameters or not message.startswith(name):
+            raise
+        flat_name = f"pytorch_task.{keyword}"
+        raise ConfigError(flat_name + message[len(name) :], field=flat_name, value=e.value) from None
+
+
 def pytorch_task(
     _task_function: Optional[Callable] = None,
     *,
@@ -458,36 +486,37 @@ def pytorch_task(
         task_options["accelerator"] = accelerator
         accelerator = None
 
-    # Master, Worker and RunPolicy accept a policy's string value and coerce it (with their own field names in the
-    # error); their fields are typed as the enum they hold after __post_init__.
-    config = PyTorch(
-        master=Master(
-            requests=requests_or_none, limits=limits_or_none, restart_policy=cast(RestartPolicy, restart_policy)
-        ),
-        worker=Worker(
-            replicas=workers_count,
-            requests=requests_or_none,
-            limits=limits_or_none,
-            restart_policy=cast(RestartPolicy, restart_policy),
-        ),
-        run_policy=RunPolicy(
-            clean_pod_policy=cast(CleanPodPolicy, clean_pod_policy),
-            backoff_limit=backoff_limit,
-            active_deadline_seconds=active_deadline_seconds,
-            ttl_seconds_after_finished=ttl_seconds_after_finished,
-            queue=queue,
-            priority_class=priority_class,
-            gang_scheduling=gang_scheduling,
-            min_available=min_available,
-            suspend=suspend,
-        ),
-        nproc_per_node=nproc_per_node,
-        shm_size=shm_size,
-        accelerator=accelerator,
-        gpu_resource=gpu_resource,
-        start_method=start_method,
-        collective_timeout=collective_timeout,
-    )
+    # Master, Worker and RunPolicy accept a policy's string value and coerce it; their fields are typed as the enum
+    # they hold after __post_init__. An error names the keyword the user typed, not the dataclass field it fed.
+    with _flat_names():
+        config = PyTorch(
+            master=Master(
+                requests=requests_or_none, limits=limits_or_none, restart_policy=cast(RestartPolicy, restart_policy)
+            ),
+            worker=Worker(
+                replicas=workers_count,
+                requests=requests_or_none,
+                limits=limits_or_none,
+                restart_policy=cast(RestartPolicy, restart_policy),
+            ),
+            run_policy=RunPolicy(
+                clean_pod_policy=cast(CleanPodPolicy, clean_pod_policy),
+                backoff_limit=backoff_limit,
+                active_deadline_seconds=active_deadline_seconds,
+                ttl_seconds_after_finished=ttl_seconds_after_finished,
+                queue=queue,
+                priority_class=priority_class,
+                gang_scheduling=gang_scheduling,
+                min_available=min_available,
+                suspend=suspend,
+            ),
+            nproc_per_node=nproc_per_node,
+            shm_size=shm_size,
+            accelerator=accelerator,
+            gpu_resource=gpu_resource,
+            start_method=start_method,
+            collective_timeout=collective_timeout,
+        )
 
     def wrapper(fn: Callable) -> PyTorchFunctionTask:
         return flytekit.task(fn, task_config=config, **task_options)
