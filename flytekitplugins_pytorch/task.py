@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 from collections.abc import Callable, Iterator
 from typing import Any, Optional, Union, cast
 
 import flytekit
 from flyteidl.plugins.kubeflow import common_pb2, pytorch_pb2
-from flytekit import PythonFunctionTask, Resources
+from flytekit import PodTemplate, PythonFunctionTask, Resources
 from flytekit.configuration import SerializationSettings
 from flytekit.core.resources import convert_resources_to_resource_model
 from flytekit.extend import TaskPlugins
@@ -37,6 +38,7 @@ from flytekitplugins_pytorch.config import (
     check_quantity,
     check_resources,
     unknown_option,
+    warn_replaced_command,
 )
 from pytorch_contract import template_keys as keys
 from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND, TASK_TYPE, TASK_TYPE_VERSION
@@ -193,7 +195,40 @@ def pytorch_config(config: PyTorch) -> dict[str, str]:
         entries[keys.WORKER_RESTART_POLICY] = RestartPolicy.EXIT_CODE.value
     if config.master.image:
         entries[keys.MASTER_IMAGE] = config.master.image
+    if config.master.pod_template is not None:
+        entries[keys.MASTER_POD_TEMPLATE] = role_pod_template(config.master.pod_template)
+    if config.worker.replicas > 0 and config.worker.pod_template is not None:
+        entries[keys.WORKER_POD_TEMPLATE] = role_pod_template(config.worker.pod_template)
     return dict(sorted(entries.items()))
+
+
+def role_pod_template(pod_template: PodTemplate) -> str:
+    """A role's pod template as the value of ``pytorch.<role>.pod_template``.
+
+    flyteidl's replica spec has no pod template field, so it travels in ``config`` as JSON text (keys sorted):
+    ``{"metadata": {"labels", "annotations"}, "primaryContainerName", "podSpec"}``. The primary container's
+    ``command`` and ``args`` are left out: every replica runs the task's pyflyte-execute (`Master` warned).
+
+    Args:
+        pod_template: the role's flytekit ``PodTemplate``.
+
+    Returns:
+        The JSON text.
+    """
+    spec: dict[str, Any] = {}
+    if pod_template.pod_spec is not None:
+        from kubernetes.client import ApiClient  # the user built a V1PodSpec, so the client is installed
+
+        spec = ApiClient().sanitize_for_serialization(pod_template.pod_spec)
+    for container in spec.get("containers") or []:
+        if container.get("name") == pod_template.primary_container_name:
+            container.pop("command", None)
+            container.pop("args", None)
+    metadata = {
+        k: dict(v) for k, v in (("labels", pod_template.labels), ("annotations", pod_template.annotations)) if v
+    }
+    doc = {"metadata": metadata, "primaryContainerName": pod_template.primary_container_name, "podSpec": spec}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
 def elastic_config(config: Elastic) -> dict[str, str]:
@@ -234,6 +269,8 @@ class _DistributedFunctionTask(PythonFunctionTask):
                 field="task_config",
                 value=task_config,
             )
+        if kwargs.get("pod_template") is not None:
+            warn_replaced_command("pod_template", kwargs["pod_template"])
         super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
 
     def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
