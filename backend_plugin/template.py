@@ -21,6 +21,7 @@ import dataclasses
 import decimal
 import functools
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from backend_plugin.errors import TemplateError
 from pytorch_contract import template_keys as keys
 from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, EXTENDED_RESOURCE_NAME, LABEL_VALUE, NVIDIA_GPU
 from pytorch_contract.quantity import is_quantity, parse_quantity
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "TaskSpec",
@@ -762,6 +765,12 @@ def _read_pod(template: Mapping[str, Any]) -> PodTemplateSpec:
         for i, other in enumerate(containers):
             if i != matches[0] and not other.get("image"):
                 raise _err(f"k8sPod.podSpec.containers[{i}].image", other.get("image"), "a sidecar needs an image")
+        if name != primary_name:
+            logger.info(
+                "primary container %r renamed to %r: the training operator finds the container to watch by that name",
+                name,
+                primary_name,
+            )
         containers[matches[0]]["name"] = primary_name
         meta = pod.get("metadata") or {}
         return PodTemplateSpec(
