@@ -298,3 +298,42 @@ def test_render_ignores_the_key_order_of_a_json_template(tmp_path: Path, capsys)
         _, expected, _ = run(["render", "--template", str(source), "--name", "x"], capsys)
         _, got, _ = run(["render", "--template", str(shuffled), "--name", "x"], capsys)
         assert got == expected, name
+
+
+# --- item 9: a map_task over a pytorch task --------------------------------------------------------------------
+
+MAP_FILE = textwrap.dedent(
+    """
+    from flytekit import map_task, workflow
+
+    from flytekitplugins_pytorch import pytorch_task
+
+
+    @pytorch_task(workers_count=1)
+    def train(seed: int) -> float:
+        return float(seed)
+
+
+    mapped = map_task(train)
+
+
+    @workflow
+    def repeated(seeds: list[int] = [1, 2, 3]) -> list[float]:
+        return mapped(seed=seeds)
+    """
+)
+
+
+def test_map_task_renders_as_one_pytorchjob_per_item(tmp_path: Path, capsys):
+    """The mapped task is a `pytorch` task running pyflyte-map-execute over the whole list; which item a job
+    trains is the FLYTE_K8S_ARRAY_INDEX that Flyte's array node gives each execution (docs/cluster.md)."""
+    path = tmp_path / "wf_map.py"
+    path.write_text(MAP_FILE)
+    argv = ["render", str(path), "mapped", "--image", IMAGE, "--input", "seed=[1, 2, 3]", "--inputs-to", str(tmp_path)]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    job = yaml.safe_load(out)
+    assert_valid_pytorchjob(job)
+    (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "pyflyte-map-execute"
+    assert "flytekit.core.array_node_map_task.ArrayNodeMapTaskResolver" in container["args"]
