@@ -258,7 +258,8 @@ class TaskSpec:
     Attributes:
         task_id: the template's identifier.
         task_type_version: 0 (legacy) or 1.
-        replicas: the roles that run, master first; an elastic task has only `Worker`.
+        replicas: the roles that run, master first; an elastic task has only `Worker`. A role with its own pod
+            template carries it, merged over `pod`, in `ReplicaGroup.pod_template`.
         elastic: the elastic settings, None for a fixed-size job.
         nproc_per_node: `pytorch.nproc_per_node` (a positive integer or `auto`/`cpu`/`gpu`), None when absent.
         run_policy: restart budget, deadline, TTL and clean-pod policy.
