@@ -12,8 +12,13 @@ for `kubectl apply -f -`. Flyte's placeholders (`{{.input}}`, `{{.outputPrefix}}
 `--output-prefix`, `--raw-output-prefix`, `--checkpoint-prefix` and `--prev-checkpoint`; by default they follow the
 connector's layout under the output prefix `s3://my-s3-bucket/pytorchjob-render/<job name>` (the Flyte sandbox
 bucket): `<prefix>/inputs.pb`, `<prefix>/raw_output`, `<prefix>/checkpoint_output`. The job then runs the task's code
-with the inputs found there, so upload an `inputs.pb` first or pass your own paths.
-`python -m backend_plugin render ...` is the same command.
+with the inputs found there.
+
+`--input name=value` (repeatable) writes that `inputs.pb`: each value is converted to a Flyte literal with the task's
+interface (flytekit's type engine, as `pyflyte run` does), the literal map is written to `--inputs-to` (a local folder,
+or a URL such as `s3://bucket/run-1` written through flytekit's data persistence; default: the `--output-prefix`), and
+the job's `{{.input}}` points at it. A job whose image is flytekit's default image (no torch, no plugin) gets a warning
+on stderr. `python -m backend_plugin render ...` is the same command.
 """
 
 from __future__ import annotations
@@ -37,11 +42,24 @@ from backend_plugin.execution import ExecutionIdentity, execution_metadata, job_
 from backend_plugin.targets import TRAINJOB, target_for_config
 from backend_plugin.template import read_template, template_to_dict
 from backend_plugin.trainjob import warnings as trainjob_warnings
-from pytorch_contract.template_keys import TASK_TYPE
+from pytorch_contract.template_keys import PRIMARY_CONTAINER, TASK_TYPE
 
-__all__ = ["main", "render", "load_task_template", "load_template_file"]
+__all__ = [
+    "main",
+    "render",
+    "load_task",
+    "load_task_template",
+    "serialize_task",
+    "load_template_file",
+    "parse_inputs",
+    "input_literals",
+    "write_inputs",
+    "default_image_warnings",
+]
 
 DEFAULT_BUCKET = "s3://my-s3-bucket/pytorchjob-render"
+FLYTEKIT_DEFAULT_IMAGE = "cr.flyte.org/flyteorg/flytekit:"
+"""Prefix of flytekit's default images (`DefaultImages`), what a task without `container_image` serializes with."""
 
 
 class RenderError(Exception):
@@ -62,9 +80,45 @@ def load_task_template(path: str, task_name: str, image: Optional[str] = None) -
     Raises:
         RenderError: the file does not exist or has no such task.
     """
+    return serialize_task(load_task(path, task_name), image)
+
+
+def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
+    """Serialize a flytekit task as `pyflyte package` would.
+
+    Args:
+        entity: the task.
+        image: the container image; flytekit's default image when None.
+
+    Returns:
+        The TaskTemplate as a protobuf-JSON dict.
+    """
     from flytekit.configuration import Image, ImageConfig, SerializationSettings
-    from flytekit.core.base_task import PythonTask
     from flytekit.tools.translator import get_serializable
+
+    if image:
+        image_config = ImageConfig(default_image=Image.look_up_image_info("default", image))
+    else:
+        image_config = ImageConfig.auto_default_image()
+    settings = SerializationSettings(image_config=image_config)  # like `pyflyte package`: no project/domain yet
+    task_spec = get_serializable(OrderedDict(), settings, entity)
+    return template_to_dict(task_spec.template)
+
+
+def load_task(path: str, task_name: str) -> Any:
+    """Import a Python file by path and return its task `task_name`.
+
+    Args:
+        path: the `.py` file.
+        task_name: the attribute name of the decorated task in that file.
+
+    Returns:
+        The flytekit task.
+
+    Raises:
+        RenderError: the file does not exist or has no such task.
+    """
+    from flytekit.core.base_task import PythonTask
 
     file = Path(path).resolve()
     if not file.is_file():
@@ -86,13 +140,7 @@ def load_task_template(path: str, task_name: str, image: Optional[str] = None) -
     if not isinstance(entity, PythonTask):
         tasks = sorted(k for k, v in vars(module).items() if isinstance(v, PythonTask))
         raise RenderError(f"{path}: no task named {task_name!r}; tasks in this file: {tasks}")
-    if image:
-        image_config = ImageConfig(default_image=Image.look_up_image_info("default", image))
-    else:
-        image_config = ImageConfig.auto_default_image()
-    settings = SerializationSettings(image_config=image_config)  # like `pyflyte package`: no project/domain yet
-    task_spec = get_serializable(OrderedDict(), settings, entity)
-    return template_to_dict(task_spec.template)
+    return entity
 
 
 def _module_name(file: Path) -> str:
@@ -175,6 +223,156 @@ def _from_archive(path: str, data: bytes, task_name: Optional[str]) -> dict[str,
     return next(iter(found.values()))
 
 
+def parse_inputs(pairs: list[str]) -> dict[str, str]:
+    """`--input name=value` pairs as a dict.
+
+    Args:
+        pairs: the raw arguments.
+
+    Returns:
+        name -> value text.
+
+    Raises:
+        RenderError: a pair without `=`, or a name given twice.
+    """
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise RenderError(f"--input {pair!r}: expected NAME=VALUE, e.g. --input epochs=3")
+        if name in out:
+            raise RenderError(f"--input {name}: given twice")
+        out[name] = value
+    return out
+
+
+def input_literals(template: dict[str, Any], given: dict[str, str], defaults: Optional[dict[str, Any]] = None) -> Any:
+    """Convert `--input` values to the task's input `LiteralMap` with flytekit's type engine.
+
+    A value is read as its input's type: text for `str`, a number for `int` / `float`, `true` / `false` for `bool`,
+    a path or URL for files and directories, and JSON for anything else (lists, dicts, dataclasses).
+
+    Args:
+        template: the TaskTemplate dict (its `interface` gives the types).
+        given: name -> value text.
+        defaults: the task's Python defaults (when rendered from FILE.py), used for inputs not given.
+
+    Returns:
+        A flytekit `LiteralMap`.
+
+    Raises:
+        RenderError: an unknown name, a missing input, or a value that does not convert.
+    """
+    from flyteidl.core import interface_pb2
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.type_engine import TypeEngine
+    from flytekit.models.interface import TypedInterface
+    from flytekit.models.literals import LiteralMap
+    from google.protobuf import json_format
+
+    interface = TypedInterface.from_flyte_idl(
+        json_format.ParseDict(template.get("interface") or {}, interface_pb2.TypedInterface())
+    )
+    variables = interface.inputs
+    defaults = defaults or {}
+    unknown = sorted(set(given) - set(variables))
+    if unknown:
+        raise RenderError(f"--input {unknown[0]}: the task has no such input; its inputs: {sorted(variables)}")
+    missing = sorted(set(variables) - set(given) - set(defaults))
+    if missing:
+        raise RenderError(f"missing --input for {missing} (no default); the task's inputs: {sorted(variables)}")
+    ctx = FlyteContextManager.current_context()
+    literals = {}
+    for name, variable in variables.items():
+        python_type = TypeEngine.guess_python_type(variable.type)
+        if name in given:
+            try:
+                value = _python_value(given[name], python_type)
+            except (ValueError, TypeError) as e:
+                raise RenderError(f"--input {name}={given[name]!r}: not a {_type_name(python_type)} value ({e})") from e
+        else:
+            value = defaults[name]
+        try:
+            literals[name] = TypeEngine.to_literal(ctx, value, python_type, variable.type)
+        except Exception as e:  # flytekit raises TypeTransformerFailedError, AssertionError, ValueError, ...
+            raise RenderError(f"--input {name}: {type(e).__name__}: {e}") from e
+    return LiteralMap(literals)
+
+
+def _type_name(python_type: Any) -> str:
+    return getattr(python_type, "__name__", None) or str(python_type)
+
+
+def _python_value(text: str, python_type: Any) -> Any:
+    if python_type is str:
+        return text
+    if python_type is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError("use true or false")
+        return text.lower() == "true"
+    if python_type in (int, float):
+        return python_type(text)
+    name = _type_name(python_type)
+    if name in ("FlyteFile", "FlyteDirectory") or "FlyteFile" in name or "FlyteDirectory" in name:
+        return python_type(text)
+    return json.loads(text)
+
+
+def write_inputs(literals: Any, prefix: str) -> str:
+    """Write `inputs.pb` under `prefix`: a local folder, or a URL written with flytekit's data persistence.
+
+    Args:
+        literals: the `LiteralMap`.
+        prefix: local folder or remote prefix (`s3://...`, `gs://...`).
+
+    Returns:
+        The path or URL of the written `inputs.pb`.
+
+    Raises:
+        RenderError: the file cannot be written.
+    """
+    data = literals.to_flyte_idl().SerializeToString()
+    if "://" not in prefix:
+        folder = Path(prefix).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "inputs.pb").write_bytes(data)
+        return str(folder / "inputs.pb")
+    import tempfile
+
+    from flytekit.core.context_manager import FlyteContextManager
+
+    url = prefix.rstrip("/") + "/inputs.pb"
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "inputs.pb"
+        local.write_bytes(data)
+        try:
+            FlyteContextManager.current_context().file_access.put_data(str(local), url)
+        except Exception as e:  # fsspec / cloud SDK errors have no common base
+            raise RenderError(f"--inputs-to {prefix}: could not write {url}: {type(e).__name__}: {e}") from e
+    return url
+
+
+def default_image_warnings(job: dict[str, Any]) -> list[str]:
+    """Warnings for replicas whose image is flytekit's default image (no torch, no flytekitplugins-pytorch).
+
+    Args:
+        job: the PyTorchJob.
+
+    Returns:
+        One line per role with that image.
+    """
+    out = []
+    for role, replica in job["spec"]["pytorchReplicaSpecs"].items():
+        for container in replica["template"]["spec"]["containers"]:
+            image = str(container.get("image", ""))
+            if container.get("name") == PRIMARY_CONTAINER and image.startswith(FLYTEKIT_DEFAULT_IMAGE):
+                out.append(
+                    f"warning: {role} image {image} is flytekit's default image, which has neither torch nor "
+                    "flytekitplugins-pytorch: the pods will fail at import; pass --image with your training image"
+                )
+    return out
+
+
 def render(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> str:
     """Build the job for `template` with the command-line's metadata and return it as YAML.
 
@@ -250,6 +448,19 @@ def _parser() -> argparse.ArgumentParser:
         help="job kind: a Kubeflow PyTorchJob or a Kubeflow Trainer v2 TrainJob (default: the config's target)",
     )
     r.add_argument("--inputs", help="value of {{.input}} (default: <bucket>/<name>/inputs.pb)")
+    r.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a task input (repeatable): writes inputs.pb to --inputs-to and points {{.input}} at it",
+    )
+    r.add_argument(
+        "--inputs-to",
+        metavar="PREFIX",
+        help="where --input writes inputs.pb: a local folder or a URL such as s3://bucket/run-1 "
+        "(default: --output-prefix)",
+    )
     r.add_argument("--output-prefix", help="value of {{.outputPrefix}}")
     r.add_argument("--raw-output-prefix", help="value of {{.rawOutputDataPrefix}}")
     r.add_argument("--checkpoint-prefix", help="value of {{.checkpointOutputPrefix}}")
@@ -269,7 +480,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        config = BackendConfig.from_yaml(Path(args.config)) if args.config else load_config()
+        config = _load_config(args.config)
+        given = parse_inputs(args.input)
+        if given and not (args.inputs_to or args.output_prefix):
+            raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")
+        defaults: dict[str, Any] = {}
         if args.template:
             if args.task is not None:
                 parser.error("with --template give at most one positional argument (the task name)")
@@ -277,12 +492,41 @@ def main(argv: Optional[list[str]] = None) -> int:
         else:
             if not args.source or not args.task:
                 parser.error("give FILE.py TASK, or --template FILE")
-            template = load_task_template(args.source, args.task, args.image)
-        sys.stdout.write(render(template, args, config))
+            entity = load_task(args.source, args.task)
+            template = serialize_task(entity, args.image)
+            defaults = dict(entity.python_interface.default_inputs_as_kwargs)
+        if given:
+            written = write_inputs(input_literals(template, given, defaults), args.inputs_to or args.output_prefix)
+            if "://" not in written:
+                print(
+                    f"pytorchjob render: wrote {written}; pods cannot read a local file: upload it and pass its URL "
+                    "with --inputs (or give --inputs-to s3://...)",
+                    file=sys.stderr,
+                )
+            args.inputs = args.inputs or written
+        text = render(template, args, config)
+        for line in default_image_warnings(yaml.safe_load(text)):
+            print(f"pytorchjob render: {line}", file=sys.stderr)
+        sys.stdout.write(text)
     except (RenderError, TemplateError, ConfigError, OSError) as e:
         print(f"pytorchjob render: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _load_config(path: Optional[str]) -> BackendConfig:
+    """The backend config; any error in it is one line naming the file (`BackendConfig` raises a few non-ConfigError
+    exceptions for values of the wrong shape, e.g. `log_links: 5`)."""
+    source = path or "PYTORCHJOB_CONFIG / PYTORCHJOB_* environment"
+    try:
+        return BackendConfig.from_yaml(Path(path)) if path else load_config()
+    except (ConfigError, OSError):
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as e:
+        raise ConfigError(
+            f"backend config {source}: a value has the wrong shape ({type(e).__name__}: {e}); "
+            "see docs/reference/backend-config.md"
+        ) from e
 
 
 if __name__ == "__main__":  # pragma: no cover

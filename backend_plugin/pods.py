@@ -9,6 +9,7 @@ GPUs are requested, interruptible tolerations and node selector, service account
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,16 +19,19 @@ from backend_plugin.config import AcceleratorPlacement, BackendConfig
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionMetadata
 from backend_plugin.secrets import SECRETS_LABEL, secret_annotations
-from backend_plugin.template import FLYTEKIT_GPU, ReplicaGroup, TaskSpec, thaw
+from backend_plugin.template import FLYTEKIT_GPU, PodTemplateSpec, ReplicaGroup, TaskSpec, thaw
 from pytorch_contract.k8s_names import QUALIFIED_NAME
 from pytorch_contract.quantity import is_quantity, parse_quantity
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "PodPlan",
     "plan_pods",
     "replica_pod",
     "job_labels",
+    "pod_metadata",
     "QUEUE_LABEL",
     "SHM_VOLUME",
     "FAIL_ON_ERROR_ENV",
@@ -171,7 +175,8 @@ def replica_pod(group: ReplicaGroup, plan: PodPlan) -> dict[str, Any]:
         TemplateError: no image for the role, bad resources, or a template volume named like the shm volume.
     """
     meta, config = plan.metadata, plan.config
-    pod = plan.spec.pod.fresh_spec()
+    source = group.pod_template or plan.spec.pod  # the role's own pod template, merged over the task's
+    pod = source.fresh_spec()
     container = next(c for c in pod["containers"] if c.get("name") == PRIMARY_CONTAINER)
 
     image = group.image or meta.image_override or container.get("image") or ""
@@ -179,7 +184,7 @@ def replica_pod(group: ReplicaGroup, plan: PodPlan) -> dict[str, Any]:
         raise _err(
             f"{group.path}.image", image, "no image: set the replica, the execution override or the container image"
         )
-    for i, key, j in plan.spec.pod.fill_args:  # the items with placeholders (found once per template)
+    for i, key, j in source.fill_args:  # the items with placeholders (found once per template)
         items = pod["containers"][i][key]
         items[j] = _fill(str(items[j]), plan.placeholders)
     env = _merge_env(plan.environment, container.get("env") or [], plan.execution_environment)
@@ -191,13 +196,16 @@ def replica_pod(group: ReplicaGroup, plan: PodPlan) -> dict[str, Any]:
     mounts = list(container.get("volumeMounts") or [])
     volumes = list(pod.get("volumes") or [])
     if plan.shm_enabled and not any(m.get("mountPath") == plan.shm_path for m in mounts):
-        if any(v.get("name") == SHM_VOLUME for v in volumes):
-            raise _err("k8sPod.podSpec.volumes", SHM_VOLUME, f"volume name is reserved for {plan.shm_path}; rename it")
+        # A volume of the user's own named like ours keeps its name: ours takes the next free one.
+        taken = {v.get("name") for v in volumes}
+        shm_name = next(
+            n for n in (SHM_VOLUME, *(f"{SHM_VOLUME}-{i}" for i in range(1, len(taken) + 2))) if n not in taken
+        )
         empty_dir: dict[str, Any] = {"medium": "Memory"}
         if plan.shm_size:
             empty_dir["sizeLimit"] = plan.shm_size
-        volumes.append({"name": SHM_VOLUME, "emptyDir": empty_dir})
-        mounts.append({"name": SHM_VOLUME, "mountPath": plan.shm_path})
+        volumes.append({"name": shm_name, "emptyDir": empty_dir})
+        mounts.append({"name": shm_name, "mountPath": plan.shm_path})
 
     ordered: dict[str, Any] = {"name": PRIMARY_CONTAINER, "image": image}
     for key in ("command", "args"):
@@ -222,12 +230,50 @@ def replica_pod(group: ReplicaGroup, plan: PodPlan) -> dict[str, Any]:
     if plan.interruptible:
         _interruptible_placement(pod, config)
 
-    pod_labels = {**plan.spec.pod.labels, **plan.labels}
-    pod_annotations = {**plan.spec.pod.annotations, **plan.annotations}
-    if plan.secret_annotations:  # flytepropeller's secrets webhook injects them into pods marked this way
-        pod_labels[SECRETS_LABEL] = "true"
-        pod_annotations.update(plan.secret_annotations)
+    pod_labels, pod_annotations = pod_metadata(source, plan)
     return {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod}
+
+
+def pod_metadata(source: PodTemplateSpec, plan: PodPlan) -> tuple[dict[str, str], dict[str, str]]:
+    """Labels and annotations of one replica pod: the user's win over the backend's defaults.
+
+    Layers, later winning: the backend config's `default_labels` / `default_annotations`, the (role's) pod template,
+    the execution's labels and annotations, then what the backend must set for a feature the task asked for (the
+    Kueue queue label for `pytorch.queue`, flytepropeller's secrets label and `flyte.secrets/*` annotations); each
+    of those that replaces a different value of the pod template is logged.
+
+    Args:
+        source: the pod the role starts from (`ReplicaGroup.pod_template` or `TaskSpec.pod`).
+        plan: the job's `plan_pods`.
+
+    Returns:
+        (labels, annotations), fresh dicts.
+    """
+    config, meta = plan.config, plan.metadata
+    labels = {**config.default_labels, **source.labels, **meta.labels}
+    annotations = {**config.default_annotations, **source.annotations, **meta.annotations}
+    required_labels: dict[str, str] = {}
+    if plan.spec.scheduling.queue is not None:
+        required_labels[QUEUE_LABEL] = plan.spec.scheduling.queue
+    required_annotations: dict[str, str] = {}
+    if plan.secret_annotations:  # flytepropeller's secrets webhook injects them into pods marked this way
+        required_labels[SECRETS_LABEL] = "true"
+        required_annotations.update(plan.secret_annotations)
+    for kind, layer, required in (
+        ("label", labels, required_labels),
+        ("annotation", annotations, required_annotations),
+    ):
+        for key, value in required.items():
+            if key in layer and layer[key] != value:
+                logger.warning(
+                    "pod template %s %s=%r replaced by %r: the backend needs it for a setting of the task",
+                    kind,
+                    key,
+                    layer[key],
+                    value,
+                )
+            layer[key] = value
+    return labels, annotations
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -369,7 +415,17 @@ def _interruptible_placement(pod: dict[str, Any], config: BackendConfig) -> None
     """Like Flyte's k8s plugin: every replica, the config's node selector wins over the pod template's."""
     _add_tolerations(pod, config.interruptible_tolerations)
     if config.interruptible_node_selector:
-        pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **config.interruptible_node_selector}
+        own = pod.get("nodeSelector") or {}
+        for key, value in config.interruptible_node_selector.items():
+            if key in own and own[key] != value:
+                logger.warning(
+                    "pod template nodeSelector %s=%r replaced by %r: the task is interruptible, and the backend's "
+                    "interruptible_node_selector is what places it on interruptible nodes",
+                    key,
+                    own[key],
+                    value,
+                )
+        pod["nodeSelector"] = {**own, **config.interruptible_node_selector}
 
 
 def _add_affinity(spec: dict[str, Any], selector: Mapping[str, list[str]]) -> None:

@@ -17,9 +17,11 @@ templates over and over): a `TaskSpec` is shared between callers and deeply read
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import functools
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +37,8 @@ from backend_plugin.errors import TemplateError
 from pytorch_contract import template_keys as keys
 from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, EXTENDED_RESOURCE_NAME, LABEL_VALUE, NVIDIA_GPU
 from pytorch_contract.quantity import is_quantity, parse_quantity
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "TaskSpec",
@@ -52,6 +56,8 @@ __all__ = [
     "thaw",
     "freeze",
     "check_task_template",
+    "read_role_pod",
+    "merge_role_pod",
     "FLYTEKIT_GPU",
     "SHM_PATH",
 ]
@@ -114,6 +120,9 @@ class ReplicaGroup:
             GPU request under `FLYTEKIT_GPU`; None means the primary container's own resources.
         restart_policy: one of `RESTART_POLICIES` (the `pytorch.<role>.restart_policy` key wins over the proto).
         path: where the role is in the template (`custom.workerReplicas`), for messages.
+        pod_template: the role's own pod template (`pytorch.<role>.pod_template`, from `Master(pod_template=...)`),
+            already merged over the task's pod (`TaskSpec.pod`), the role's values winning; None when the role has
+            none and starts from `TaskSpec.pod`. A target without roles (TrainJob) refuses a task where it is set.
     """
 
     role: str
@@ -122,6 +131,7 @@ class ReplicaGroup:
     resources: Optional[Mapping[str, Mapping[str, str]]]
     restart_policy: str
     path: str
+    pod_template: Optional[PodTemplateSpec] = None
 
 
 @dataclass(frozen=True)
@@ -248,7 +258,8 @@ class TaskSpec:
     Attributes:
         task_id: the template's identifier.
         task_type_version: 0 (legacy) or 1.
-        replicas: the roles that run, master first; an elastic task has only `Worker`.
+        replicas: the roles that run, master first; an elastic task has only `Worker`. A role with its own pod
+            template carries it, merged over `pod`, in `ReplicaGroup.pod_template`.
         elastic: the elastic settings, None for a fixed-size job.
         nproc_per_node: `pytorch.nproc_per_node` (a positive integer or `auto`/`cpu`/`gpu`), None when absent.
         run_policy: restart budget, deadline, TTL and clean-pod policy.
@@ -299,7 +310,8 @@ def template_to_dict(template: Any) -> dict[str, Any]:
             (returned as a deep copy; snake_case dicts are normalized through the proto).
 
     Returns:
-        The template as a JSON-able dict.
+        The template as a JSON-able dict, every mapping's keys sorted whatever the source: the same task gives the
+        same job byte for byte from a `.pb`, a JSON file in any key order, or a snake_case dict.
 
     Raises:
         TemplateError: bytes that do not parse or an unsupported type.
@@ -310,8 +322,8 @@ def template_to_dict(template: Any) -> dict[str, Any]:
                 msg = json_format.ParseDict(dict(template), tasks_pb2.TaskTemplate(), ignore_unknown_fields=True)
             except json_format.ParseError as e:
                 raise TemplateError(f"template: not a TaskTemplate dict: {e}") from e
-            return json_format.MessageToDict(msg)
-        return thaw(template)
+            return _sorted_keys(json_format.MessageToDict(msg))
+        return _sorted_keys(thaw(template))
     return _sorted_keys(json_format.MessageToDict(_to_proto(template)))
 
 
@@ -389,6 +401,7 @@ def _read(t: dict[str, Any]) -> TaskSpec:
     version = _int(t.get("taskTypeVersion", 0), "taskTypeVersion")
     replicas, elastic, run_policy = _read_custom(t, version, cfg)
     pod = _read_pod(t)
+    replicas = _role_pods(replicas, pod, cfg)
     gpu_resource = cfg.get(keys.GPU_RESOURCE)
     if gpu_resource is not None and not EXTENDED_RESOURCE_NAME.match(gpu_resource):
         raise _err(
@@ -753,6 +766,12 @@ def _read_pod(template: Mapping[str, Any]) -> PodTemplateSpec:
         for i, other in enumerate(containers):
             if i != matches[0] and not other.get("image"):
                 raise _err(f"k8sPod.podSpec.containers[{i}].image", other.get("image"), "a sidecar needs an image")
+        if name != primary_name:
+            logger.info(
+                "primary container %r renamed to %r: the training operator finds the container to watch by that name",
+                name,
+                primary_name,
+            )
         containers[matches[0]]["name"] = primary_name
         meta = pod.get("metadata") or {}
         return PodTemplateSpec(
@@ -778,6 +797,162 @@ def _read_pod(template: Mapping[str, Any]) -> PodTemplateSpec:
     if container.get("resources"):
         c["resources"] = _k8s_resources(container["resources"], "container.resources")
     return PodTemplateSpec(labels=freeze({}), annotations=freeze({}), spec=freeze({"containers": [c]}))
+
+
+def _role_pods(
+    groups: tuple[ReplicaGroup, ...], pod: PodTemplateSpec, cfg: Mapping[str, str]
+) -> tuple[ReplicaGroup, ...]:
+    """Attach each role's own pod template (`pytorch.<role>.pod_template`), merged over the task's pod."""
+    roles = {g.role.lower() for g in groups}
+    for role in ("master", "worker"):
+        key = keys.pod_template_key(role)
+        if key in cfg and role not in roles:
+            raise _err(f"config[{key!r}]", "...", f"this task has no {role.capitalize()} replicas; remove the key")
+    out = []
+    for group in groups:
+        key = keys.pod_template_key(group.role)
+        if key in cfg:
+            group = dataclasses.replace(group, pod_template=merge_role_pod(pod, read_role_pod(cfg[key], key)))
+        out.append(group)
+    return tuple(out)
+
+
+def read_role_pod(text: str, key: str) -> dict[str, Any]:
+    """Parse and check the JSON of a `pytorch.<role>.pod_template` config value.
+
+    Args:
+        text: the config value.
+        key: its key, for messages.
+
+    Returns:
+        `{"labels", "annotations", "primary", "spec"}`: the pod's metadata, its primary container's name, and a
+        checked core/v1 PodSpec (`containers` may be empty).
+
+    Raises:
+        TemplateError: not JSON, unknown keys, a bad pod spec, or a primary container with a command or args.
+    """
+    where = f"config[{key!r}]"
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _err(where, text[:80], f"is not JSON ({e})") from None
+    allowed = {"metadata", "primaryContainerName", "podSpec"}
+    if not isinstance(doc, dict) or set(doc) - allowed:
+        extra = sorted(set(doc) - allowed) if isinstance(doc, dict) else type(doc).__name__
+        raise _err(where, extra, f"must be a JSON object with keys {sorted(allowed)}")
+    meta = doc.get("metadata") or {}
+    if not isinstance(meta, dict) or set(meta) - {"labels", "annotations"}:
+        raise _err(f"{where}.metadata", meta, "must be {'labels': {...}, 'annotations': {...}}")
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    for name, mapping in (("labels", labels), ("annotations", annotations)):
+        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+            raise _err(f"{where}.metadata.{name}", mapping, "must map strings to strings")
+    primary = doc.get("primaryContainerName") or "primary"
+    spec = doc.get("podSpec") or {}
+    if isinstance(spec, dict) and "containers" not in spec:
+        spec = {**spec, "containers": []}
+    spec = check_pod_spec(_ints(spec), f"{where}.podSpec")
+    for i, container in enumerate(spec["containers"]):
+        if container.get("name") == primary:
+            for field_name in ("command", "args"):
+                if container.get(field_name):
+                    raise _err(
+                        f"{where}.podSpec.containers[{i}].{field_name}",
+                        container[field_name],
+                        "the task's own command (pyflyte-execute) runs in every replica; remove it",
+                    )
+        elif not container.get("image"):
+            raise _err(f"{where}.podSpec.containers[{i}].image", container.get("image"), "a sidecar needs an image")
+        elif container.get("name") == keys.PRIMARY_CONTAINER:
+            raise _err(
+                f"{where}.podSpec.containers[{i}].name",
+                keys.PRIMARY_CONTAINER,
+                f"is the primary container's name; name the primary {primary!r} or rename the sidecar",
+            )
+    return {"labels": labels, "annotations": annotations, "primary": primary, "spec": spec}
+
+
+_BY_NAME = {"containers": "name", "initContainers": "name", "volumes": "name", "ephemeralContainers": "name"}
+"""PodSpec lists whose items a role's pod template replaces by this key (others are appended to)."""
+
+
+def merge_role_pod(base: PodTemplateSpec, role: Mapping[str, Any]) -> PodTemplateSpec:
+    """A role's pod template merged over the task's pod; the role's values win.
+
+    Labels and annotations: the role's keys win. PodSpec fields: a list of named items (containers, init
+    containers, volumes) replaces an item of the same name and appends the others; other lists (tolerations,
+    image pull secrets, ...) are appended to, without duplicates; a mapping (nodeSelector, securityContext,
+    affinity, ...) gets the role's keys; a scalar is the role's. The role's primary container (named by
+    `primaryContainerName`) merges into the task's `pytorch` container the same way: `env` by name,
+    `volumeMounts` by mount path, `resources` per request and limit.
+
+    Args:
+        base: the task's pod (`TaskSpec.pod`).
+        role: `read_role_pod`'s result.
+
+    Returns:
+        The merged pod, as frozen as `base`.
+    """
+    spec = thaw(base.spec)
+    for key, value in role["spec"].items():
+        if key == "containers":
+            primary = next(c for c in spec["containers"] if c.get("name") == keys.PRIMARY_CONTAINER)
+            for container in value:
+                if container.get("name") == role["primary"]:
+                    _merge_container(primary, container)
+                else:
+                    _merge_named(spec, key, [container])
+        elif key in _BY_NAME:
+            _merge_named(spec, key, value)
+        elif isinstance(value, list):
+            items = spec.setdefault(key, [])
+            items.extend(v for v in value if v not in items)
+        elif isinstance(value, dict) and isinstance(spec.get(key), dict):
+            spec[key] = {**spec[key], **value}
+        else:
+            spec[key] = value
+    return PodTemplateSpec(
+        labels=freeze({**base.labels, **role["labels"]}),
+        annotations=freeze({**base.annotations, **role["annotations"]}),
+        spec=freeze(spec),
+    )
+
+
+def _merge_named(spec: dict[str, Any], key: str, items: list[dict[str, Any]]) -> None:
+    current = spec.setdefault(key, [])
+    for item in items:
+        index = next((i for i, c in enumerate(current) if c.get(_BY_NAME[key]) == item.get(_BY_NAME[key])), None)
+        if index is None:
+            current.append(item)
+        else:
+            current[index] = item
+
+
+def _merge_container(primary: dict[str, Any], role: Mapping[str, Any]) -> None:
+    for key, value in role.items():
+        if key == "name":
+            continue
+        if key in ("env", "envFrom", "volumeMounts", "ports", "volumeDevices"):
+            by = {"env": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath"}.get(key)
+            current = primary.setdefault(key, [])
+            for item in value:
+                index = (
+                    None if by is None else next((i for i, c in enumerate(current) if c.get(by) == item.get(by)), None)
+                )
+                if index is None:
+                    if item not in current:
+                        current.append(item)
+                else:
+                    current[index] = item
+        elif key == "resources" and isinstance(primary.get("resources"), dict):
+            merged = dict(primary["resources"])
+            for kind, section in value.items():
+                merged[kind] = {**(merged.get(kind) or {}), **section} if isinstance(section, dict) else section
+            primary["resources"] = merged
+        elif isinstance(value, dict) and isinstance(primary.get(key), dict):
+            primary[key] = {**primary[key], **value}
+        else:
+            primary[key] = value
 
 
 def _ints(value: Any) -> Any:

@@ -173,7 +173,7 @@ def refusals(spec: TaskSpec) -> list[str]:
     """What the task asks for that a TrainJob cannot express, one message per setting (empty: it can run).
 
     Refused (the task's own choice, which would otherwise be silently dropped): an elastic task, roles whose
-    image, resources or restart policy differ, a restart policy other than Never, `backoffLimit`,
+    image, resources or restart policy differ, a per-role pod template, a restart policy other than Never, `backoffLimit`,
     `ttlSecondsAfterFinished`, a clean-pod policy other than Running, gang scheduling, `min_available` and a
     priority class. Pod template fields are checked by `runtime_patch` when the pod is built.
 
@@ -205,6 +205,12 @@ def refusals(spec: TaskSpec) -> list[str]:
             out.append(
                 f"{group.path}.restartPolicy={group.restart_policy!r}: a TrainJob's restarts are the training "
                 f"runtime's (its JobSet failure policy), not per role; use Never, or {_ALTERNATIVE}"
+            )
+    for group in spec.replicas:
+        if group.pod_template is not None:
+            out.append(
+                f"{group.path} has its own pod template ({group.role}(pod_template=...)): a TrainJob runs one pod spec on "
+                f"every node and has no roles; put the settings on the task's pod template, or {_ALTERNATIVE}"
             )
     policy = spec.run_policy
     if policy.backoff_limit is not None:

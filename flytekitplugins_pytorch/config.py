@@ -13,13 +13,14 @@ from __future__ import annotations
 import datetime
 import difflib
 import re
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from enum import Enum
 from typing import Any, Optional, Union
 
-from flytekit import Resources
+from flytekit import PodTemplate, Resources
 
 from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, EXTENDED_RESOURCE_NAME, LABEL_VALUE
 from pytorch_contract.quantity import QuantityError, parse_quantity
@@ -28,6 +29,7 @@ from pytorch_contract.template_keys import NPROC_PER_NODE_WORDS, CleanPodPolicy,
 __all__ = [
     "ConfigError",
     "UnknownOptionError",
+    "PodTemplateOverrideWarning",
     "RestartPolicy",
     "CleanPodPolicy",
     "RunPolicy",
@@ -415,6 +417,64 @@ def check_shm_size(name: str, value: Any) -> Optional[str]:
     return value if isinstance(value, str) else str(value)
 
 
+def check_pod_template(name: str, value: Any) -> Optional[PodTemplate]:
+    """A flytekit ``PodTemplate`` (or None); warns when its primary container has a command or args.
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check.
+
+    Returns:
+        `value` unchanged.
+
+    Raises:
+        ConfigError: not a ``PodTemplate``, or a ``pod_spec`` that is not a ``kubernetes`` ``V1PodSpec``.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, PodTemplate):
+        raise _fail(
+            name,
+            value,
+            f"not a flytekit PodTemplate ({type(value).__name__})",
+            "use flytekit.PodTemplate(pod_spec=kubernetes.client.V1PodSpec(...), labels=..., annotations=...)",
+        )
+    spec = value.pod_spec
+    if spec is not None and type(spec).__name__ != "V1PodSpec":
+        raise _fail(
+            f"{name}.pod_spec", spec, f"not a V1PodSpec ({type(spec).__name__})", "use kubernetes.client.V1PodSpec(...)"
+        )
+    warn_replaced_command(name, value)
+    return value
+
+
+class PodTemplateOverrideWarning(UserWarning):
+    """A pod template setting the plugin replaces (the primary container's command and args)."""
+
+
+def warn_replaced_command(name: str, pod_template: Any) -> None:
+    """Warn that a pod template's primary container command/args will not run: pyflyte-execute replaces them.
+
+    Args:
+        name: where the pod template was given (``"Master.pod_template"``, ``"pod_template"``).
+        pod_template: a flytekit ``PodTemplate``.
+    """
+    spec = getattr(pod_template, "pod_spec", None)
+    primary = getattr(pod_template, "primary_container_name", None)
+    for container in getattr(spec, "containers", None) or []:
+        if getattr(container, "name", None) != primary:
+            continue
+        given = [f for f in ("command", "args") if getattr(container, f, None)]
+        if given:
+            warnings.warn(
+                f"{name}: the primary container {primary!r} sets {' and '.join(given)}, which the task replaces with "
+                "pyflyte-execute (the command that runs your function); put setup in an init container, or in the "
+                "function",
+                PodTemplateOverrideWarning,
+                stacklevel=4,
+            )
+
+
 def _check_fields_common(owner: str, obj: Any) -> None:
     """Checks shared by `PyTorch` and `Elastic`: run policy, shm, accelerator, GPU resource, start method, timeout."""
     if not isinstance(obj.run_policy, RunPolicy):
@@ -529,15 +589,20 @@ class Master:
         limits: resource limits; None = the task container's.
         restart_policy: what the operator does when the pod fails; a `RestartPolicy` or its value as a string.
             Default ``NEVER``: Flyte's own retries restart the whole job consistently.
+        pod_template: a flytekit ``PodTemplate`` for the master pod only, merged over the task's
+            ``pod_template`` (the master's values win): ``spec.pytorchReplicaSpecs.Master.template``. None = the
+            task's pod. Serialized as the ``pytorch.master.pod_template`` config key (see docs/pod-templates.md).
 
     Raises:
-        ConfigError: a malformed quantity, a limit below its request, or an unknown policy.
+        ConfigError: a malformed quantity, a limit below its request, an unknown policy, or a pod template that is
+            not a flytekit ``PodTemplate``.
     """
 
     image: Optional[str] = None
     requests: Optional[Resources] = None
     limits: Optional[Resources] = None
     restart_policy: RestartPolicy = RestartPolicy.NEVER
+    pod_template: Optional[PodTemplate] = None
 
     def __post_init__(self) -> None:
         _check_replica(type(self).__name__, self)
@@ -553,10 +618,12 @@ class Worker:
         requests: resource requests (flytekit ``Resources``); None = the task container's.
         limits: resource limits; None = the task container's.
         restart_policy: as `Master.restart_policy`.
+        pod_template: a flytekit ``PodTemplate`` for the worker pods only, merged over the task's (the worker's
+            values win): ``spec.pytorchReplicaSpecs.Worker.template``; the ``pytorch.worker.pod_template`` key.
 
     Raises:
         ConfigError: a negative or non-integer replica count, a malformed quantity, a limit below its request,
-            or an unknown policy.
+            an unknown policy, or a pod template that is not a flytekit ``PodTemplate``.
     """
 
     replicas: int = 1
@@ -564,6 +631,7 @@ class Worker:
     requests: Optional[Resources] = None
     limits: Optional[Resources] = None
     restart_policy: RestartPolicy = RestartPolicy.NEVER
+    pod_template: Optional[PodTemplate] = None
 
     def __post_init__(self) -> None:
         check_int("Worker.replicas", self.replicas, minimum=0)
@@ -573,6 +641,7 @@ class Worker:
 def _check_replica(owner: str, replica: Union[Master, Worker]) -> None:
     replica.restart_policy = coerce_enum(f"{owner}.restart_policy", replica.restart_policy, RestartPolicy)
     check_image(f"{owner}.image", replica.image)
+    check_pod_template(f"{owner}.pod_template", replica.pod_template)
 
     def name_of(kind: str, attr: Optional[str]) -> str:
         return f"{owner}.{kind}.{attr}" if attr else f"{owner}.{kind}"
@@ -633,6 +702,13 @@ class PyTorch:
                 "use flytekitplugins_pytorch.Worker(replicas=...)",
             )
         _check_fields_common("PyTorch", self)
+        if self.worker.replicas == 0 and self.worker.pod_template is not None:
+            raise ConfigError(
+                "PyTorch.worker.pod_template=PodTemplate(...) is given for a master-only job (worker.replicas=0); "
+                "set Worker(replicas=...) >= 1, or put the settings on Master(pod_template=...)",
+                field="PyTorch.worker.pod_template",
+                value=self.worker.pod_template,
+            )
         total = 1 + self.worker.replicas
         _check_min_available(
             "PyTorch", self.run_policy, total, f"{total} replicas (1 master + {self.worker.replicas} workers)"

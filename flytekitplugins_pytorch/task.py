@@ -8,14 +8,16 @@ The template format is specified in ``docs/template-format.md``: ``custom`` is F
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterator
 from typing import Any, Optional, Union, cast
 
 import flytekit
 from flyteidl.plugins.kubeflow import common_pb2, pytorch_pb2
-from flytekit import PythonFunctionTask, Resources
+from flytekit import PodTemplate, PythonFunctionTask, Resources
 from flytekit.configuration import SerializationSettings
 from flytekit.core.resources import convert_resources_to_resource_model
 from flytekit.extend import TaskPlugins
@@ -36,6 +38,7 @@ from flytekitplugins_pytorch.config import (
     check_quantity,
     check_resources,
     unknown_option,
+    warn_replaced_command,
 )
 from pytorch_contract import template_keys as keys
 from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND, TASK_TYPE, TASK_TYPE_VERSION
@@ -192,7 +195,40 @@ def pytorch_config(config: PyTorch) -> dict[str, str]:
         entries[keys.WORKER_RESTART_POLICY] = RestartPolicy.EXIT_CODE.value
     if config.master.image:
         entries[keys.MASTER_IMAGE] = config.master.image
+    if config.master.pod_template is not None:
+        entries[keys.MASTER_POD_TEMPLATE] = role_pod_template(config.master.pod_template)
+    if config.worker.replicas > 0 and config.worker.pod_template is not None:
+        entries[keys.WORKER_POD_TEMPLATE] = role_pod_template(config.worker.pod_template)
     return dict(sorted(entries.items()))
+
+
+def role_pod_template(pod_template: PodTemplate) -> str:
+    """A role's pod template as the value of ``pytorch.<role>.pod_template``.
+
+    flyteidl's replica spec has no pod template field, so it travels in ``config`` as JSON text (keys sorted):
+    ``{"metadata": {"labels", "annotations"}, "primaryContainerName", "podSpec"}``. The primary container's
+    ``command`` and ``args`` are left out: every replica runs the task's pyflyte-execute (`Master` warned).
+
+    Args:
+        pod_template: the role's flytekit ``PodTemplate``.
+
+    Returns:
+        The JSON text.
+    """
+    spec: dict[str, Any] = {}
+    if pod_template.pod_spec is not None:
+        from kubernetes.client import ApiClient  # the user built a V1PodSpec, so the client is installed
+
+        spec = ApiClient().sanitize_for_serialization(pod_template.pod_spec)
+    for container in spec.get("containers") or []:
+        if container.get("name") == pod_template.primary_container_name:
+            container.pop("command", None)
+            container.pop("args", None)
+    metadata = {
+        k: dict(v) for k, v in (("labels", pod_template.labels), ("annotations", pod_template.annotations)) if v
+    }
+    doc = {"metadata": metadata, "primaryContainerName": pod_template.primary_container_name, "podSpec": spec}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
 def elastic_config(config: Elastic) -> dict[str, str]:
@@ -233,6 +269,8 @@ class _DistributedFunctionTask(PythonFunctionTask):
                 field="task_config",
                 value=task_config,
             )
+        if kwargs.get("pod_template") is not None:
+            warn_replaced_command("pod_template", kwargs["pod_template"])
         super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
 
     def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
@@ -332,6 +370,33 @@ def _flytekit_task_options() -> frozenset[str]:
     # flytekit pops these from **kwargs for backwards compatibility.
     names |= {"cache_serialize", "cache_version", "cache_ignore_input_vars"}
     return frozenset(names - {"_task_function", "task_config"})
+
+
+_FLAT_OWNERS = ("PyTorch.", "Master.", "Worker.", "RunPolicy.", "run_policy.")
+_FLAT_RENAMES = {"replicas": "workers_count"}
+"""Dataclass fields whose flat keyword has another name (``Worker.replicas`` is ``workers_count``)."""
+
+
+@contextlib.contextmanager
+def _flat_names() -> Iterator[None]:
+    """Re-raise a `ConfigError` from the dataclasses under the `pytorch_task` keyword that fed the field.
+
+    ``pytorch_task(restart_policy="sometimes")`` fails in ``Master.__post_init__``; the user typed
+    ``restart_policy``, so the message says ``pytorch_task.restart_policy='sometimes' is ...``.
+    """
+    try:
+        yield
+    except ConfigError as e:
+        name = e.field or ""
+        short = name
+        while short.startswith(_FLAT_OWNERS):
+            short = short.split(".", 1)[1]
+        keyword = _FLAT_RENAMES.get(short, short)
+        message = str(e)
+        if name == short or keyword not in inspect.signature(pytorch_task).parameters or not message.startswith(name):
+            raise
+        flat_name = f"pytorch_task.{keyword}"
+        raise ConfigError(flat_name + message[len(name) :], field=flat_name, value=e.value) from None
 
 
 def pytorch_task(
@@ -458,36 +523,37 @@ def pytorch_task(
         task_options["accelerator"] = accelerator
         accelerator = None
 
-    # Master, Worker and RunPolicy accept a policy's string value and coerce it (with their own field names in the
-    # error); their fields are typed as the enum they hold after __post_init__.
-    config = PyTorch(
-        master=Master(
-            requests=requests_or_none, limits=limits_or_none, restart_policy=cast(RestartPolicy, restart_policy)
-        ),
-        worker=Worker(
-            replicas=workers_count,
-            requests=requests_or_none,
-            limits=limits_or_none,
-            restart_policy=cast(RestartPolicy, restart_policy),
-        ),
-        run_policy=RunPolicy(
-            clean_pod_policy=cast(CleanPodPolicy, clean_pod_policy),
-            backoff_limit=backoff_limit,
-            active_deadline_seconds=active_deadline_seconds,
-            ttl_seconds_after_finished=ttl_seconds_after_finished,
-            queue=queue,
-            priority_class=priority_class,
-            gang_scheduling=gang_scheduling,
-            min_available=min_available,
-            suspend=suspend,
-        ),
-        nproc_per_node=nproc_per_node,
-        shm_size=shm_size,
-        accelerator=accelerator,
-        gpu_resource=gpu_resource,
-        start_method=start_method,
-        collective_timeout=collective_timeout,
-    )
+    # Master, Worker and RunPolicy accept a policy's string value and coerce it; their fields are typed as the enum
+    # they hold after __post_init__. An error names the keyword the user typed, not the dataclass field it fed.
+    with _flat_names():
+        config = PyTorch(
+            master=Master(
+                requests=requests_or_none, limits=limits_or_none, restart_policy=cast(RestartPolicy, restart_policy)
+            ),
+            worker=Worker(
+                replicas=workers_count,
+                requests=requests_or_none,
+                limits=limits_or_none,
+                restart_policy=cast(RestartPolicy, restart_policy),
+            ),
+            run_policy=RunPolicy(
+                clean_pod_policy=cast(CleanPodPolicy, clean_pod_policy),
+                backoff_limit=backoff_limit,
+                active_deadline_seconds=active_deadline_seconds,
+                ttl_seconds_after_finished=ttl_seconds_after_finished,
+                queue=queue,
+                priority_class=priority_class,
+                gang_scheduling=gang_scheduling,
+                min_available=min_available,
+                suspend=suspend,
+            ),
+            nproc_per_node=nproc_per_node,
+            shm_size=shm_size,
+            accelerator=accelerator,
+            gpu_resource=gpu_resource,
+            start_method=start_method,
+            collective_timeout=collective_timeout,
+        )
 
     def wrapper(fn: Callable) -> PyTorchFunctionTask:
         return flytekit.task(fn, task_config=config, **task_options)

@@ -29,7 +29,10 @@ __all__ = [
     "ACCELERATOR",
     "GPU_RESOURCE",
     "MASTER_IMAGE",
+    "MASTER_POD_TEMPLATE",
+    "WORKER_POD_TEMPLATE",
     "restart_policy_key",
+    "pod_template_key",
     "RestartPolicy",
     "CleanPodPolicy",
     "RESTART_POLICIES",
@@ -68,6 +71,12 @@ SHM_SIZE = "pytorch.shm_size"
 ACCELERATOR = "pytorch.accelerator"
 GPU_RESOURCE = "pytorch.gpu_resource"
 MASTER_IMAGE = "pytorch.master.image"
+MASTER_POD_TEMPLATE = "pytorch.master.pod_template"
+"""The Master's own pod template (`Master(pod_template=...)`), merged over the task's pod; JSON text of
+`{"metadata": {"labels", "annotations"}, "primaryContainerName": str, "podSpec": core/v1 PodSpec}`. In `config`
+because flyteidl's `DistributedPyTorchTrainingReplicaSpec` (and its `common` part) has no pod template field."""
+WORKER_POD_TEMPLATE = "pytorch.worker.pod_template"
+"""The Workers' own pod template (`Worker(pod_template=...)`); as `MASTER_POD_TEMPLATE`."""
 
 CONFIG_KEYS = (
     NPROC_PER_NODE,
@@ -83,6 +92,8 @@ CONFIG_KEYS = (
     ACCELERATOR,
     GPU_RESOURCE,
     MASTER_IMAGE,
+    MASTER_POD_TEMPLATE,
+    WORKER_POD_TEMPLATE,
 )
 """Every `pytorch.*` config key of the contract (docs/template-format.md has one row per key)."""
 
@@ -102,6 +113,24 @@ def restart_policy_key(role: str) -> str:
     key = {"master": MASTER_RESTART_POLICY, "worker": WORKER_RESTART_POLICY}.get(role.lower())
     if key is None:
         raise ValueError(f"role={role!r} has no restart policy key; use 'master' or 'worker'")
+    return key
+
+
+def pod_template_key(role: str) -> str:
+    """The config key carrying a role's own pod template.
+
+    Args:
+        role: `"master"` or `"worker"` (any case).
+
+    Returns:
+        `pytorch.master.pod_template` or `pytorch.worker.pod_template`.
+
+    Raises:
+        ValueError: another role.
+    """
+    key = {"master": MASTER_POD_TEMPLATE, "worker": WORKER_POD_TEMPLATE}.get(role.lower())
+    if key is None:
+        raise ValueError(f"role={role!r} has no pod template key; use 'master' or 'worker'")
     return key
 
 

@@ -81,6 +81,7 @@ GOLDEN = {
     "sdk_master_only": ("sdk_master_only", None),
     "sdk_pod_template": ("sdk_pod_template", None),
     "sdk_scheduling": ("sdk_scheduling", None),
+    "sdk_role_pod_templates": ("sdk_role_pod_templates", None),
     "secrets_timeout_spot": ("flytekit_secrets_spot", SPOT),
 }
 

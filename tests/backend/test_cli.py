@@ -157,3 +157,183 @@ def test_invalid_template_is_reported(tmp_path: Path, capsys):
     code, _, err = run(["render", "--template", str(bad)], capsys)
     assert code == 2
     assert "config['pytorch.typo']" in err and "unknown key" in err
+
+
+# --- issue 15 item 5: a rendered job that runs as-is ---------------------------------------------------------
+
+INPUTS_FILE = textwrap.dedent(
+    """
+    from typing import List
+
+    from flytekitplugins_pytorch import pytorch_task
+
+
+    @pytorch_task(workers_count=1)
+    def train(epochs: int, lr: float = 0.1, layers: List[int] = [1, 2], fast: bool = False) -> float:
+        return lr
+    """
+)
+
+
+def read_inputs(path: Path) -> dict:
+    """The Python values of an inputs.pb written for INPUTS_FILE's task."""
+    from flyteidl.core import literals_pb2
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.type_engine import TypeEngine
+    from flytekit.models.literals import LiteralMap
+
+    message = literals_pb2.LiteralMap()
+    message.ParseFromString(path.read_bytes())
+    types = {"epochs": int, "lr": float, "layers": list[int], "fast": bool}
+    ctx = FlyteContextManager.current_context()
+    return TypeEngine.literal_map_to_kwargs(ctx, LiteralMap.from_flyte_idl(message), types)
+
+
+@pytest.fixture
+def inputs_file(tmp_path: Path) -> Path:
+    path = tmp_path / "wf_inputs.py"
+    path.write_text(INPUTS_FILE)
+    return path
+
+
+def job_inputs_arg(job: dict, role: str) -> str:
+    (container,) = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["containers"]
+    args = container["args"]
+    return args[args.index("--inputs") + 1]
+
+
+def test_input_writes_inputs_pb_locally_and_the_job_reads_it(inputs_file: Path, tmp_path: Path, capsys):
+    folder = tmp_path / "in"
+    argv = ["render", str(inputs_file), "train", "--image", IMAGE, "--input", "epochs=3", "--input", "layers=[4, 5]"]
+    code, out, err = run([*argv, "--input", "fast=true", "--inputs-to", str(folder)], capsys)
+    assert code == 0, err
+    job = yaml.safe_load(out)
+    assert_valid_pytorchjob(job)
+    assert job_inputs_arg(job, "Master") == job_inputs_arg(job, "Worker") == str(folder / "inputs.pb")
+    # the defaults of the Python function fill what was not given
+    assert read_inputs(folder / "inputs.pb") == {"epochs": 3, "lr": 0.1, "layers": [4, 5], "fast": True}
+    assert "pods cannot read a local file" in err
+    assert "default image" not in err
+
+
+def test_input_written_to_a_url_prefix(inputs_file: Path, tmp_path: Path, capsys):
+    url = (tmp_path / "bucket" / "run-1").as_uri()
+    argv = ["render", str(inputs_file), "train", "--image", IMAGE, "--input", "epochs=2", "--inputs-to", url]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert job_inputs_arg(yaml.safe_load(out), "Master") == f"{url}/inputs.pb"
+    assert read_inputs(tmp_path / "bucket" / "run-1" / "inputs.pb")["epochs"] == 2
+    assert "local file" not in err
+
+
+def test_input_from_a_template_needs_every_input(tmp_path: Path, capsys):
+    template = tmp_path / "t.json"
+    template.write_text((TEMPLATES / "sdk_per_role.json").read_text())
+    argv = ["render", "--template", str(template), "--input", "x=7", "--inputs-to", str(tmp_path / "in")]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert job_inputs_arg(yaml.safe_load(out), "Master") == str(tmp_path / "in" / "inputs.pb")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--input", "epochs=x", "--inputs-to", "{tmp}"], "--input epochs='x': not a int value"),
+        (["--input", "lr=1", "--inputs-to", "{tmp}"], "missing --input for ['epochs'] (no default)"),
+        (["--input", "epoch=1", "--inputs-to", "{tmp}"], "--input epoch: the task has no such input"),
+        (["--input", "epochs=1"], "--input needs --inputs-to PREFIX"),
+        (["--input", "epochs"], "--input 'epochs': expected NAME=VALUE"),
+        (["--input", "epochs=1", "--input", "epochs=2", "--inputs-to", "{tmp}"], "--input epochs: given twice"),
+    ],
+    ids=["bad-value", "missing", "unknown", "no-prefix", "no-equals", "twice"],
+)
+def test_input_errors_are_one_line(extra: list, message: str, inputs_file: Path, tmp_path: Path, capsys):
+    argv = ["render", str(inputs_file), "train", "--image", IMAGE, *(a.replace("{tmp}", str(tmp_path)) for a in extra)]
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_default_image_is_warned_about(inputs_file: Path, capsys):
+    code, out, err = run(["render", str(inputs_file), "train"], capsys)
+    assert code == 0
+    assert "Master image cr.flyte.org/flyteorg/flytekit:" in err and "Worker image" in err
+    assert "neither torch nor flytekitplugins-pytorch" in err
+    code, out, err = run(["render", str(inputs_file), "train", "--image", IMAGE], capsys)
+    assert code == 0 and err == ""
+
+
+# --- item 8: a config error is one line; render is deterministic -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "yaml_text",
+    ["log_links: 5", "accelerators: {A100: {node_selector: 5}}", "extra_gpu_resource_names: 5", "backoff_limit: [1"],
+    ids=["log-links-int", "selector-int", "gpu-names-int", "not-yaml"],
+)
+def test_config_errors_are_one_line(yaml_text: str, tmp_path: Path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml_text + "\n")
+    code, out, err = run(["render", "--template", str(TEMPLATES / "hand_cpu.json"), "--config", str(config)], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("pytorchjob render: ") and str(config) in err
+    assert "Traceback" not in err
+
+
+def test_render_ignores_the_key_order_of_a_json_template(tmp_path: Path, capsys):
+    """Keys of the same template in another order (as a protobuf map or Struct may iterate) give the same job."""
+    import json
+
+    def reverse(value):
+        if isinstance(value, dict):
+            return {k: reverse(value[k]) for k in reversed(list(value))}
+        if isinstance(value, list):
+            return [reverse(v) for v in value]
+        return value
+
+    for name in ("official_pod_template", "hand_pod_template", "sdk_role_pod_templates"):
+        source = TEMPLATES / f"{name}.json"
+        shuffled = tmp_path / f"{name}.json"
+        shuffled.write_text(json.dumps(reverse(json.loads(source.read_text()))))
+        _, expected, _ = run(["render", "--template", str(source), "--name", "x"], capsys)
+        _, got, _ = run(["render", "--template", str(shuffled), "--name", "x"], capsys)
+        assert got == expected, name
+
+
+# --- item 9: a map_task over a pytorch task --------------------------------------------------------------------
+
+MAP_FILE = textwrap.dedent(
+    """
+    from flytekit import map_task, workflow
+
+    from flytekitplugins_pytorch import pytorch_task
+
+
+    @pytorch_task(workers_count=1)
+    def train(seed: int) -> float:
+        return float(seed)
+
+
+    mapped = map_task(train)
+
+
+    @workflow
+    def repeated(seeds: list[int] = [1, 2, 3]) -> list[float]:
+        return mapped(seed=seeds)
+    """
+)
+
+
+def test_map_task_renders_as_one_pytorchjob_per_item(tmp_path: Path, capsys):
+    """The mapped task is a `pytorch` task running pyflyte-map-execute over the whole list; which item a job
+    trains is the FLYTE_K8S_ARRAY_INDEX that Flyte's array node gives each execution (docs/cluster.md)."""
+    path = tmp_path / "wf_map.py"
+    path.write_text(MAP_FILE)
+    argv = ["render", str(path), "mapped", "--image", IMAGE, "--input", "seed=[1, 2, 3]", "--inputs-to", str(tmp_path)]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    job = yaml.safe_load(out)
+    assert_valid_pytorchjob(job)
+    (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "pyflyte-map-execute"
+    assert "flytekit.core.array_node_map_task.ArrayNodeMapTaskResolver" in container["args"]

@@ -144,6 +144,11 @@ REFUSED = [
     pytest.param(lambda: load("hand_queue_gang"), "pytorch.gang_scheduling=True", id="gang"),
     pytest.param(lambda: load("hand_queue_gang"), "pytorch.priority_class='high-priority'", id="priority-class"),
     pytest.param(
+        lambda: load("sdk_role_pod_templates"),
+        "custom.masterReplicas has its own pod template (Master(pod_template=...))",
+        id="per-role-pod-template",
+    ),
+    pytest.param(
         lambda: _with("hand_cpu", lambda t: t["config"].update({"pytorch.min_available": "2"})),
         "pytorch.min_available=2",
         id="min-available",

@@ -333,6 +333,32 @@ def test_config_error_carries_field_and_value() -> None:
 # --- good inputs ---------------------------------------------------------------------------------------------
 
 
+# A flat keyword feeds a dataclass field; the error must name what the user typed (issue 15 item 8).
+FLAT_KEYWORD_ERRORS = [
+    (dict(restart_policy="sometimes"), "pytorch_task.restart_policy", "'sometimes'"),
+    (dict(clean_pod_policy="Finished"), "pytorch_task.clean_pod_policy", "'Finished'"),
+    (dict(workers_count=2, min_available=9), "pytorch_task.min_available", "9"),
+    (dict(backoff_limit=-1), "pytorch_task.backoff_limit", "-1"),
+    (dict(queue="no spaces"), "pytorch_task.queue", "'no spaces'"),
+    (dict(priority_class="UPPER"), "pytorch_task.priority_class", "'UPPER'"),
+    (dict(gang_scheduling="yes"), "pytorch_task.gang_scheduling", "'yes'"),
+    (dict(shm_size="lots"), "pytorch_task.shm_size", "'lots'"),
+    (dict(accelerator="a b"), "pytorch_task.accelerator", "'a b'"),
+    (dict(nproc_per_node=0), "pytorch_task.nproc_per_node", "0"),
+    (dict(start_method="thread"), "pytorch_task.start_method", "'thread'"),
+    (dict(collective_timeout="soon"), "pytorch_task.collective_timeout", "'soon'"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "name", "value"), FLAT_KEYWORD_ERRORS, ids=[r[1] for r in FLAT_KEYWORD_ERRORS])
+def test_flat_keyword_errors_name_the_keyword(kwargs: dict, name: str, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        pytorch_task(**kwargs)
+    assert info.value.field == name
+    assert str(info.value).startswith(f"{name}={value} is ")
+    assert not any(owner in str(info.value) for owner in ("Master.", "Worker.", "RunPolicy.", "PyTorch."))
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [

@@ -19,7 +19,15 @@ from flytekit import PodTemplate, Resources, task
 from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 from google.protobuf import json_format
-from kubernetes.client import V1Container, V1PodSpec, V1Toleration
+from kubernetes.client import (
+    V1Container,
+    V1EnvVar,
+    V1PersistentVolumeClaimVolumeSource,
+    V1PodSpec,
+    V1Toleration,
+    V1Volume,
+    V1VolumeMount,
+)
 
 from flytekitplugins_pytorch import (
     CleanPodPolicy,
@@ -141,6 +149,58 @@ def with_pod_template(x: int) -> int:
     return x
 
 
+@task(
+    task_config=PyTorch(
+        master=Master(
+            pod_template=PodTemplate(
+                pod_spec=V1PodSpec(
+                    containers=[
+                        V1Container(
+                            name="primary",
+                            volume_mounts=[V1VolumeMount(name="checkpoints", mount_path="/checkpoints")],
+                        )
+                    ],
+                    volumes=[
+                        V1Volume(
+                            name="checkpoints",
+                            persistent_volume_claim=V1PersistentVolumeClaimVolumeSource(claim_name="ckpt-pvc"),
+                        )
+                    ],
+                ),
+                labels={"role": "master"},
+            )
+        ),
+        worker=Worker(
+            replicas=2,
+            pod_template=PodTemplate(
+                pod_spec=V1PodSpec(
+                    containers=[
+                        V1Container(name="primary", env=[V1EnvVar(name="NCCL_DEBUG", value="INFO")]),
+                        V1Container(name="metrics", image="ghcr.io/example/metrics:2"),
+                    ],
+                    node_selector={"pool": "gpu-workers"},
+                ),
+                annotations={"example.com/scrape": "true"},
+            ),
+        ),
+    ),
+    requests=Resources(cpu="1", mem="2Gi"),
+    environment={"NCCL_DEBUG": "WARN"},
+    pod_template=PodTemplate(
+        pod_spec=V1PodSpec(
+            containers=[V1Container(name="primary")],
+            node_selector={"pool": "training", "disk": "ssd"},
+        ),
+        annotations={"sidecar.istio.io/inject": "true"},
+        labels={"team": "ml"},
+    ),
+)
+def role_pod_templates(x: int) -> int:
+    """Per-role pod templates over a task pod template: a PVC on the master, a sidecar, env and a node selector on
+    the workers; the task's istio annotation must survive the backend's default."""
+    return x
+
+
 CASES: dict[str, Any] = {
     "seed_gpu": seed_gpu,
     "master_only": master_only,
@@ -148,6 +208,7 @@ CASES: dict[str, Any] = {
     "elastic": elastic,
     "scheduling": scheduling,
     "pod_template": with_pod_template,
+    "role_pod_templates": role_pod_templates,
 }
 
 
@@ -198,7 +259,7 @@ def test_committed_template_agrees_with_golden(case: str) -> None:
     """The whole templates handed to the backend's tests carry exactly the golden custom and config."""
     template = json.loads((TEMPLATE_DIR / f"sdk_{case}.json").read_text())
     assert golden_of(template) == json.loads((GOLDEN_DIR / f"{case}.json").read_text())
-    target = "k8sPod" if case == "pod_template" else "container"
+    target = "k8sPod" if case in ("pod_template", "role_pod_templates") else "container"
     assert target in template
 
 
@@ -301,3 +362,39 @@ def test_custom_equals_official_plugin_proto(case: str) -> None:
     ours = CASES[case].get_custom(SETTINGS)
     parse = lambda d: json_format.ParseDict(d, pytorch_pb2.DistributedPyTorchTrainingTask())  # noqa: E731
     assert parse(ours) == parse(theirs)
+
+
+# --- per-role pod templates (issue 15 items 3 and 4) ------------------------------------------------------------
+
+
+def test_role_pod_template_must_be_a_flytekit_pod_template() -> None:
+    from flytekitplugins_pytorch import ConfigError
+
+    with pytest.raises(ConfigError, match=r"Master.pod_template=\{'spec': \{\}\} is not a flytekit PodTemplate"):
+        Master(pod_template={"spec": {}})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"worker.pod_template=PodTemplate\(...\) is given for a master-only"):
+        PyTorch(worker=Worker(replicas=0, pod_template=PodTemplate(pod_spec=V1PodSpec(containers=[]))))
+
+
+def test_pod_template_args_are_replaced_with_a_warning() -> None:
+    from flytekitplugins_pytorch.config import PodTemplateOverrideWarning
+
+    with_args = PodTemplate(pod_spec=V1PodSpec(containers=[V1Container(name="primary", args=["python", "x.py"])]))
+    with pytest.warns(PodTemplateOverrideWarning, match="Worker.pod_template: the primary container 'primary' sets"):
+        worker = Worker(replicas=1, pod_template=with_args)
+    assert "args" not in json.loads(_role_json(worker))["podSpec"]["containers"][0]
+
+    def f(x: int) -> int:
+        return x
+
+    with pytest.warns(PodTemplateOverrideWarning, match="pod_template: the primary container 'primary' sets args"):
+        t = task(f, task_config=PyTorch(), pod_template=with_args)
+    container = serialize(t)["k8sPod"]["podSpec"]["containers"][0]
+    assert container["args"][0] == "pyflyte-execute"
+
+
+def _role_json(worker: Worker) -> str:
+    from flytekitplugins_pytorch.task import role_pod_template
+
+    assert worker.pod_template is not None
+    return role_pod_template(worker.pod_template)
