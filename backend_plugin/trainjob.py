@@ -173,9 +173,9 @@ def refusals(spec: TaskSpec) -> list[str]:
     """What the task asks for that a TrainJob cannot express, one message per setting (empty: it can run).
 
     Refused (the task's own choice, which would otherwise be silently dropped): an elastic task, roles whose
-    image, resources or restart policy differ, a per-role pod template, a restart policy other than Never, `backoffLimit`,
-    `ttlSecondsAfterFinished`, a clean-pod policy other than Running, gang scheduling, `min_available` and a
-    priority class. Pod template fields are checked by `runtime_patch` when the pod is built.
+    image, resources or restart policy differ, a per-role pod template, a restart policy other than Never,
+    `backoffLimit`, `ttlSecondsAfterFinished`, a clean-pod policy other than Running, gang scheduling,
+    `min_available` and a priority class. Pod template fields are checked by `runtime_patch` when the pod is built.
 
     Args:
         spec: the task.
@@ -209,8 +209,8 @@ def refusals(spec: TaskSpec) -> list[str]:
     for group in spec.replicas:
         if group.pod_template is not None:
             out.append(
-                f"{group.path} has its own pod template ({group.role}(pod_template=...)): a TrainJob runs one pod spec on "
-                f"every node and has no roles; put the settings on the task's pod template, or {_ALTERNATIVE}"
+                f"{group.path} has its own pod template ({group.role}(pod_template=...)): a TrainJob runs one pod "
+                f"spec on every node and has no roles; put the settings on the task's pod template, or {_ALTERNATIVE}"
             )
     policy = spec.run_policy
     if policy.backoff_limit is not None:
