@@ -356,20 +356,27 @@ def default_image_warnings(job: dict[str, Any]) -> list[str]:
     """Warnings for replicas whose image is flytekit's default image (no torch, no flytekitplugins-pytorch).
 
     Args:
-        job: the PyTorchJob.
+        job: the PyTorchJob or TrainJob.
 
     Returns:
-        One line per role with that image.
+        One line per role (PyTorchJob) or for the nodes (TrainJob) with that image.
     """
+    if job.get("kind") == "TrainJob":
+        images = [("node", str(job["spec"]["trainer"].get("image", "")))]
+    else:
+        images = [
+            (role, str(container.get("image", "")))
+            for role, replica in job["spec"]["pytorchReplicaSpecs"].items()
+            for container in replica["template"]["spec"]["containers"]
+            if container.get("name") == PRIMARY_CONTAINER
+        ]
     out = []
-    for role, replica in job["spec"]["pytorchReplicaSpecs"].items():
-        for container in replica["template"]["spec"]["containers"]:
-            image = str(container.get("image", ""))
-            if container.get("name") == PRIMARY_CONTAINER and image.startswith(FLYTEKIT_DEFAULT_IMAGE):
-                out.append(
-                    f"warning: {role} image {image} is flytekit's default image, which has neither torch nor "
-                    "flytekitplugins-pytorch: the pods will fail at import; pass --image with your training image"
-                )
+    for role, image in images:
+        if image.startswith(FLYTEKIT_DEFAULT_IMAGE):
+            out.append(
+                f"warning: {role} image {image} is flytekit's default image, which has neither torch nor "
+                "flytekitplugins-pytorch: the pods will fail at import; pass --image with your training image"
+            )
     return out
 
 

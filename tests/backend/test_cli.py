@@ -263,6 +263,14 @@ def test_default_image_is_warned_about(inputs_file: Path, capsys):
     assert code == 0 and err == ""
 
 
+def test_default_image_is_warned_about_on_a_trainjob(inputs_file: Path, capsys):
+    code, out, err = run(["render", "--target", "trainjob", str(inputs_file), "train"], capsys)
+    assert code == 0 and "kind: TrainJob" in out
+    assert "node image cr.flyte.org/flyteorg/flytekit:" in err
+    code, out, err = run(["render", "--target", "trainjob", str(inputs_file), "train", "--image", IMAGE], capsys)
+    assert code == 0 and "flytekit's default image" not in err
+
+
 # --- item 8: a config error is one line; render is deterministic -----------------------------------------------
 
 
