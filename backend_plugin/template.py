@@ -148,7 +148,8 @@ class RunPolicySpec:
     """Job-level policy as the template states it; None means "not in the template" (a backend default applies).
 
     The integers are the values of `custom.runPolicy` exactly as written, zeros included (the SDK writes an explicit
-    0 because proto3 JSON would drop it); what a writer does with a 0 is the writer's decision.
+    0 because proto3 JSON would drop it), and every writer sets what the task states, 0 included. An explicit
+    `activeDeadlineSeconds: 0` is rejected: the operator would fail the job the moment it starts.
 
     Attributes:
         clean_pod_policy: one of `CLEAN_POD_POLICIES` (`pytorch.clean_pod_policy` wins over the proto).
@@ -680,6 +681,9 @@ def _run_policy(
         if value < 0:
             raise _err(f"custom.runPolicy.{name}", value, "must be >= 0")
         values[name] = value if (value or name in written or field_name in written) else None
+    if values["activeDeadlineSeconds"] == 0:
+        # The operator counts the deadline from status.startTime: 0 would fail the job the moment it starts.
+        raise _err("custom.runPolicy.activeDeadlineSeconds", 0, "must be >= 1 (or left out for no deadline)")
     return RunPolicySpec(
         clean, values["backoffLimit"], values["activeDeadlineSeconds"], values["ttlSecondsAfterFinished"]
     )

@@ -82,6 +82,7 @@ GOLDEN = {
     "sdk_pod_template": ("sdk_pod_template", None),
     "sdk_scheduling": ("sdk_scheduling", None),
     "secrets_timeout_spot": ("flytekit_secrets_spot", SPOT),
+    "run_policy_zeros": ("hand_run_policy_zeros", None),
 }
 
 
