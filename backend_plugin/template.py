@@ -8,7 +8,8 @@ nothing decided yet that belongs to a backend config or to one execution. The wr
 and a TrainJob writer next to it) turn a `TaskSpec` into a job.
 
 Three template dialects are read (docs/template-format.md): ours (task type version 1 plus `pytorch.*` config keys),
-the legacy version 0 (`custom = {"workers": N}`) and flytekit's kfpytorch plugin (container or pod template).
+the legacy version 0 (`custom = {"workers": N}`, optionally with `elasticConfig`) and flytekit's kfpytorch plugin
+(container or pod template).
 
 Reading is pure, so results are cached per template content (the connector and `pytorchjob render` read the same
 templates over and over): a `TaskSpec` is shared between callers and deeply read-only (mappings are
@@ -27,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, Optional
 
 from flyteidl.core import security_pb2, tasks_pb2
+from flyteidl.plugins import pytorch_pb2 as legacy_pytorch_pb2
 from flyteidl.plugins.kubeflow import common_pb2, pytorch_pb2
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -587,17 +589,8 @@ def _read_custom(
     if not isinstance(custom, Mapping):
         raise _err("custom", custom, "must be a dict")
     clean = cfg.get(keys.CLEAN_POD_POLICY)
-    if "workers" in custom and version == 0:  # legacy v0: {"workers": N}, replicas take the container resources
-        unknown = set(custom) - {"workers"}
-        if unknown:
-            raise _err("custom", dict(custom), f"unknown legacy keys {sorted(unknown)}; v0 only has 'workers'")
-        workers = _int(custom["workers"], "custom.workers")
-        if workers < 0:
-            raise _err("custom.workers", custom["workers"], "must be >= 0")
-        groups = [_group("Master", 1, "", None, keys.RestartPolicy.NEVER.value, cfg)]
-        if workers:
-            groups.append(_group("Worker", workers, "", None, keys.RestartPolicy.NEVER.value, cfg))
-        return tuple(groups), None, RunPolicySpec(clean_pod_policy=clean)
+    if version == 0 and any(k in custom for k in _LEGACY_KEYS):
+        return _read_legacy(custom, cfg, clean)
     try:
         task = json_format.ParseDict(dict(custom), pytorch_pb2.DistributedPyTorchTrainingTask())
     except json_format.ParseError as e:
@@ -610,22 +603,65 @@ def _read_custom(
     if worker_src.replicas < 0:
         raise _err("custom.workerReplicas.replicas", worker_src.replicas, "must be >= 0")
     if task.HasField("elastic_config"):
-        ec = task.elastic_config
-        lo, hi = ec.min_replicas, ec.max_replicas
-        if lo < 1 or hi < lo:
-            raise _err(
-                "custom.elasticConfig", f"minReplicas={lo}, maxReplicas={hi}", "need 1 <= minReplicas <= maxReplicas"
-            )
-        if ec.nproc_per_node < 0 or ec.max_restarts < 0:
-            raise _err("custom.elasticConfig", json_format.MessageToDict(ec), "nprocPerNode/maxRestarts must be >= 0")
-        worker = _proto_group("Worker", task.worker_replicas, cfg, replicas=worker_src.replicas or hi)
-        elastic = ElasticSpec(lo, hi, ec.rdzv_backend, ec.max_restarts, ec.nproc_per_node)
+        elastic = _elastic(task.elastic_config)
+        worker = _proto_group("Worker", task.worker_replicas, cfg, replicas=worker_src.replicas or elastic.max_replicas)
         return (worker,), elastic, run_policy
     # always exactly one master (the proto's default 0 means "unset")
     groups = [_proto_group("Master", task.master_replicas, cfg, replicas=1)]
     if worker_src.replicas:
         groups.append(_proto_group("Worker", task.worker_replicas, cfg, replicas=worker_src.replicas))
     return tuple(groups), None, run_policy
+
+
+_LEGACY_KEYS = ("workers", "elasticConfig", "elastic_config")
+"""Fields of version 0's `flyteidl.plugins.DistributedPyTorchTrainingTask`: a v0 `custom` with any of them is read
+with that proto (Flyte's Go plugin reads v0 the same way)."""
+
+
+def _read_legacy(
+    custom: Mapping[str, Any], cfg: Mapping[str, str], clean: Optional[str]
+) -> tuple[tuple[ReplicaGroup, ...], Optional[ElasticSpec], RunPolicySpec]:
+    """Version 0: `{"workers": N[, "elasticConfig": {...}]}`; every replica takes the container's resources.
+
+    Without `elasticConfig`: one master and N workers. With it: the same `elasticPolicy` as version 1 and N workers
+    (the maximum when N is 0), no master, as Flyte's Go plugin builds it.
+    """
+    unknown = set(custom) - set(_LEGACY_KEYS)
+    if unknown:
+        raise _err(
+            "custom", dict(custom), f"unknown legacy keys {sorted(unknown)}; v0 has 'workers' and 'elasticConfig'"
+        )
+    try:
+        task = json_format.ParseDict(dict(custom), legacy_pytorch_pb2.DistributedPyTorchTrainingTask())
+    except json_format.ParseError as e:
+        raise TemplateError(
+            f"custom: not a version 0 flyteidl.plugins.DistributedPyTorchTrainingTask: {e} "
+            "(allowed keys: workers, elasticConfig)"
+        ) from e
+    if task.workers < 0:
+        raise _err("custom.workers", task.workers, "must be >= 0")
+    never = keys.RestartPolicy.NEVER.value
+    run_policy = RunPolicySpec(clean_pod_policy=clean)
+    if task.HasField("elastic_config"):
+        elastic = _elastic(task.elastic_config)
+        worker = _group("Worker", task.workers or elastic.max_replicas, "", None, never, cfg)
+        return (worker,), elastic, run_policy
+    groups = [_group("Master", 1, "", None, never, cfg)]
+    if task.workers:
+        groups.append(_group("Worker", task.workers, "", None, never, cfg))
+    return tuple(groups), None, run_policy
+
+
+def _elastic(ec: Any) -> ElasticSpec:
+    """`elasticConfig` of either version (the two protos have the same fields), checked."""
+    lo, hi = ec.min_replicas, ec.max_replicas
+    if lo < 1 or hi < lo:
+        raise _err(
+            "custom.elasticConfig", f"minReplicas={lo}, maxReplicas={hi}", "need 1 <= minReplicas <= maxReplicas"
+        )
+    if ec.nproc_per_node < 0 or ec.max_restarts < 0:
+        raise _err("custom.elasticConfig", json_format.MessageToDict(ec), "nprocPerNode/maxRestarts must be >= 0")
+    return ElasticSpec(lo, hi, ec.rdzv_backend, ec.max_restarts, ec.nproc_per_node)
 
 
 def _replica_source(spec: pytorch_pb2.DistributedPyTorchTrainingReplicaSpec) -> Any:

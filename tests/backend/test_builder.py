@@ -72,6 +72,7 @@ GOLDEN = {
     "queue_gang_suspend": ("hand_queue_gang", None),
     "pod_template_merge": ("hand_pod_template", None),
     "legacy_v0": ("legacy_v0", None),
+    "legacy_v0_elastic": ("legacy_v0_elastic", None),
     "official_container": ("official_container", None),
     "official_pod_template": ("official_pod_template", None),
     "official_elastic": ("official_elastic", None),
@@ -188,6 +189,26 @@ def test_zero_workers_is_master_only(custom: dict):
         t["taskTypeVersion"] = 1
     job = build(t)
     assert list(specs(job)) == ["Master"]
+
+
+ELASTIC_CONFIG = {"rdzvBackend": "c10d", "minReplicas": 1, "maxReplicas": 3, "nprocPerNode": 4, "maxRestarts": 2}
+
+
+@pytest.mark.parametrize("workers", [2, 3, 0], ids=["workers-2", "workers-3", "workers-0-takes-max"])
+def test_v0_elastic_is_the_v1_elastic_policy(workers: int):
+    """Flyte's Go plugin accepts `{"workers": N, "elasticConfig": {...}}` at version 0: no master, N workers."""
+    v0 = load("legacy_v0")
+    v0["custom"] = {"workers": float(workers), "elasticConfig": dict(ELASTIC_CONFIG)}
+    v1 = load("legacy_v0")
+    v1["taskTypeVersion"] = 1
+    v1["custom"] = {"workerReplicas": {"replicas": workers}, "elasticConfig": dict(ELASTIC_CONFIG)}
+    old, new = build(v0), build(v1)
+    assert list(specs(old)) == ["Worker"]
+    assert specs(old)["Worker"]["replicas"] == (workers or 3)
+    expected = {"minReplicas": 1, "maxReplicas": 3, "rdzvBackend": "c10d", "maxRestarts": 2}
+    assert old["spec"]["elasticPolicy"] == new["spec"]["elasticPolicy"] == expected
+    assert old["spec"]["nprocPerNode"] == new["spec"]["nprocPerNode"] == "4"
+    assert old["spec"] == new["spec"]
 
 
 def test_gpu_tolerations_only_on_gpu_replicas():
@@ -528,6 +549,11 @@ INVALID = {
     "negative-replicas": (_set("custom/workerReplicas/replicas", -1), r"workerReplicas.replicas=-1.*>= 0"),
     "negative-v0-workers": (_v0({"workers": -2}), r"custom.workers=-2.*>= 0"),
     "v0-extra-keys": (_v0({"workers": 2, "nodes": 1}), r"unknown legacy keys \['nodes'\]"),
+    "v0-bad-elastic": (
+        _v0({"workers": 2, "elasticConfig": {"minReplicas": 3, "maxReplicas": 2}}),
+        r"elasticConfig.*minReplicas=3, maxReplicas=2",
+    ),
+    "v0-fractional-workers": (_v0({"workers": 1.5}), r"custom: not a version 0 .*DistributedPyTorchTrainingTask"),
     "no-container-or-pod": (_drop("container"), r"container=None.*container or a k8sPod"),
     "no-custom": (_drop("custom"), r"custom=None.*missing"),
     "unknown-custom-field": (_set("custom/workerReplica", {}), r"custom: not a .*DistributedPyTorchTrainingTask"),
