@@ -35,7 +35,14 @@ from google.protobuf.message import DecodeError
 
 from backend_plugin.errors import TemplateError
 from pytorch_contract import template_keys as keys
-from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, EXTENDED_RESOURCE_NAME, LABEL_VALUE, NVIDIA_GPU
+from pytorch_contract.k8s_names import (
+    DNS1123_SUBDOMAIN,
+    EXTENDED_RESOURCE_NAME,
+    LABEL_VALUE,
+    MAX_REPLICAS_PER_ROLE,
+    NVIDIA_GPU,
+    env_var_name_problem,
+)
 from pytorch_contract.quantity import is_quantity, parse_quantity
 
 __all__ = [
@@ -404,7 +411,11 @@ def _read(t: dict[str, Any]) -> TaskSpec:
     timeout = _timeout_seconds(t)
     total = sum(r.replicas for r in replicas)
     nproc = cfg.get(keys.NPROC_PER_NODE)
-    if nproc is not None and nproc not in keys.NPROC_PER_NODE_WORDS and not (nproc.isdigit() and int(nproc) > 0):
+    if (
+        nproc is not None
+        and nproc not in keys.NPROC_PER_NODE_WORDS
+        and not (nproc.isascii() and nproc.isdigit() and int(nproc) > 0)
+    ):
         raise _err(f"config[{keys.NPROC_PER_NODE!r}]", nproc, "must be a positive integer, 'auto', 'cpu' or 'gpu'")
     task_id = t.get("id") or {}
     return TaskSpec(
@@ -644,11 +655,11 @@ def _read_legacy(
     run_policy = RunPolicySpec(clean_pod_policy=clean)
     if task.HasField("elastic_config"):
         elastic = _elastic(task.elastic_config)
-        worker = _group("Worker", task.workers or elastic.max_replicas, "", None, never, cfg)
+        worker = _group("Worker", task.workers or elastic.max_replicas, "", None, never, cfg, "custom.workers")
         return (worker,), elastic, run_policy
     groups = [_group("Master", 1, "", None, never, cfg)]
     if task.workers:
-        groups.append(_group("Worker", task.workers, "", None, never, cfg))
+        groups.append(_group("Worker", task.workers, "", None, never, cfg, "custom.workers"))
     return tuple(groups), None, run_policy
 
 
@@ -687,12 +698,21 @@ def _group(
     resources: Optional[dict[str, dict[str, str]]],
     restart_policy: str,
     cfg: Mapping[str, str],
+    count_path: str = "",
 ) -> ReplicaGroup:
     if role == "Master" and cfg.get(keys.MASTER_IMAGE):
         image = cfg[keys.MASTER_IMAGE]
+    path = f"custom.{role.lower()}Replicas"
+    if replicas > MAX_REPLICAS_PER_ROLE:
+        raise _err(
+            count_path or f"{path}.replicas",
+            replicas,
+            f"at most {MAX_REPLICAS_PER_ROLE}: the pod and Service names <job>-{role.lower()}-<index> must fit 63 "
+            "characters, which leaves 5 digits for the index",
+        )
     restart = cfg.get(keys.restart_policy_key(role)) or restart_policy
     frozen = freeze(resources) if resources is not None else None
-    return ReplicaGroup(role, replicas, image, frozen, restart, f"custom.{role.lower()}Replicas")
+    return ReplicaGroup(role, replicas, image, frozen, restart, path)
 
 
 def _run_policy(
@@ -810,8 +830,13 @@ def _read_pod(template: Mapping[str, Any]) -> PodTemplateSpec:
         c["args"] = list(container["args"])
     env = []
     for i, e in enumerate(container.get("env") or []):
-        if not e.get("key"):
-            raise _err(f"container.env[{i}].key", e.get("key"), "an environment variable needs a non-empty name")
+        problem = env_var_name_problem(e.get("key"))
+        if problem is not None:
+            raise _err(
+                f"container.env[{i}].key",
+                e.get("key"),
+                f"{problem}; use letters, digits, '_', '-', '.', not starting with a digit",
+            )
         env.append({"name": e["key"], "value": e.get("value") or ""})
     if env:
         c["env"] = env

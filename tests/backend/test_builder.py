@@ -581,6 +581,16 @@ INVALID = {
         r"'cpu'.*request 4 > limit 2",
     ),
     "wrong-type": (_set("type", "python-task"), r"type='python-task'.*'pytorch'"),
+    "env-name-k8s-rejects": (
+        _set("container/env", [{"key": "A=B", "value": "1"}]),
+        r"container.env\[0\].key='A=B': not an environment variable name Kubernetes accepts",
+    ),
+    "too-many-workers": (
+        _set("custom/workerReplicas/replicas", 10**7),
+        r"workerReplicas.replicas=10000000: at most 100000: .*must fit 63",
+    ),
+    "too-many-v0-workers": (_v0({"workers": 200000}), r"custom.workers=200000: at most 100000"),
+    "unicode-nproc": (_set("config/pytorch.nproc_per_node", "\uff14"), r"nproc_per_node'\]='\uff14'.*positive integer"),
     "bad-elastic": (
         _set("custom", {"workerReplicas": {"replicas": 2}, "elasticConfig": {"minReplicas": 3, "maxReplicas": 2}}),
         r"elasticConfig.*minReplicas=3, maxReplicas=2",
