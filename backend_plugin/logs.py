@@ -2,12 +2,14 @@
 
 Templates use the variable syntax of Flyte's own task log links (`{{ .podName }}`), so a site can reuse the
 templates it already has in propeller's config. `BackendConfig.log_links` is a list of `{name, template}`;
-each template is rendered once per replica, in replica order (master-0, worker-0, worker-1, ...).
+each template is rendered once per replica, in replica order (master-0, worker-0, worker-1, ...). An entry with a
+`link_type` is a dynamic link, shown only for tasks whose template config lists that type under `link_type`;
+`{{ .taskConfig.<key> }}` is filled from the task template's config (see `log_templates`).
 
 Variables:
     podName, namespace, containerName (always `pytorch`), podUID (when the pod was listed), jobName,
     replicaName (`master-0`), replicaType (`master`), replicaIndex, hostname (node, when known),
-    podUnixStartTime, podUnixFinishTime, podRFC3339StartTime, podRFC3339FinishTime.
+    podUnixStartTime, podUnixFinishTime, podRFC3339StartTime, podRFC3339FinishTime, and taskConfig.<key>.
 
 Examples, one per common log store (the templates are used verbatim; shown shortened here)::
 
@@ -26,11 +28,12 @@ Examples, one per common log store (the templates are used verbatim; shown short
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 
 from flyteidl.core.execution_pb2 import TaskLog
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.log_templates import VARIABLES, check_templates, render_template
+from backend_plugin.log_templates import VARIABLES, check_templates, link_types, render_template
 from backend_plugin.timestamps import parse_time, rfc3339
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
@@ -76,6 +79,7 @@ def log_links(
     pods: list[dict] | None,
     config: BackendConfig,
     now: datetime.datetime | None = None,
+    task_config: Mapping[str, str] | None = None,
 ) -> list[TaskLog]:
     """One `TaskLog` per configured template and replica.
 
@@ -84,14 +88,18 @@ def log_links(
         pods: its pods when listed (for start/finish times, UID and node); None otherwise.
         config: supplies `log_links`.
         now: finish time of replicas still running; the current time when None.
+        task_config: the task template's config map: its `link_type` selects the dynamic links (entries with a
+            `link_type`) and its entries fill `{{ .taskConfig.<key> }}`.
 
     Returns:
-        TaskLogs named "<template name> <replica>" (e.g. "Loki master-0"), replicas in order.
+        TaskLogs named "<template name> <replica>" (e.g. "Loki master-0"), replicas in order; a link whose
+        `taskConfig` key the task does not set is left out.
 
     Raises:
         ConfigError: a template is malformed (see `check_templates`).
     """
-    templates = check_templates(config.log_links)
+    wanted = link_types(task_config)
+    templates = [t for t in check_templates(config.log_links) if not t.link_type or t.link_type in wanted]
     if not templates:
         return []
     now = now or datetime.datetime.now(datetime.timezone.utc)
@@ -99,7 +107,7 @@ def log_links(
     job_name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
     by_name = {(p.get("metadata") or {}).get("name"): p for p in pods or []}
     links = []
-    for name, template in templates:
+    for name, template, _ in templates:
         for rtype, index in replica_names(job):
             pod_name = f"{job_name}-{rtype.lower()}-{index}"
             pod = by_name.get(pod_name)
@@ -119,6 +127,7 @@ def log_links(
                 "podRFC3339StartTime": rfc3339(start),
                 "podRFC3339FinishTime": rfc3339(finish),
             }
-            uri = render_template(template, values)
-            links.append(TaskLog(uri=uri, name=f"{name} {rtype.lower()}-{index}"))
+            uri = render_template(template, values, task_config)
+            if uri is not None:
+                links.append(TaskLog(uri=uri, name=f"{name} {rtype.lower()}-{index}"))
     return links
