@@ -348,8 +348,10 @@ def test_environment_layers():
     t = load("hand_cpu")
     t["container"]["env"] = [{"key": "A", "value": "template"}, {"key": "B", "value": "template"}]
     job = build(t, environment={"B": "execution", "C": "execution"})
-    env = {e["name"]: e["value"] for e in main_container(job, "Worker")["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in main_container(job, "Worker")["env"]}
     assert env["A"] == "template" and env["B"] == "execution" and env["C"] == "execution"
+    # Flyte's distributed error strategy: one error-<uuid>.pb per replica, naming its pod
+    assert env["_F_DES"] == "Earliest" and env["_F_WN"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["FLYTE_INTERNAL_EXECUTION_ID"] == "f7a3c2e1b0"
     assert env["FLYTE_INTERNAL_TASK_NAME"] == "train.train"
     assert env["FLYTE_ATTEMPT_NUMBER"] == "0"

@@ -48,6 +48,7 @@ def test_rbac_is_least_privilege():
         ("kubeflow.org", "pytorchjobs", "get"),
         ("kubeflow.org", "pytorchjobs", "delete"),
         ("", "pods", "list"),
+        ("", "events", "list"),
     }
     lines = (DEPLOY / "rbac.yaml").read_text().splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("  - apiGroups:")]
