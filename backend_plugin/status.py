@@ -309,11 +309,14 @@ def replica_failures(pods: Sequence[Mapping], last_state: bool = False) -> list[
         last_state: read the containers' previous termination (a restarted container) instead of the current one.
 
     Returns:
-        One `ReplicaFailure` per failed pod; pods being deleted do not count as killed by the system.
+        One `ReplicaFailure` per failed pod, system kills first within the same second; pods being deleted do not
+        count as killed by the system.
     """
     failures = [f for f in (_pod_failure(p, last_state) for p in pods) if f is not None]
     latest = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
-    failures.sort(key=lambda f: f.when or latest)
+    # Termination times have whole seconds: within one, a replica the system killed goes first (its peers' errors
+    # are the consequence of losing it).
+    failures.sort(key=lambda f: (f.when or latest, not f.system))
     return failures
 
 
@@ -341,16 +344,19 @@ def failed_job_status(
     Returns:
         The status.
     """
+    error = errors.earliest if errors is not None else None
+    killed = _killed_before(failures, error)
+    if error is not None and killed is None:
+        # the replica that wrote the root-cause error leads (termination times have whole seconds)
+        failures = sorted(failures, key=lambda f: f.pod != error.worker)
     replica_line = _replica_line(failures)
     job_line = f"{headline} Root cause: {replica_line}" if replica_line else headline
-    error = errors.earliest if errors is not None else None
     notes = []
     if errors is not None and errors.problem:
         notes.append(f"the task's error document could not be read: {errors.problem}")
     if errors is not None and errors.skipped:
         notes.append(f"{errors.skipped} more error documents were not read")
     note = f" ({'; '.join(notes)})" if notes else ""
-    killed = _killed_before(failures, error)
     if error is None or killed is not None:
         if killed is not None and error is not None:
             why = (

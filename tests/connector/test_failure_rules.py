@@ -249,3 +249,11 @@ def test_events_are_deduplicated_newest_first_and_bounded():
 def test_never_started_status_is_target_neutral():
     status = never_started_status("TrainJob ns/t", 900, 600, "Events: x.", "Created")
     assert status.phase == TE.FAILED and status.message.startswith("TrainJob ns/t has not started 900s after creation")
+
+
+def test_the_replica_that_wrote_the_error_leads_the_root_cause_line(flytekit_errors):
+    # both exited within the same second; the document says worker-1 raised first
+    pods = [dead("Master", 0, 10, exitCode=1), dead("Worker", 1, 10, exitCode=1)]
+    error = doc(flytekit_errors["user_worker"], 9.5, "job-worker-1")
+    status = failed_job_status("failed.", replica_failures(pods), ErrorReport((error,)))
+    assert "Root cause: worker-1 (pytorch): exit code 1 (first of 2 failed replicas)" in status.message
