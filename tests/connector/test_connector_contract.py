@@ -192,3 +192,40 @@ def test_backend_config_carries_the_new_settings():
         BackendConfig(job_start_timeout_s=-1)
     with pytest.raises(ValueError, match="error_document_max_bytes=10 must be an integer >= 1024"):
         BackendConfig(error_document_max_bytes=10)
+
+
+def test_legacy_v0_elastic_template_runs_through_the_connector(fake_api, tmp_path):
+    """Item 4 through the connector registered for task type version 0: the created job passes the CRD checks."""
+    import json
+
+    from flyteidl.core import tasks_pb2
+    from flytekit.extend.backend.base_connector import ConnectorRegistry
+    from flytekit.models.task import TaskTemplate
+    from google.protobuf import json_format
+
+    from backend_plugin.connector import PyTorchJobConnector
+    from tests.connector.helpers import TEMPLATES
+
+    server, client = fake_api
+    assert isinstance(ConnectorRegistry.get_connector("pytorch", 0), PyTorchJobConnector)
+    data = json.loads((TEMPLATES / "legacy_v0_elastic.json").read_text())
+    template = TaskTemplate.from_flyte_idl(json_format.ParseDict(data, tasks_pb2.TaskTemplate()))
+    meta = make_connector(client).create(template, str(tmp_path / "0"), None, execution_metadata())
+    stored = server.get_job(NS, meta.name)
+    assert stored["spec"]["elasticPolicy"] == {
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "rdzvBackend": "c10d",
+        "maxRestarts": 3,
+    }
+    assert list(stored["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
+
+
+def test_error_documents_read_are_bounded_in_number(fake_api, connector, tmp_path, flytekit_errors):
+    prefix = tmp_path / "0"
+    prefix.mkdir()
+    for i in range(70):
+        put_document(flytekit_errors["user_worker"], prefix, name=f"error-{i:032x}.pb")
+    report = connector.read_error_report(str(prefix))
+    assert (len(report.errors), report.skipped, report.problem) == (64, 6, "")
+    assert connector.read_error_report(str(tmp_path / "missing")).errors == ()
