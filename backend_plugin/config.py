@@ -313,9 +313,24 @@ class BackendConfig:
     is failed. The kubelet retries pulls (a registry blip heals in seconds to a minute), but a wrong image name or a
     missing Secret never heals, and without this the job would wait in QUEUED until Flyte's timeout."""
 
+    job_start_timeout_s: Optional[float] = 600.0
+    """A job the operator has seen (it has a condition) but not started (no `status.startTime`) this long after
+    creation is failed, with the job's warning events (e.g. `FailedCreatePod: ... is invalid`) as the reason. The
+    operator sets `startTime` on its first reconcile that creates the pods; it stays unset while the API server
+    rejects them (an invalid pod spec, an exhausted ResourceQuota, an admission webhook's denial). The operator
+    retries with backoff and a webhook or quota blip heals within minutes, so ten minutes; a suspended job is never
+    counted, and a gang-scheduled one only when its events show a failure (it may wait for its PodGroup). None
+    turns the check off. Flyte's Go plugin has the same check (`kf-operator.timeout`, one minute)."""
+
+    error_document_max_bytes: int = 1024 * 1024
+    """The most bytes read of one error document (`error.pb`) under a failed task's output prefix. flytekit's
+    documents hold one traceback, a few kilobytes; the bound keeps a `get` cheap whatever the prefix holds."""
+
     log_links: tuple[dict[str, str], ...] = ()
-    """Log link templates, one `{name, template}` mapping each, rendered for every replica pod (see
-    `backend_plugin.logs`). Empty by default: the URL of a cluster's dashboard or log store is site-specific."""
+    """Log link templates, one `{name, template[, link_type]}` mapping each, rendered for every replica pod (see
+    `backend_plugin.logs`). Empty by default: the URL of a cluster's dashboard or log store is site-specific. An
+    entry with a `link_type` is a dynamic link, shown only for tasks whose template config lists that type under
+    `link_type` (Flyte's `dynamic-log-links`); any template may use `{{ .taskConfig.<key> }}`."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.namespace, str) or not DNS1123_LABEL.match(self.namespace):
@@ -431,10 +446,16 @@ class BackendConfig:
             value = getattr(self, attr)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{attr}={value!r} must be a positive number of seconds")
-        for attr in ("api_retry_budget_s", "operator_pickup_timeout_s", "image_pull_grace_s"):
+        for attr in ("api_retry_budget_s", "operator_pickup_timeout_s", "image_pull_grace_s", "job_start_timeout_s"):
             value = getattr(self, attr)
+            if value is None and attr == "job_start_timeout_s":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"{attr}={value!r} must be a non-negative number of seconds")
+                none = " or None to turn the check off" if attr == "job_start_timeout_s" else ""
+                raise ConfigError(f"{attr}={value!r} must be a non-negative number of seconds{none}")
+        size = self.error_document_max_bytes
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1024:
+            raise ConfigError(f"error_document_max_bytes={size!r} must be an integer >= 1024")
         check_templates(self.log_links)
 
     # -- queries used by the builder -----------------------------------------------------------------------

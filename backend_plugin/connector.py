@@ -1,9 +1,11 @@
-"""flytekit connector for `pytorch` tasks: create / get / delete Kubeflow PyTorchJobs.
+"""flytekit connector for `pytorch` tasks: create / get / delete Kubeflow PyTorchJobs or Trainer v2 TrainJobs.
 
 The connector only talks to the API; everything else is pure and lives elsewhere: the task from
 `template.read_template` (read once per create), the execution from `execution.execution_metadata` (shared with
-`pytorchjob render`), the job from `pytorchjob.to_pytorchjob`, the phase from `status.job_status`, log links from
-`logs.log_links`, errors from `errors.classify`, retries from `retry.retry`. Importing this module registers the
+`pytorchjob render`), the job kind from `targets` (`BackendConfig.target`; `auto` asks the API server once), the
+job from that target's writer (`pytorchjob.to_pytorchjob`, `trainjob.to_trainjob`), the phase from its status table
+(`status.job_status`, `trainjob_status.trainjob_status`), log links from `logs`, errors from `errors.classify`,
+retries from `retry.retry`. Importing this module registers the
 connector for task type "pytorch" versions 0 and 1 with flytekit's `ConnectorRegistry`; it loads neither the
 kubernetes client nor any kube config (the API client is built on first use by a replaceable factory, see
 `set_api_client_factory`).
@@ -15,7 +17,14 @@ Failure handling:
 - a create that got no answer is followed by a GET before it is retried, so a slow API server never gets two jobs;
 - AlreadyExists adopts the existing job when its spec is the one we would create, and is a `Conflict` otherwise;
 - `get` only reports what it read: API trouble is an exception (Flyte polls again), never an invented phase;
-- a job deleted behind Flyte's back is reported FAILED with that reason; `delete` of a missing job is success.
+- a failed job's phase (retryable or not) and message come from the task's own error document, read from the
+  output prefix kept in the resource meta (`status.failed_job_status`); a read failure never hides the phase;
+- a job that never starts is failed after `job_start_timeout_s`, with its warning events as the reason;
+- a template that cannot be built, or a job the API server rejects as invalid, can never run: `create` records why
+  in the resource meta and the first `get` reports a permanent FAILED (an exception from `create` would be retried
+  by propeller as if it could heal);
+- a job deleted behind Flyte's back is reported RETRYABLE_FAILED with that reason (as propeller reports a deleted
+  pod), unless the task already wrote its outputs or an error document; `delete` of a missing job is success.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, TypeVar
 
 from flyteidl.core.execution_pb2 import TaskExecution
@@ -36,14 +45,16 @@ from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
 from backend_plugin.config import BackendConfig, load_config
-from backend_plugin.errors import Conflict, KubeApiError, NotFound, Unavailable, classify
+from backend_plugin.errors import Conflict, InvalidJob, KubeApiError, NotFound, TemplateError, Unavailable, classify
 from backend_plugin.execution import ExecutionMetadata, execution_metadata, identity_of
 from backend_plugin.pytorchjob import GROUP, PLURAL
 from backend_plugin.retry import Backoff, retry
+from backend_plugin.status import failed_job_status
 from backend_plugin.targets import AUTO_ORDER, Target, target_for_config, target_for_kind
+from backend_plugin.task_errors import MAX_ERROR_FILES, ErrorReport, is_error_file, report_of
 from backend_plugin.template import read_template, template_to_dict
 from backend_plugin.trainjob import warnings as trainjob_warnings
-from pytorch_contract.template_keys import TASK_TYPE
+from pytorch_contract.template_keys import CONFIG_PREFIX, TASK_TYPE
 
 logger = logging.getLogger(__name__)
 
@@ -101,18 +112,29 @@ def check_connector_settings(config: BackendConfig) -> None:
 
 @dataclass
 class PyTorchJobMetadata(ResourceMeta):
-    """What Flyte stores between calls: enough to find the job again, and to notice a same-named replacement.
+    """What Flyte stores between calls: enough to find the job again, to notice a same-named replacement, and to
+    read what the task itself reported. Metadata stored by an older connector (namespace, name, uid only) still
+    decodes; `get` then reads no error document and renders no dynamic log links.
 
     Attributes:
         namespace: the job's namespace.
         name: the job's name.
         uid: `metadata.uid` of the job we created or adopted ("" if unknown).
+        output_prefix: the execution's output prefix, where the replicas write `error.pb` / `error-<uuid>.pb` and
+            `outputs.pb` ("" if unknown).
+        task_config: the task template's config entries outside `pytorch.*` (`link_type` and the values of
+            `{{ .taskConfig.<key> }}` in log links).
+        error: why the job can never run (a template that cannot be built, a spec the API server rejects); no job
+            was created, and `get` reports FAILED with this message. "" for a created job.
         kind: the job's kind (`PyTorchJob` or `TrainJob`); metadata stored before TrainJobs existed has none.
     """
 
     namespace: str
     name: str
     uid: str = ""
+    output_prefix: str = ""
+    task_config: dict[str, str] = field(default_factory=dict)
+    error: str = ""
     kind: str = "PyTorchJob"
 
     def encode(self) -> bytes:
@@ -349,6 +371,76 @@ class PyTorchJobConnector(AsyncConnectorBase):
             "nor trainjobs.trainer.kubeflow.org (Kubeflow Trainer v2); install one, or set target explicitly",
         )
 
+    def _list_events(self, namespace: str, name: str, kind: str) -> list[dict]:
+        """The core/v1 Events about one job (field selector on the involved object's kind and name)."""
+        _, core = self._apis()
+        response = self._call(
+            lambda: core.list_namespaced_event(
+                namespace,
+                field_selector=f"involvedObject.kind={kind},involvedObject.name={name}",
+                _request_timeout=self._timeout(),
+                _preload_content=False,
+            ),
+            "list events of",
+            namespace,
+            name,
+            "list",
+            resource="events",
+            group="",
+        )
+        return list(json.loads(response.data).get("items") or [])
+
+    # ------------------------------------------------------------------ the output prefix (blob storage)
+    def read_error_report(self, output_prefix: str) -> ErrorReport:
+        """Read the task's error documents under `output_prefix` (`error.pb`, `error-<uuid>.pb`), bounded.
+
+        Through flytekit's file access (fsspec), so s3, gcs, abfs and local prefixes all work. Every failure is
+        reported in the result, never raised: the job's own status still decides the phase.
+
+        Args:
+            output_prefix: the execution's output prefix.
+
+        Returns:
+            The documents read (at most `MAX_ERROR_FILES`, `error_document_max_bytes` each), and what went wrong.
+        """
+        try:
+            fs, base = _filesystem(output_prefix)
+            try:
+                entries = fs.ls(base, detail=False)
+            except FileNotFoundError:
+                return ErrorReport()
+            names = sorted(str(e) for e in entries if is_error_file(str(e).rstrip("/").rsplit("/", 1)[-1]))
+            limit = self.config.error_document_max_bytes
+            documents, problems = [], []
+            for path in names[:MAX_ERROR_FILES]:
+                with fs.open(path, "rb") as f:
+                    data = f.read(limit + 1)
+                source = path.rsplit("/", 1)[-1]
+                if len(data) > limit:
+                    problems.append(f"{source} is larger than error_document_max_bytes={limit}")
+                    continue
+                documents.append((source, data))
+            return report_of(documents, "; ".join(problems), max(0, len(names) - MAX_ERROR_FILES))
+        except Exception as e:  # noqa: BLE001 - any storage failure is reported, never allowed to hide the phase
+            logger.warning("reading error documents under %s failed: %s", output_prefix, e)
+            return ErrorReport(problem=f"{type(e).__name__}: {e} (under {output_prefix})")
+
+    def outputs_written(self, output_prefix: str) -> bool:
+        """Whether `outputs.pb` exists under `output_prefix` (False when it cannot be told).
+
+        Args:
+            output_prefix: the execution's output prefix.
+
+        Returns:
+            True when the task wrote its outputs.
+        """
+        try:
+            fs, base = _filesystem(output_prefix)
+            return bool(fs.exists(f"{base}/outputs.pb"))
+        except Exception as e:  # noqa: BLE001 - unknown is "not written": the caller then reports what it knows
+            logger.warning("checking outputs.pb under %s failed: %s", output_prefix, e)
+            return False
+
     # ------------------------------------------------------------------ create
     def execution_metadata(
         self,
@@ -387,24 +479,47 @@ class PyTorchJobConnector(AsyncConnectorBase):
             **kwargs: ignored (future flytekit arguments).
 
         Returns:
-            The job's namespace, name and uid.
+            The job's namespace, name, uid, output prefix and the task config log links need; for a template that
+            cannot be built or a job the API server rejects as invalid (it can never run), no job and the reason in
+            `error`, which the next `get` reports as a permanent failure.
 
         Raises:
-            TemplateError: the template cannot be turned into a PyTorchJob.
             Conflict: a different job with the same name exists.
             Forbidden: RBAC denies creating PyTorchJobs (the message names the permission).
             KubeApiError: any other API failure, after retries for transient ones.
         """
         template = template_to_dict(task_template)
-        spec = read_template(template)
         meta = self.execution_metadata(template, output_prefix, task_execution_metadata)
+        config = template.get("config")
+        task_config = {
+            str(k): str(v)
+            for k, v in (config if isinstance(config, dict) else {}).items()
+            if not str(k).startswith(CONFIG_PREFIX)
+        }
         target = self.target()
-        job = target.write(spec, meta, self.config)
+        base = PyTorchJobMetadata(
+            meta.namespace or self.config.namespace,
+            meta.job_name,
+            kind=target.kind,
+            output_prefix=meta.output_prefix,
+            task_config=task_config,
+        )
+        try:
+            spec = read_template(template)
+            job = target.write(spec, meta, self.config)
+        except TemplateError as e:
+            logger.warning("task template for %s/%s cannot run as a %s: %s", base.namespace, base.name, target.kind, e)
+            return replace(base, error=f"the task template cannot run: {e}")
         if target.kind == "TrainJob":
             for warning in trainjob_warnings(spec, self.config):
                 logger.warning("TrainJob %s/%s: %s", job["metadata"]["namespace"], job["metadata"]["name"], warning)
         _write_inputs(inputs, meta.input_path)
-        return self.create_job(job)
+        try:
+            created = self.create_job(job)
+        except InvalidJob as e:
+            logger.warning("%s", e)
+            return replace(base, error=f"the API server rejected the job: {e}")
+        return replace(base, namespace=created.namespace, name=created.name, uid=created.uid, kind=created.kind)
 
     def create_job(self, job: dict) -> PyTorchJobMetadata:
         """POST a built PyTorchJob, never creating a second copy (see the module docstring).
@@ -447,7 +562,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
                     pass  # not there (or unknown): a repeated POST is safe, the name is deterministic (409)
                 raise e
             logger.info("created %s %s/%s", target.kind, namespace, name)
-            return PyTorchJobMetadata(namespace, name, str(created["metadata"].get("uid", "")), target.kind)
+            return PyTorchJobMetadata(namespace, name, str(created["metadata"].get("uid", "")), kind=target.kind)
 
         def gave_up(error: Exception, attempts: int, elapsed: float) -> Exception:
             assert isinstance(error, Unavailable)
@@ -482,7 +597,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
                 f"`kubectl delete {target.kind.lower()} -n {namespace} {name}` or rerun under a new execution",
             )
         logger.info("adopted existing %s %s/%s with the same spec", target.kind, namespace, name)
-        return PyTorchJobMetadata(namespace, name, str(stored["metadata"].get("uid", "")), target.kind)
+        return PyTorchJobMetadata(namespace, name, str(stored["metadata"].get("uid", "")), kind=target.kind)
 
     # ------------------------------------------------------------------ get
     def get(self, resource_meta: PyTorchJobMetadata, **kwargs: Any) -> Resource:
@@ -502,23 +617,22 @@ class PyTorchJobConnector(AsyncConnectorBase):
         ns, name = resource_meta.namespace, resource_meta.name
         target = target_for_kind(getattr(resource_meta, "kind", "") or "PyTorchJob")
         kind = target.kind
+        identity = {"namespace": ns, "name": name, "uid": resource_meta.uid}
+        if resource_meta.error:
+            return Resource(phase=TaskExecution.FAILED, message=resource_meta.error, custom_info=identity)
         try:
             job = self._read_job(ns, name, target=target)
         except NotFound:
-            return Resource(
-                phase=TaskExecution.FAILED,
-                message=f"{kind} {ns}/{name} no longer exists: it was deleted outside Flyte (for example with "
-                "kubectl, by ttlSecondsAfterFinished, or with its namespace) before it finished",
-                custom_info={"namespace": ns, "name": name, "uid": resource_meta.uid, "deleted": True},
-            )
+            return self._gone(resource_meta)
         uid = str((job.get("metadata") or {}).get("uid", ""))
         if resource_meta.uid and uid and uid != resource_meta.uid:
             return Resource(
-                phase=TaskExecution.FAILED,
+                phase=TaskExecution.RETRYABLE_FAILED,
                 message=f"{kind} {ns}/{name} was deleted outside Flyte and a different job of the same name "
                 f"now exists (uid {uid}, ours was {resource_meta.uid})",
-                custom_info={"namespace": ns, "name": name, "uid": resource_meta.uid, "replaced_by": uid},
+                custom_info={**identity, "replaced_by": uid},
             )
+        now = self._clock()
         pods: Optional[list[dict]] = None
         note = ""
         # A TrainJob's pod names are the JobSet's (random suffix): its log links need the pods.
@@ -530,12 +644,49 @@ class PyTorchJobConnector(AsyncConnectorBase):
                 # The job's own conditions still decide the phase; only the explanation is poorer.
                 logger.warning("%s", e)
                 note = f" (replica details unavailable: {e.reason})"
-        status = target.status(job, pods, self.config, self._clock())
+        errors: Optional[ErrorReport] = None
+        if target.needs_error_report(job) and resource_meta.output_prefix:
+            errors = self.read_error_report(resource_meta.output_prefix)
+        events: Optional[list[dict]] = None
+        events_problem = ""
+        if target.needs_events(job, self.config, now):
+            try:
+                events = self._list_events(ns, name, kind)
+            except KubeApiError as e:
+                logger.warning("%s", e)
+                events_problem = e.reason
+        status = target.status(job, pods, self.config, now, errors=errors, events=events, events_problem=events_problem)
         return Resource(
             phase=status.phase,
             message=status.message + note,
-            log_links=target.links(job, pods, self.config, self._clock()),
+            log_links=target.links(job, pods, self.config, now, resource_meta.task_config),
             custom_info=_custom_info(job, target.status_keys),
+        )
+
+    def _gone(self, meta: PyTorchJobMetadata) -> Resource:
+        """The job is not there: what the task wrote before it went decides (a TTL of 0 deletes a finished job)."""
+        ns, name = meta.namespace, meta.name
+        info = {"namespace": ns, "name": name, "uid": meta.uid, "deleted": True}
+        deleted = f"{meta.kind} {ns}/{name} no longer exists"
+        if meta.output_prefix:
+            errors = self.read_error_report(meta.output_prefix)
+            if errors.errors:
+                headline = f"{deleted}; it failed before it was deleted."
+                status = failed_job_status(headline, [], errors)
+                return Resource(phase=status.phase, message=status.message, custom_info=info)
+            if self.outputs_written(meta.output_prefix):
+                return Resource(
+                    phase=TaskExecution.SUCCEEDED,
+                    message=f"{deleted}, but the task wrote its outputs: it finished and was deleted before this poll "
+                    "(ttlSecondsAfterFinished)",
+                    custom_info=info,
+                )
+        return Resource(
+            phase=TaskExecution.RETRYABLE_FAILED,
+            message=f"{deleted}: it was deleted outside Flyte (for example with kubectl, by ttlSecondsAfterFinished, "
+            "or with its namespace) before it finished, and the task wrote neither outputs nor an error; a "
+            "retryable failure",
+            custom_info=info,
         )
 
     # ------------------------------------------------------------------ delete
@@ -549,6 +700,8 @@ class PyTorchJobConnector(AsyncConnectorBase):
         Raises:
             KubeApiError: the delete failed (after retries for transient failures).
         """
+        if resource_meta.error:
+            return  # create recorded why the job could never run: nothing was created
         from kubernetes import client
 
         custom, _ = self._apis()
@@ -583,6 +736,14 @@ def _is_api_failure(e: BaseException) -> bool:
     import urllib3
 
     return isinstance(e, (urllib3.exceptions.HTTPError, TimeoutError, ConnectionError))
+
+
+def _filesystem(prefix: str) -> tuple[Any, str]:
+    """(fsspec filesystem, prefix without a trailing '/') for a blob prefix, through flytekit's file access."""
+    from flytekit.core.context_manager import FlyteContextManager
+
+    file_access = FlyteContextManager.current_context().file_access
+    return file_access.get_filesystem_for_path(prefix), prefix.rstrip("/")
 
 
 def _write_inputs(inputs: Optional[LiteralMap], path: str) -> None:

@@ -3,17 +3,26 @@
 Kept apart from `logs` (which needs the job and its pods) so that `config` can validate `BackendConfig.log_links`
 when a config is built without importing the status and log machinery. Templates use the variable syntax of Flyte's
 own task log links (`{{ .podName }}`), so a site can reuse the templates it has in propeller's config.
+
+Dynamic links (Flyte's `dynamic-log-links`, flyte PR 6284 for the Kubeflow plugins): an entry with a `link_type` is
+shown only for tasks whose template config names that type in its `link_type` key (a comma-separated list, e.g.
+`"vscode"`), and any template may use `{{ .taskConfig.<key> }}`, filled from the task template's config. One
+deliberate difference from Flyte's Go plugin: a link whose `taskConfig` key the task does not set is left out
+instead of being shown with the placeholder in its URL.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple, Optional
 
 from backend_plugin.errors import ConfigError
 
-__all__ = ["VARIABLES", "check_templates", "render_template"]
+__all__ = ["VARIABLES", "LogTemplate", "check_templates", "render_template", "link_types", "LINK_TYPE_KEY"]
+
+LINK_TYPE_KEY = "link_type"
+"""The task template config key that selects dynamic log links (set by flytekit plugins such as `@vscode`)."""
 
 VARIABLES = frozenset(
     {
@@ -35,41 +44,94 @@ VARIABLES = frozenset(
 """Every variable a log-link template may use (see `backend_plugin.logs` for what each one holds)."""
 
 _VAR = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
+# Flyte's tasklog syntax for config values: `{{ .taskConfig.<key> }}` ("taskConfig" in any case, '.' or '$').
+_TASK_CONFIG_VAR = re.compile(r"\{\{\s*\.(?i:taskConfig)[.$]([A-Za-z_]+)\s*\}\}")
+_LINK_TYPE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
+_ENTRY_KEYS = frozenset({"name", "template", "link_type"})
 
 
-def check_templates(templates: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+class LogTemplate(NamedTuple):
+    """One checked `BackendConfig.log_links` entry.
+
+    Attributes:
+        name: the link's display name (the replica is appended: "Logs master-0").
+        template: the URL template.
+        link_type: "" for a link shown for every task; else shown only for tasks whose `link_type` config names it.
+    """
+
+    name: str
+    template: str
+    link_type: str = ""
+
+
+def check_templates(templates: Sequence[Mapping[str, Any]]) -> list[LogTemplate]:
     """Validate `BackendConfig.log_links` entries.
 
     Args:
-        templates: `{name, template}` mappings.
+        templates: `{name, template[, link_type]}` mappings.
 
     Returns:
-        (name, template) pairs.
+        The checked entries.
 
     Raises:
-        ConfigError: an entry is not a mapping with non-empty `name` and `template`, or uses an unknown variable.
+        ConfigError: an entry is not a mapping with non-empty `name` and `template`, has another key, uses an
+            unknown variable, or has a `link_type` that is not one word of [A-Za-z0-9_.-].
     """
     out = []
     for i, entry in enumerate(templates or ()):
         if not isinstance(entry, Mapping) or not entry.get("name") or not entry.get("template"):
             raise ConfigError(f"log_links[{i}]={entry!r} must be a mapping with non-empty 'name' and 'template'")
-        unknown = sorted({v for v in _VAR.findall(str(entry["template"])) if v not in VARIABLES})
+        extra = sorted(set(entry) - _ENTRY_KEYS)
+        if extra:
+            raise ConfigError(f"log_links[{i}] has unknown keys {extra}; allowed: {sorted(_ENTRY_KEYS)}")
+        template = str(entry["template"])
+        unknown = sorted({v for v in _VAR.findall(template) if v not in VARIABLES})
         if unknown:
             raise ConfigError(
-                f"log_links[{i}] ({entry['name']!r}) uses unknown variables {unknown}; allowed: {sorted(VARIABLES)}"
+                f"log_links[{i}] ({entry['name']!r}) uses unknown variables {unknown}; allowed: {sorted(VARIABLES)} "
+                "and taskConfig.<key>"
             )
-        out.append((str(entry["name"]), str(entry["template"])))
+        link_type = entry.get("link_type", "")
+        if link_type != "" and not (isinstance(link_type, str) and _LINK_TYPE.match(link_type)):
+            raise ConfigError(
+                f"log_links[{i}].link_type={link_type!r} must be one link type of [A-Za-z0-9_.-] (e.g. 'vscode'), "
+                "or be left out for a link shown for every task"
+            )
+        out.append(LogTemplate(str(entry["name"]), template, link_type))
     return out
 
 
-def render_template(template: str, values: Mapping[str, str]) -> str:
+def link_types(task_config: Optional[Mapping[str, str]]) -> frozenset[str]:
+    """The dynamic link types a task asks for: its config's `link_type`, comma-separated (as Flyte splits it).
+
+    Args:
+        task_config: the task template's config map (None or empty for none).
+
+    Returns:
+        The link types, blanks dropped.
+    """
+    raw = str((task_config or {}).get(LINK_TYPE_KEY) or "")
+    return frozenset(t.strip() for t in raw.split(",") if t.strip())
+
+
+def render_template(
+    template: str, values: Mapping[str, str], task_config: Optional[Mapping[str, str]] = None
+) -> Optional[str]:
     """Fill a checked template's variables.
 
     Args:
         template: a template that passed `check_templates`.
         values: a value for every name in `VARIABLES`.
+        task_config: the task template's config map, for `{{ .taskConfig.<key> }}`.
 
     Returns:
-        The URI.
+        The URI, or None when the template uses a `taskConfig` key the task does not set (a link with the
+        placeholder left in it leads nowhere).
     """
-    return _VAR.sub(lambda m: values[m.group(1)], template)
+    config = task_config or {}
+    missing = [key for key in _TASK_CONFIG_VAR.findall(template) if key not in config]
+    if missing:
+        return None
+    # The link's own variables first: a config value is inserted as it is, never read as a template itself.
+    filled = _VAR.sub(lambda m: values[m.group(1)], template)
+    return _TASK_CONFIG_VAR.sub(lambda m: str(config[m.group(1)]), filled)

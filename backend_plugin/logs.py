@@ -2,12 +2,14 @@
 
 Templates use the variable syntax of Flyte's own task log links (`{{ .podName }}`), so a site can reuse the
 templates it already has in propeller's config. `BackendConfig.log_links` is a list of `{name, template}`;
-each template is rendered once per replica, in replica order (master-0, worker-0, worker-1, ...).
+each template is rendered once per replica, in replica order (master-0, worker-0, worker-1, ...). An entry with a
+`link_type` is a dynamic link, shown only for tasks whose template config lists that type under `link_type`;
+`{{ .taskConfig.<key> }}` is filled from the task template's config (see `log_templates`).
 
 Variables:
     podName, namespace, containerName (always `pytorch`), podUID (when the pod was listed), jobName,
     replicaName (`master-0`), replicaType (`master`), replicaIndex, hostname (node, when known),
-    podUnixStartTime, podUnixFinishTime, podRFC3339StartTime, podRFC3339FinishTime.
+    podUnixStartTime, podUnixFinishTime, podRFC3339StartTime, podRFC3339FinishTime, and taskConfig.<key>.
 
 Examples, one per common log store (the templates are used verbatim; shown shortened here)::
 
@@ -26,11 +28,12 @@ Examples, one per common log store (the templates are used verbatim; shown short
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 
 from flyteidl.core.execution_pb2 import TaskLog
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.log_templates import VARIABLES, check_templates, render_template
+from backend_plugin.log_templates import VARIABLES, LogTemplate, check_templates, link_types, render_template
 from backend_plugin.timestamps import parse_time, rfc3339
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
@@ -71,11 +74,18 @@ def _pod_times(pod: dict | None, job: dict, now: datetime.datetime) -> tuple[dat
     return start, max(start, finish)
 
 
+def _templates(config: BackendConfig, task_config: Mapping[str, str] | None) -> list[LogTemplate]:
+    """The configured templates that apply to a task: static ones, and dynamic ones of a `link_type` it asks for."""
+    wanted = link_types(task_config)
+    return [t for t in check_templates(config.log_links) if not t.link_type or t.link_type in wanted]
+
+
 def log_links(
     job: dict,
     pods: list[dict] | None,
     config: BackendConfig,
     now: datetime.datetime | None = None,
+    task_config: Mapping[str, str] | None = None,
 ) -> list[TaskLog]:
     """One `TaskLog` per configured template and replica.
 
@@ -84,14 +94,17 @@ def log_links(
         pods: its pods when listed (for start/finish times, UID and node); None otherwise.
         config: supplies `log_links`.
         now: finish time of replicas still running; the current time when None.
+        task_config: the task template's config map: its `link_type` selects the dynamic links (entries with a
+            `link_type`) and its entries fill `{{ .taskConfig.<key> }}`.
 
     Returns:
-        TaskLogs named "<template name> <replica>" (e.g. "Loki master-0"), replicas in order.
+        TaskLogs named "<template name> <replica>" (e.g. "Loki master-0"), replicas in order; a link whose
+        `taskConfig` key the task does not set is left out.
 
     Raises:
         ConfigError: a template is malformed (see `check_templates`).
     """
-    templates = check_templates(config.log_links)
+    templates = _templates(config, task_config)
     if not templates:
         return []
     now = now or datetime.datetime.now(datetime.timezone.utc)
@@ -99,7 +112,7 @@ def log_links(
     job_name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
     by_name = {(p.get("metadata") or {}).get("name"): p for p in pods or []}
     links = []
-    for name, template in templates:
+    for name, template, _ in templates:
         for rtype, index in replica_names(job):
             pod_name = f"{job_name}-{rtype.lower()}-{index}"
             pod = by_name.get(pod_name)
@@ -119,8 +132,9 @@ def log_links(
                 "podRFC3339StartTime": rfc3339(start),
                 "podRFC3339FinishTime": rfc3339(finish),
             }
-            uri = render_template(template, values)
-            links.append(TaskLog(uri=uri, name=f"{name} {rtype.lower()}-{index}"))
+            uri = render_template(template, values, task_config)
+            if uri is not None:
+                links.append(TaskLog(uri=uri, name=f"{name} {rtype.lower()}-{index}"))
     return links
 
 
@@ -129,6 +143,7 @@ def node_log_links(
     pods: list[dict] | None,
     config: BackendConfig,
     now: datetime.datetime | None = None,
+    task_config: Mapping[str, str] | None = None,
     container: str = "node",
     index_label: str = "batch.kubernetes.io/job-completion-index",
 ) -> list[TaskLog]:
@@ -143,6 +158,7 @@ def node_log_links(
         pods: its pods (None or empty: no links yet).
         config: supplies `log_links`.
         now: finish time of nodes still running; the current time when None.
+        task_config: the task template's config map, as for `log_links` (`link_type`, `{{ .taskConfig.<key> }}`).
         container: the container the logs are read from.
         index_label: the pod label holding the node index.
 
@@ -152,7 +168,7 @@ def node_log_links(
     Raises:
         ConfigError: a template is malformed (see `check_templates`).
     """
-    templates = check_templates(config.log_links)
+    templates = _templates(config, task_config)
     if not templates or not pods:
         return []
     now = now or datetime.datetime.now(datetime.timezone.utc)
@@ -171,7 +187,7 @@ def node_log_links(
         ):
             newest[index] = pod
     links = []
-    for name, template in templates:
+    for name, template, _ in templates:
         for index, pod in sorted(newest.items()):
             pmeta = pod.get("metadata") or {}
             start, finish = _pod_times(pod, job, now)
@@ -190,5 +206,7 @@ def node_log_links(
                 "podRFC3339StartTime": rfc3339(start),
                 "podRFC3339FinishTime": rfc3339(finish),
             }
-            links.append(TaskLog(uri=render_template(template, values), name=f"{name} node-{index}"))
+            uri = render_template(template, values, task_config)
+            if uri is not None:
+                links.append(TaskLog(uri=uri, name=f"{name} node-{index}"))
     return links

@@ -35,6 +35,7 @@ __all__ = [
     "QUEUE_LABEL",
     "SHM_VOLUME",
     "FAIL_ON_ERROR_ENV",
+    "DIST_ERROR_ENV",
     "TERMINATION_MESSAGE_POLICY",
 ]
 
@@ -47,6 +48,14 @@ SHM_VOLUME = "dshm"
 FAIL_ON_ERROR_ENV = {"name": "FLYTE_FAIL_ON_ERROR", "value": "true"}
 """Makes pyflyte-execute exit 1 when the task raises. Without it a failing rank writes error.pb and exits 0: its pod
 succeeds, the operator never fails the job, and the replicas' error.pb files overwrite each other."""
+
+DIST_ERROR_ENV: tuple[Mapping[str, Any], ...] = (
+    {"name": "_F_DES", "value": "Earliest"},
+    {"name": "_F_WN", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+)
+"""Flyte's distributed error strategy (flytekit reads `_F_DES` / `_F_WN`, Flyte's Go plugin sets them the same way):
+each replica writes its own `error-<uuid>.pb` naming its pod, instead of all replicas racing for one `error.pb`, so
+the connector can report the earliest error, the root cause, and whether it is recoverable."""
 
 TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
 """A failed replica's log tail becomes its termination message, so `get` can report the rank's error (pyflyte-execute
@@ -91,7 +100,7 @@ class PodPlan:
     secret_annotations: Mapping[str, str]
     interruptible: bool
     placeholders: Mapping[str, str]
-    environment: tuple[Mapping[str, str], ...]
+    environment: tuple[Mapping[str, Any], ...]
     execution_environment: tuple[Mapping[str, str], ...]
 
 
@@ -138,7 +147,7 @@ def plan_pods(spec: TaskSpec, metadata: ExecutionMetadata, config: BackendConfig
         secret_annotations=secrets,
         interruptible=interruptible,
         placeholders=_placeholders(metadata),
-        environment=(FAIL_ON_ERROR_ENV, *_identity_env(spec, metadata)),
+        environment=(FAIL_ON_ERROR_ENV, *DIST_ERROR_ENV, *_identity_env(spec, metadata)),
         execution_environment=tuple({"name": str(k), "value": str(v)} for k, v in metadata.environment.items()),
     )
 
@@ -332,12 +341,12 @@ def _identity_env(spec: TaskSpec, meta: ExecutionMetadata) -> list[dict[str, str
 
 
 def _merge_env(*layers: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Later layers win; a variable keeps its first position. Every entry is a fresh dict."""
+    """Later layers win; a variable keeps its first position. Every entry is a fresh dict, nested ones too."""
     merged: dict[str, Mapping[str, Any]] = {}
     for layer in layers:
         for var in layer:
             merged[var["name"]] = var
-    return [dict(v) for v in merged.values()]
+    return [thaw(v) for v in merged.values()]
 
 
 def _fix_resources(

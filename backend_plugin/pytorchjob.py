@@ -69,7 +69,7 @@ def replica_spec(group: ReplicaGroup, plan: PodPlan) -> dict[str, Any]:
 
 
 def run_policy(spec: TaskSpec, config: BackendConfig) -> dict[str, Any]:
-    """`spec.runPolicy`: the task's values over the backend's defaults.
+    """`spec.runPolicy`: the task's values over the backend's defaults; a value the task states wins, 0 included.
 
     The deadline is the task's run policy, else its Flyte timeout, else the backend default. Flyte enforces the
     timeout itself by aborting the node (the connector then deletes the job), but only while propeller and the
@@ -93,8 +93,9 @@ def run_policy(spec: TaskSpec, config: BackendConfig) -> dict[str, Any]:
         ("activeDeadlineSeconds", policy.active_deadline_seconds, deadline),
         ("ttlSecondsAfterFinished", policy.ttl_seconds_after_finished, config.ttl_seconds_after_finished),
     ):
-        # A template's 0 counts as unset here, as it always has: the contract issue decides what a 0 should mean.
-        chosen = value if value else default
+        # A value the template states wins, 0 included (`backoffLimit: 0` = no pod restarts, `ttl...: 0` = delete at
+        # once); the reader already turned "not written" into None and rejected a 0 deadline.
+        chosen = value if value is not None else default
         if chosen is not None:
             out[key] = chosen
     scheduling = scheduling_policy(spec, config)

@@ -1,17 +1,35 @@
-"""PyTorchJob status -> Flyte phase and a message that says why.
+"""Job status -> Flyte phase and a message that says why.
 
-One table (`CONDITION_PHASES`) maps the training operator's condition types to Flyte phases. Only conditions whose
-status is "True" count; a terminal one (Failed, Succeeded) wins, otherwise the latest by lastTransitionTime (list
-order breaks ties). An unknown condition type means "still running" plus a log line, never an error.
+Two layers:
 
-On top of the table, pods explain what the conditions do not:
-- a Failed job names the earliest failing replica and why (OOMKilled, exit code, signal, eviction);
-- a queued job names the pod's reason (Unschedulable with the scheduler's message, ImagePullBackOff, ...) and fails
-  once an image or container-config error outlasts `BackendConfig.image_pull_grace_s`;
-- a job the operator never touched (no conditions) fails after `BackendConfig.operator_pickup_timeout_s`.
+- **Target-neutral rules** (any Kubeflow job, PyTorchJob or TrainJob): `replica_failures` reads pods into failure
+  facts; `failed_job_status` decides whether a job that ran and failed is retried (the rule below) and writes the
+  message from the task's own error document; `never_started_status` and `start_explanation` fail a job whose
+  pods were never created, saying why.
+- **The PyTorchJob table** (`CONDITION_PHASES`): the training operator's condition types -> Flyte phases. Only
+  conditions whose status is "True" count; a terminal one (Failed, Succeeded) wins, otherwise the latest by
+  lastTransitionTime (list order breaks ties). An unknown condition type means "still running" plus a log line,
+  never an error.
 
-`job_status` is a pure function of (job, pods, config, now); `needs_pods` says when the caller must list pods, so a
-steady running job costs one API call per poll.
+Retryable or permanent (what Flyte's `retries` apply to: `RETRYABLE_FAILED` is retried, `FAILED` is not):
+
+| what happened | phase |
+| --- | --- |
+| the system stopped a replica (OOMKilled, a signal, eviction, node loss) before any task error | RETRYABLE_FAILED |
+| the task raised `FlyteRecoverableException` (its error document says RECOVERABLE) | RETRYABLE_FAILED |
+| the task raised any other exception (error document NON_RECOVERABLE) | FAILED |
+| the job failed and no error document can be read (none written, or unreadable) | RETRYABLE_FAILED |
+| an image or container-config error outlasted `image_pull_grace_s` | FAILED |
+| the pods were never created within `job_start_timeout_s` (invalid pod, quota, webhook) | FAILED |
+| the operator never picked the job up within `operator_pickup_timeout_s` | FAILED |
+
+Flyte's Go plugin reports every `Failed` job as retryable; for a job whose replicas exit 0 after writing an error
+document it follows the document's kind (propeller reads it). We read the document for a failed job too, so the
+user's exception is the message and a non-recoverable one is not retried in vain.
+
+Everything here is pure: (job, pods, config, now, and what the connector read: error documents, events).
+`needs_pods`, `needs_error_report` and `needs_events` say when the caller must read more, so a steady running job
+costs one API call per poll.
 """
 
 from __future__ import annotations
@@ -19,11 +37,14 @@ from __future__ import annotations
 import datetime
 import logging
 import signal
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Optional
 
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.task_errors import ErrorReport, TaskError
 from backend_plugin.timestamps import EPOCH, parse_time
 
 logger = logging.getLogger(__name__)
@@ -46,6 +67,14 @@ FATAL_WAITING_REASONS = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
 )
 MESSAGE_LIMIT = 1000  # characters of a container termination message kept in a phase message
+
+# Pod status reasons for a pod the system stopped (not the task): eviction, preemption, node shutdown or loss.
+SYSTEM_POD_REASONS = frozenset({"Evicted", "Preempted", "NodeLost", "Shutdown", "Terminated", "NodeShutdown"})
+# Kubelet / scheduler event reasons that explain a job whose pods were never created or never started.
+_START_EVENT_REASONS = ("FailedCreatePod", "FailedCreateService", "FailedCreate", "FailedScheduling")
+_EVENTS_SHOWN = 3
+# Seconds of clock slack when comparing a replica's termination time (whole seconds) with an error's timestamp.
+_CLOCK_SLACK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -145,19 +174,60 @@ def needs_pods(job: dict) -> bool:
     return False
 
 
+def needs_error_report(job: dict) -> bool:
+    """Whether `job_status` needs the task's error documents (the job failed: they decide retryable or not).
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        True when the deciding condition is Failed.
+    """
+    condition = deciding_condition(job)
+    return condition is not None and condition.get("type") == "Failed"
+
+
+def needs_events(job: dict, config: BackendConfig, now: datetime.datetime) -> bool:
+    """Whether the job has not started past `job_start_timeout_s`, so `job_status` needs its events to say why.
+
+    Args:
+        job: the PyTorchJob as read from the API.
+        config: supplies `job_start_timeout_s`.
+        now: the current time (timezone-aware).
+
+    Returns:
+        True for a job whose deciding condition is Created, without `status.startTime`, created at least
+        `job_start_timeout_s` ago (a suspended job never is: it waits for admission on purpose).
+    """
+    if config.job_start_timeout_s is None:
+        return False
+    condition = deciding_condition(job)
+    if condition is None or condition.get("type") != "Created":
+        return False
+    if (job.get("status") or {}).get("startTime"):
+        return False
+    return _age(job, now) >= config.job_start_timeout_s
+
+
 def job_status(
     job: dict,
-    pods: list[dict] | None,
+    pods: Optional[list[dict]],
     config: BackendConfig,
     now: datetime.datetime,
+    errors: Optional[ErrorReport] = None,
+    events: Optional[list[dict]] = None,
+    events_problem: str = "",
 ) -> JobStatus:
     """Flyte phase and message of a PyTorchJob.
 
     Args:
         job: the PyTorchJob as read from the API.
         pods: its pods (label `training.kubeflow.org/job-name`), or None when they were not listed.
-        config: supplies `operator_pickup_timeout_s` and `image_pull_grace_s`.
+        config: supplies `operator_pickup_timeout_s`, `image_pull_grace_s` and `job_start_timeout_s`.
         now: the current time (timezone-aware).
+        errors: the task's error documents when the job failed (`needs_error_report`); None when not read.
+        events: the job's events when it has not started in time (`needs_events`); None when not read.
+        events_problem: why the events could not be read (e.g. RBAC), "" when they could or were not needed.
 
     Returns:
         The phase, a message saying why, and the deciding condition type.
@@ -174,7 +244,8 @@ def job_status(
         logger.warning("PyTorchJob %s has unknown condition %r; reporting it as running", name, ctype)
         return JobStatus(TaskExecution.RUNNING, f"running (unknown condition {ctype!r}: {_text(condition)})", ctype)
     if ctype == "Failed":
-        return JobStatus(phase, _failed_message(condition, pods), ctype)
+        headline = _text(condition) or f"PyTorchJob {name} failed"
+        return failed_job_status(headline, replica_failures(pods), errors, condition=ctype)
     if ctype == "Succeeded":
         return JobStatus(phase, _text(condition) or "succeeded", ctype)
     if ctype == "Suspended":
@@ -188,18 +259,203 @@ def job_status(
         why = f": {restart}" if restart else ""
         return JobStatus(phase, f"restarting replicas{why}", ctype)
     if ctype == "Created":
+        if needs_events(job, config, now):
+            explanation = start_explanation(events, pods, events_problem)
+            gang = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy"))
+            if gang and not _has_failure_evidence(events, pods):
+                return JobStatus(
+                    phase,
+                    f"waiting for the gang scheduler to admit the job's PodGroup ({_age(job, now):.0f}s, no pods "
+                    f"yet; {explanation})",
+                    ctype,
+                )
+            return never_started_status(
+                f"PyTorchJob {name}", _age(job, now), float(config.job_start_timeout_s or 0), explanation, ctype
+            )
         return JobStatus(phase, f"waiting for replicas to start: {pending}" if pending else "pods created", ctype)
     counts = f"{active_replicas(job)}/{expected_replicas(job)} replicas active"
     return JobStatus(phase, f"running ({counts}); {pending}" if pending else f"running ({counts})", ctype)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Target-neutral rules: a job that ran and failed, a job that never started
+
+
+@dataclass(frozen=True)
+class ReplicaFailure:
+    """One replica pod's failure, as the pod status tells it.
+
+    Attributes:
+        replica: the replica's name (`worker-1`), or the pod name when the pod has no replica labels.
+        pod: the pod's name.
+        when: when its container finished (or the pod failed), None when unknown.
+        description: `worker-1 (pytorch): OOMKilled, exit code 137, ...` for messages.
+        system: the system stopped it (OOMKilled, killed by a signal, evicted, preempted, node lost), as opposed to
+            the task's own error (a non-zero exit after it raised).
+    """
+
+    replica: str
+    pod: str
+    when: Optional[datetime.datetime]
+    description: str
+    system: bool
+
+
+def replica_failures(pods: Sequence[Mapping], last_state: bool = False) -> list[ReplicaFailure]:
+    """The failed replicas among `pods`, earliest first (those without a time last).
+
+    Args:
+        pods: pod dicts as read from the API (any target: PyTorchJob or TrainJob replicas).
+        last_state: read the containers' previous termination (a restarted container) instead of the current one.
+
+    Returns:
+        One `ReplicaFailure` per failed pod, system kills first within the same second; pods being deleted do not
+        count as killed by the system.
+    """
+    failures = [f for f in (_pod_failure(p, last_state) for p in pods) if f is not None]
+    latest = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
+    # Termination times have whole seconds: within one, a replica the system killed goes first (its peers' errors
+    # are the consequence of losing it).
+    failures.sort(key=lambda f: (f.when or latest, not f.system))
+    return failures
+
+
+def failed_job_status(
+    headline: str,
+    failures: Sequence[ReplicaFailure],
+    errors: Optional[ErrorReport],
+    condition: str = "Failed",
+    names: Optional[Mapping[str, str]] = None,
+) -> JobStatus:
+    """Phase and message of a job that ran and failed: retryable unless the task itself said it is not.
+
+    The rule (see the module docstring): a replica the system killed before any task error, a recoverable task
+    error, and a failure without a readable error document are RETRYABLE_FAILED; a non-recoverable task error is
+    FAILED. The message leads with the task's own exception when there is one, then the job's headline and the
+    earliest failing replica, then the traceback's tail.
+
+    Args:
+        headline: the job's own failure text (the operator's Failed condition message).
+        failures: `replica_failures` of the job's pods (empty when the pods were not listed or are gone).
+        errors: the error documents read from the output prefix; None when they were not read.
+        condition: the deciding condition type, for `JobStatus.condition`.
+        names: pod name -> replica name, to name the error document's worker (from `failures` when None).
+
+    Returns:
+        The status.
+    """
+    error = errors.earliest if errors is not None else None
+    killed = _killed_before(failures, error)
+    if error is not None and killed is None:
+        # the replica that wrote the root-cause error leads (termination times have whole seconds)
+        failures = sorted(failures, key=lambda f: f.pod != error.worker)
+    replica_line = _replica_line(failures)
+    job_line = f"{headline} Root cause: {replica_line}" if replica_line else headline
+    notes = []
+    if errors is not None and errors.problem:
+        notes.append(f"the task's error document could not be read: {errors.problem}")
+    if errors is not None and errors.skipped:
+        notes.append(f"{errors.skipped} more error documents were not read")
+    note = f" ({'; '.join(notes)})" if notes else ""
+    if error is None or killed is not None:
+        if killed is not None and error is not None:
+            why = (
+                f"{killed.replica} was stopped by the system before any task error, a retryable failure; the other "
+                f"replicas then failed with: {error.summary}"
+            )
+        elif errors is None:
+            why = "a retryable failure; the task's error document was not read"
+        elif errors.problem:
+            why = "a retryable failure: the task's own error could not be read"
+        else:
+            why = "no error document: the replicas stopped before the task could report one; a retryable failure"
+        return JobStatus(TaskExecution.RETRYABLE_FAILED, f"{job_line} ({why}){note}", condition)
+    who = _worker_name(error, failures, names)
+    if error.recoverable:
+        verdict = "a recoverable error: Flyte retries the task while it has retries left"
+        phase = TaskExecution.RETRYABLE_FAILED
+    else:
+        verdict = (
+            f"a non-recoverable {error.origin.lower()} error: Flyte does not retry it (raise flytekit's "
+            "FlyteRecoverableException for errors worth retrying)"
+        )
+        phase = TaskExecution.FAILED
+    message = f"{who} failed: {error.summary} ({verdict}). {job_line}{note}"
+    trace = error.trace_tail
+    if trace:
+        message += f"\n--- traceback ({who}, {error.source}) ---\n{trace}"
+    return JobStatus(phase, message, condition)
+
+
+def never_started_status(what: str, age_s: float, timeout_s: float, explanation: str, condition: str = "") -> JobStatus:
+    """FAILED (not retried: a new attempt would hit the same wall) for a job whose pods were never created.
+
+    Args:
+        what: the job, e.g. `PyTorchJob ns/name`.
+        age_s: seconds since it was created.
+        timeout_s: the configured limit (`job_start_timeout_s`).
+        explanation: why, from `start_explanation`.
+        condition: the deciding condition type.
+
+    Returns:
+        The status.
+    """
+    return JobStatus(
+        TaskExecution.FAILED,
+        f"{what} has not started {age_s:.0f}s after creation (job_start_timeout_s={timeout_s:g}): the training "
+        f"operator could not create its pods. {explanation}",
+        condition,
+    )
+
+
+def start_explanation(events: Optional[Sequence[Mapping]], pods: Sequence[Mapping], events_problem: str = "") -> str:
+    """Why a job's pods were not created or did not start, from its events and pods.
+
+    Args:
+        events: core/v1 Events whose involvedObject is the job (None: not read).
+        pods: the job's pods.
+        events_problem: why the events could not be read (an RBAC denial, ...), "" when they could.
+
+    Returns:
+        A sentence or two for a phase message.
+    """
+    parts = []
+    warnings = _warning_events(events or ())
+    if warnings:
+        shown = "; ".join(f"{e.get('reason', '?')}: {_event_message(e)}" for e in warnings[:_EVENTS_SHOWN])
+        more = f" (and {len(warnings) - _EVENTS_SHOWN} more)" if len(warnings) > _EVENTS_SHOWN else ""
+        parts.append(f"Events: {shown}{more}")
+    pending = _pending_reason(list(pods))
+    if pending:
+        parts.append(f"Pods: {pending}")
+    if events_problem:
+        parts.append(
+            f"The job's events could not be read ({events_problem}); `kubectl describe` the job to see why its pods "
+            "were not created"
+        )
+    elif events is not None and not warnings:
+        parts.append(
+            "No warning events were recorded for the job (events expire after an hour); check the operator's log and "
+            "the namespace's ResourceQuotas and admission webhooks"
+        )
+    return ". ".join(parts) + "." if parts else "No events were read."
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Helpers
 
 
 def _text(condition: dict) -> str:
     return str(condition.get("message") or condition.get("reason") or "")
 
 
-def _not_picked_up(job: dict, name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:
+def _age(job: dict, now: datetime.datetime) -> float:
     created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
-    age = max(0.0, (now - created).total_seconds()) if created else 0.0
+    return max(0.0, (now - created).total_seconds()) if created else 0.0
+
+
+def _not_picked_up(job: dict, name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:
+    age = _age(job, now)
     if age >= config.operator_pickup_timeout_s:
         ns = (job.get("metadata") or {}).get("namespace", "?")
         return JobStatus(
@@ -214,7 +470,7 @@ def _not_picked_up(job: dict, name: str, config: BackendConfig, now: datetime.da
     )
 
 
-def _replica(pod: dict) -> str:
+def _replica(pod: Mapping) -> str:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     rtype, index = labels.get("training.kubeflow.org/replica-type"), labels.get("training.kubeflow.org/replica-index")
     if rtype is not None and index is not None:
@@ -222,15 +478,20 @@ def _replica(pod: dict) -> str:
     return str((pod.get("metadata") or {}).get("name", "?"))
 
 
-def _containers(pod: dict) -> list[dict]:
+def _containers(pod: Mapping) -> list[dict]:
     status = pod.get("status") or {}
     return list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
+
+
+def _signal_of(term: Mapping) -> Optional[int]:
+    code = term.get("exitCode")
+    return term.get("signal") or (code - 128 if isinstance(code, int) and 128 < code < 160 else None)
 
 
 def _describe_termination(term: dict) -> str:
     reason = term.get("reason") or ""
     code = term.get("exitCode")
-    sig = term.get("signal") or (code - 128 if isinstance(code, int) and 128 < code < 160 else None)
+    sig = _signal_of(term)
     parts = []
     if reason and reason not in ("Error", "Completed"):
         parts.append(str(reason))
@@ -250,41 +511,99 @@ def _describe_termination(term: dict) -> str:
     return text
 
 
-def _pod_failure(pod: dict, last_state: bool) -> tuple[datetime.datetime | None, str] | None:
-    """(when, description) of the pod's failure, or None if it did not fail."""
+def _pod_failure(pod: Mapping, last_state: bool) -> Optional[ReplicaFailure]:
+    """The pod's failure, or None if it did not fail."""
+    meta = pod.get("metadata") or {}
+    pod_name = str(meta.get("name", "?"))
+    deleting = bool(meta.get("deletionTimestamp"))
     for c in _containers(pod):
         state = (c.get("lastState") if last_state else c.get("state")) or {}
         term = state.get("terminated")
         if term and (term.get("exitCode") not in (0, None) or term.get("reason") == "OOMKilled"):
             when = parse_time(term.get("finishedAt")) or parse_time(term.get("startedAt"))
-            return when, f"{_replica(pod)} ({c.get('name', '?')}): {_describe_termination(term)}"
+            system = term.get("reason") == "OOMKilled" or (bool(_signal_of(term)) and not deleting)
+            description = f"{_replica(pod)} ({c.get('name', '?')}): {_describe_termination(term)}"
+            return ReplicaFailure(_replica(pod), pod_name, when, description, system)
     status = pod.get("status") or {}
     if not last_state and status.get("phase") == "Failed":
         why = status.get("reason") or "Failed"
         detail = f": {status['message']}" if status.get("message") else ""
-        return parse_time(status.get("startTime")), f"{_replica(pod)}: pod {why}{detail}"
+        system = why in SYSTEM_POD_REASONS
+        when = parse_time(status.get("startTime"))
+        return ReplicaFailure(_replica(pod), pod_name, when, f"{_replica(pod)}: pod {why}{detail}", system)
     return None
 
 
-def _earliest_failure(pods: list[dict], last_state: bool = False) -> str:
-    failures = [f for f in (_pod_failure(p, last_state) for p in pods) if f is not None]
+def _replica_line(failures: Sequence[ReplicaFailure]) -> str:
     if not failures:
         return ""
-    latest = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
-    failures.sort(key=lambda f: f[0] or latest)
-    first = failures[0][1]
+    first = failures[0].description
     if len(failures) > 1:
         first += f" (first of {len(failures)} failed replicas)"
     return first
 
 
-def _failed_message(condition: dict, pods: list[dict]) -> str:
-    operator = _text(condition) or "failed"
-    root = _earliest_failure(pods)
-    return f"{operator} Root cause: {root}" if root else operator
+def _earliest_failure(pods: list[dict], last_state: bool = False) -> str:
+    return _replica_line(replica_failures(pods, last_state))
 
 
-def _waiting(pod: dict) -> tuple[str, str] | None:
+def _killed_before(failures: Sequence[ReplicaFailure], error: Optional[TaskError]) -> Optional[ReplicaFailure]:
+    """The earliest replica the system stopped no later than `error` was raised (or at all, without an error).
+
+    A replica killed by the OOM killer or evicted writes no error document, and its peers then fail with lost-peer
+    errors of their own (documents that say NON_RECOVERABLE): those are consequences, the kill is the cause.
+    """
+    for failure in failures:
+        if not failure.system:
+            continue
+        if error is None or error.timestamp is None or failure.when is None:
+            return failure
+        if failure.pod == error.worker:
+            continue
+        if (failure.when - error.timestamp).total_seconds() <= _CLOCK_SLACK_S:
+            return failure
+    return None
+
+
+def _worker_name(
+    error: TaskError, failures: Sequence[ReplicaFailure], names: Optional[Mapping[str, str]] = None
+) -> str:
+    if not error.worker:
+        return failures[0].replica if len(failures) == 1 else "the task"
+    known = dict(names or {}) or {f.pod: f.replica for f in failures}
+    return known.get(error.worker, error.worker)
+
+
+def _warning_events(events: Sequence[Mapping]) -> list[Mapping]:
+    """Warning events, most recent first, one per (reason, message)."""
+    seen = set()
+    out = []
+
+    def when(e: Mapping) -> datetime.datetime:
+        stamp = e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp")
+        return parse_time(stamp) or EPOCH
+
+    for event in sorted(events, key=when, reverse=True):
+        if not isinstance(event, Mapping) or event.get("type") != "Warning":
+            continue
+        key = (event.get("reason"), _event_message(event))
+        if key not in seen:
+            seen.add(key)
+            out.append(event)
+    return out
+
+
+def _event_message(event: Mapping) -> str:
+    text = " ".join(str(event.get("message") or event.get("note") or "").split())
+    return text[:MESSAGE_LIMIT]
+
+
+def _has_failure_evidence(events: Optional[Sequence[Mapping]], pods: Sequence[Mapping]) -> bool:
+    warnings = _warning_events(events or ())
+    return any(str(e.get("reason", "")).startswith("FailedCreate") for e in warnings) or bool(replica_failures(pods))
+
+
+def _waiting(pod: Mapping) -> Optional[tuple[str, str]]:
     for c in _containers(pod):
         waiting = (c.get("state") or {}).get("waiting")
         if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
@@ -292,7 +611,7 @@ def _waiting(pod: dict) -> tuple[str, str] | None:
     return None
 
 
-def _fatal_waiting(pods: list[dict], job: dict, config: BackendConfig, now: datetime.datetime) -> str | None:
+def _fatal_waiting(pods: list[dict], job: dict, config: BackendConfig, now: datetime.datetime) -> Optional[str]:
     job_created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
     for pod in pods:
         waiting = _waiting(pod)
@@ -311,7 +630,7 @@ def _fatal_waiting(pods: list[dict], job: dict, config: BackendConfig, now: date
     return None
 
 
-def _pending_reason(pods: list[dict]) -> str:
+def _pending_reason(pods: list) -> str:
     reasons = []
     for pod in pods:
         for cond in (pod.get("status") or {}).get("conditions") or []:

@@ -35,10 +35,12 @@ class Target:
         version: API version.
         plural: resource name in URLs and RBAC.
         write: the pure writer.
-        status: (job, pods, config, now) -> `JobStatus`.
+        status: (job, pods, config, now, errors=, events=, events_problem=) -> `JobStatus`.
         needs_pods: whether `status` needs the job's pods for this job.
+        needs_error_report: whether `status` needs the task's error documents (the job failed).
+        needs_events: (job, config, now) -> whether `status` needs the job's events (a start that is overdue).
         pod_label: the pod label whose value is the job's name.
-        links: (job, pods, config, now) -> log links.
+        links: (job, pods, config, now, task_config) -> log links.
         status_keys: `status` fields copied into the connector's `custom_info`.
     """
 
@@ -47,10 +49,12 @@ class Target:
     version: str
     plural: str
     write: Callable[[TaskSpec, ExecutionMetadata, Optional[BackendConfig]], dict[str, Any]]
-    status: Callable[[dict, Optional[list[dict]], BackendConfig, datetime.datetime], JobStatus]
+    status: Callable[..., JobStatus]
     needs_pods: Callable[[dict], bool]
+    needs_error_report: Callable[[dict], bool]
+    needs_events: Callable[[dict, BackendConfig, datetime.datetime], bool]
     pod_label: str
-    links: Callable[[dict, Optional[list[dict]], BackendConfig, Optional[datetime.datetime]], list[TaskLog]]
+    links: Callable[..., list[TaskLog]]
     status_keys: tuple[str, ...]
 
     @property
@@ -71,6 +75,8 @@ PYTORCHJOB = Target(
     write=pytorchjob.to_pytorchjob,
     status=status.job_status,
     needs_pods=status.needs_pods,
+    needs_error_report=status.needs_error_report,
+    needs_events=status.needs_events,
     pod_label="training.kubeflow.org/job-name",
     links=log_links,
     status_keys=("conditions", "replicaStatuses", "startTime", "completionTime", "lastReconcileTime"),
@@ -84,6 +90,8 @@ TRAINJOB = Target(
     write=trainjob.to_trainjob,
     status=trainjob_status.trainjob_status,
     needs_pods=trainjob_status.needs_pods,
+    needs_error_report=trainjob_status.needs_error_report,
+    needs_events=trainjob_status.needs_events,
     pod_label=trainjob_status.JOBSET_NAME_LABEL,
     links=node_log_links,
     status_keys=("conditions", "jobsStatus"),

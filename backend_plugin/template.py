@@ -8,7 +8,8 @@ nothing decided yet that belongs to a backend config or to one execution. The wr
 and a TrainJob writer next to it) turn a `TaskSpec` into a job.
 
 Three template dialects are read (docs/template-format.md): ours (task type version 1 plus `pytorch.*` config keys),
-the legacy version 0 (`custom = {"workers": N}`) and flytekit's kfpytorch plugin (container or pod template).
+the legacy version 0 (`custom = {"workers": N}`, optionally with `elasticConfig`) and flytekit's kfpytorch plugin
+(container or pod template).
 
 Reading is pure, so results are cached per template content (the connector and `pytorchjob render` read the same
 templates over and over): a `TaskSpec` is shared between callers and deeply read-only (mappings are
@@ -29,13 +30,21 @@ from types import MappingProxyType
 from typing import Any, Optional
 
 from flyteidl.core import security_pb2, tasks_pb2
+from flyteidl.plugins import pytorch_pb2 as legacy_pytorch_pb2
 from flyteidl.plugins.kubeflow import common_pb2, pytorch_pb2
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from backend_plugin.errors import TemplateError
 from pytorch_contract import template_keys as keys
-from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, EXTENDED_RESOURCE_NAME, LABEL_VALUE, NVIDIA_GPU
+from pytorch_contract.k8s_names import (
+    DNS1123_SUBDOMAIN,
+    EXTENDED_RESOURCE_NAME,
+    LABEL_VALUE,
+    MAX_REPLICAS_PER_ROLE,
+    NVIDIA_GPU,
+    env_var_name_problem,
+)
 from pytorch_contract.quantity import is_quantity, parse_quantity
 
 logger = logging.getLogger(__name__)
@@ -158,7 +167,8 @@ class RunPolicySpec:
     """Job-level policy as the template states it; None means "not in the template" (a backend default applies).
 
     The integers are the values of `custom.runPolicy` exactly as written, zeros included (the SDK writes an explicit
-    0 because proto3 JSON would drop it); what a writer does with a 0 is the writer's decision.
+    0 because proto3 JSON would drop it), and every writer sets what the task states, 0 included. An explicit
+    `activeDeadlineSeconds: 0` is rejected: the operator would fail the job the moment it starts.
 
     Attributes:
         clean_pod_policy: one of `CLEAN_POD_POLICIES` (`pytorch.clean_pod_policy` wins over the proto).
@@ -414,7 +424,11 @@ def _read(t: dict[str, Any]) -> TaskSpec:
     timeout = _timeout_seconds(t)
     total = sum(r.replicas for r in replicas)
     nproc = cfg.get(keys.NPROC_PER_NODE)
-    if nproc is not None and nproc not in keys.NPROC_PER_NODE_WORDS and not (nproc.isdigit() and int(nproc) > 0):
+    if (
+        nproc is not None
+        and nproc not in keys.NPROC_PER_NODE_WORDS
+        and not (nproc.isascii() and nproc.isdigit() and int(nproc) > 0)
+    ):
         raise _err(f"config[{keys.NPROC_PER_NODE!r}]", nproc, "must be a positive integer, 'auto', 'cpu' or 'gpu'")
     task_id = t.get("id") or {}
     return TaskSpec(
@@ -599,17 +613,8 @@ def _read_custom(
     if not isinstance(custom, Mapping):
         raise _err("custom", custom, "must be a dict")
     clean = cfg.get(keys.CLEAN_POD_POLICY)
-    if "workers" in custom and version == 0:  # legacy v0: {"workers": N}, replicas take the container resources
-        unknown = set(custom) - {"workers"}
-        if unknown:
-            raise _err("custom", dict(custom), f"unknown legacy keys {sorted(unknown)}; v0 only has 'workers'")
-        workers = _int(custom["workers"], "custom.workers")
-        if workers < 0:
-            raise _err("custom.workers", custom["workers"], "must be >= 0")
-        groups = [_group("Master", 1, "", None, keys.RestartPolicy.NEVER.value, cfg)]
-        if workers:
-            groups.append(_group("Worker", workers, "", None, keys.RestartPolicy.NEVER.value, cfg))
-        return tuple(groups), None, RunPolicySpec(clean_pod_policy=clean)
+    if version == 0 and any(k in custom for k in _LEGACY_KEYS):
+        return _read_legacy(custom, cfg, clean)
     try:
         task = json_format.ParseDict(dict(custom), pytorch_pb2.DistributedPyTorchTrainingTask())
     except json_format.ParseError as e:
@@ -622,22 +627,65 @@ def _read_custom(
     if worker_src.replicas < 0:
         raise _err("custom.workerReplicas.replicas", worker_src.replicas, "must be >= 0")
     if task.HasField("elastic_config"):
-        ec = task.elastic_config
-        lo, hi = ec.min_replicas, ec.max_replicas
-        if lo < 1 or hi < lo:
-            raise _err(
-                "custom.elasticConfig", f"minReplicas={lo}, maxReplicas={hi}", "need 1 <= minReplicas <= maxReplicas"
-            )
-        if ec.nproc_per_node < 0 or ec.max_restarts < 0:
-            raise _err("custom.elasticConfig", json_format.MessageToDict(ec), "nprocPerNode/maxRestarts must be >= 0")
-        worker = _proto_group("Worker", task.worker_replicas, cfg, replicas=worker_src.replicas or hi)
-        elastic = ElasticSpec(lo, hi, ec.rdzv_backend, ec.max_restarts, ec.nproc_per_node)
+        elastic = _elastic(task.elastic_config)
+        worker = _proto_group("Worker", task.worker_replicas, cfg, replicas=worker_src.replicas or elastic.max_replicas)
         return (worker,), elastic, run_policy
     # always exactly one master (the proto's default 0 means "unset")
     groups = [_proto_group("Master", task.master_replicas, cfg, replicas=1)]
     if worker_src.replicas:
         groups.append(_proto_group("Worker", task.worker_replicas, cfg, replicas=worker_src.replicas))
     return tuple(groups), None, run_policy
+
+
+_LEGACY_KEYS = ("workers", "elasticConfig", "elastic_config")
+"""Fields of version 0's `flyteidl.plugins.DistributedPyTorchTrainingTask`: a v0 `custom` with any of them is read
+with that proto (Flyte's Go plugin reads v0 the same way)."""
+
+
+def _read_legacy(
+    custom: Mapping[str, Any], cfg: Mapping[str, str], clean: Optional[str]
+) -> tuple[tuple[ReplicaGroup, ...], Optional[ElasticSpec], RunPolicySpec]:
+    """Version 0: `{"workers": N[, "elasticConfig": {...}]}`; every replica takes the container's resources.
+
+    Without `elasticConfig`: one master and N workers. With it: the same `elasticPolicy` as version 1 and N workers
+    (the maximum when N is 0), no master, as Flyte's Go plugin builds it.
+    """
+    unknown = set(custom) - set(_LEGACY_KEYS)
+    if unknown:
+        raise _err(
+            "custom", dict(custom), f"unknown legacy keys {sorted(unknown)}; v0 has 'workers' and 'elasticConfig'"
+        )
+    try:
+        task = json_format.ParseDict(dict(custom), legacy_pytorch_pb2.DistributedPyTorchTrainingTask())
+    except json_format.ParseError as e:
+        raise TemplateError(
+            f"custom: not a version 0 flyteidl.plugins.DistributedPyTorchTrainingTask: {e} "
+            "(allowed keys: workers, elasticConfig)"
+        ) from e
+    if task.workers < 0:
+        raise _err("custom.workers", task.workers, "must be >= 0")
+    never = keys.RestartPolicy.NEVER.value
+    run_policy = RunPolicySpec(clean_pod_policy=clean)
+    if task.HasField("elastic_config"):
+        elastic = _elastic(task.elastic_config)
+        worker = _group("Worker", task.workers or elastic.max_replicas, "", None, never, cfg, "custom.workers")
+        return (worker,), elastic, run_policy
+    groups = [_group("Master", 1, "", None, never, cfg)]
+    if task.workers:
+        groups.append(_group("Worker", task.workers, "", None, never, cfg, "custom.workers"))
+    return tuple(groups), None, run_policy
+
+
+def _elastic(ec: Any) -> ElasticSpec:
+    """`elasticConfig` of either version (the two protos have the same fields), checked."""
+    lo, hi = ec.min_replicas, ec.max_replicas
+    if lo < 1 or hi < lo:
+        raise _err(
+            "custom.elasticConfig", f"minReplicas={lo}, maxReplicas={hi}", "need 1 <= minReplicas <= maxReplicas"
+        )
+    if ec.nproc_per_node < 0 or ec.max_restarts < 0:
+        raise _err("custom.elasticConfig", json_format.MessageToDict(ec), "nprocPerNode/maxRestarts must be >= 0")
+    return ElasticSpec(lo, hi, ec.rdzv_backend, ec.max_restarts, ec.nproc_per_node)
 
 
 def _replica_source(spec: pytorch_pb2.DistributedPyTorchTrainingReplicaSpec) -> Any:
@@ -663,12 +711,21 @@ def _group(
     resources: Optional[dict[str, dict[str, str]]],
     restart_policy: str,
     cfg: Mapping[str, str],
+    count_path: str = "",
 ) -> ReplicaGroup:
     if role == "Master" and cfg.get(keys.MASTER_IMAGE):
         image = cfg[keys.MASTER_IMAGE]
+    path = f"custom.{role.lower()}Replicas"
+    if replicas > MAX_REPLICAS_PER_ROLE:
+        raise _err(
+            count_path or f"{path}.replicas",
+            replicas,
+            f"at most {MAX_REPLICAS_PER_ROLE}: the pod and Service names <job>-{role.lower()}-<index> must fit 63 "
+            "characters, which leaves 5 digits for the index",
+        )
     restart = cfg.get(keys.restart_policy_key(role)) or restart_policy
     frozen = freeze(resources) if resources is not None else None
-    return ReplicaGroup(role, replicas, image, frozen, restart, f"custom.{role.lower()}Replicas")
+    return ReplicaGroup(role, replicas, image, frozen, restart, path)
 
 
 def _run_policy(
@@ -693,6 +750,9 @@ def _run_policy(
         if value < 0:
             raise _err(f"custom.runPolicy.{name}", value, "must be >= 0")
         values[name] = value if (value or name in written or field_name in written) else None
+    if values["activeDeadlineSeconds"] == 0:
+        # The operator counts the deadline from status.startTime: 0 would fail the job the moment it starts.
+        raise _err("custom.runPolicy.activeDeadlineSeconds", 0, "must be >= 1 (or left out for no deadline)")
     return RunPolicySpec(
         clean, values["backoffLimit"], values["activeDeadlineSeconds"], values["ttlSecondsAfterFinished"]
     )
@@ -789,8 +849,13 @@ def _read_pod(template: Mapping[str, Any]) -> PodTemplateSpec:
         c["args"] = list(container["args"])
     env = []
     for i, e in enumerate(container.get("env") or []):
-        if not e.get("key"):
-            raise _err(f"container.env[{i}].key", e.get("key"), "an environment variable needs a non-empty name")
+        problem = env_var_name_problem(e.get("key"))
+        if problem is not None:
+            raise _err(
+                f"container.env[{i}].key",
+                e.get("key"),
+                f"{problem}; use letters, digits, '_', '-', '.', not starting with a digit",
+            )
         env.append({"name": e["key"], "value": e.get("value") or ""})
     if env:
         c["env"] = env

@@ -10,8 +10,10 @@ a running job has no true condition at all. So the phase comes from two places, 
 A job with neither was never turned into a JobSet: QUEUED while the Trainer controller may still pick it up, and a
 permanent FAILED after `BackendConfig.trainjob_pickup_timeout_s` (a missing runtime or an unbuildable JobSet only
 shows as an Event). Pods explain failures (the earliest failing node) and stuck starts (an image that cannot be
-pulled past `BackendConfig.image_pull_grace_s` is a permanent FAILED); `failure_phase` is the one rule that decides
-retryable vs permanent. Pure: (job, pods, config, now) in, `JobStatus` out.
+pulled past `BackendConfig.image_pull_grace_s` is a permanent FAILED); a job that ran and failed is decided by the same
+rule as a PyTorchJob (`status.failed_job_status`: retryable unless the task's own error document says it is not),
+and one that can never run is a permanent FAILED (`failure_phase(ran=False)`). Pure: (job, pods, config, now,
+error documents) in, `JobStatus` out.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from typing import Optional
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.status import JobStatus, _earliest_failure, _fatal_waiting, _pending_reason, true_conditions
+from backend_plugin.status import (
+    JobStatus,
+    _fatal_waiting,
+    _pending_reason,
+    failed_job_status,
+    replica_failures,
+    true_conditions,
+)
+from backend_plugin.task_errors import ErrorReport
 from backend_plugin.timestamps import parse_time
 
 __all__ = [
@@ -34,6 +44,8 @@ __all__ = [
     "failure_phase",
     "trainjob_status",
     "needs_pods",
+    "needs_error_report",
+    "needs_events",
     "node_status",
     "node_pods",
 ]
@@ -119,6 +131,33 @@ def needs_pods(job: dict) -> bool:
     return int(node.get("active") or 0) > 0 and int(node.get("ready") or 0) == 0
 
 
+def needs_error_report(job: dict) -> bool:
+    """Whether `trainjob_status` needs the task's error documents (the job failed: they decide retryable or not).
+
+    Args:
+        job: the TrainJob as read from the API.
+
+    Returns:
+        True when the deciding condition is Failed.
+    """
+    condition = _deciding(job)
+    return condition is not None and condition.get("type") == "Failed"
+
+
+def needs_events(job: dict, config: BackendConfig, now: datetime.datetime) -> bool:
+    """Whether `trainjob_status` needs the job's events: never (see its `events` argument).
+
+    Args:
+        job: the TrainJob as read from the API.
+        config: the backend config.
+        now: the current time.
+
+    Returns:
+        False.
+    """
+    return False
+
+
 def node_pods(pods: Optional[list[dict]]) -> list[dict]:
     """The pods named as nodes: copies labelled so that messages say `node-<index>` (from the completion index).
 
@@ -141,7 +180,15 @@ def node_pods(pods: Optional[list[dict]]) -> list[dict]:
     return out
 
 
-def trainjob_status(job: dict, pods: Optional[list[dict]], config: BackendConfig, now: datetime.datetime) -> JobStatus:
+def trainjob_status(
+    job: dict,
+    pods: Optional[list[dict]],
+    config: BackendConfig,
+    now: datetime.datetime,
+    errors: Optional[ErrorReport] = None,
+    events: Optional[list[dict]] = None,
+    events_problem: str = "",
+) -> JobStatus:
     """Flyte phase and message of a TrainJob.
 
     Args:
@@ -149,6 +196,11 @@ def trainjob_status(job: dict, pods: Optional[list[dict]], config: BackendConfig
         pods: its pods (label `jobset.sigs.k8s.io/jobset-name`), or None when they were not listed.
         config: supplies `trainjob_pickup_timeout_s` and `image_pull_grace_s`.
         now: the current time (timezone-aware).
+        errors: the task's error documents when the job failed (`needs_error_report`); None when not read. They
+            decide retryable or permanent by the same rule as a PyTorchJob's (`status.failed_job_status`).
+        events: unused (a TrainJob without a JobSet is caught by `trainjob_pickup_timeout_s`); accepted so that every
+            target's status reader has one signature.
+        events_problem: unused, as `events`.
 
     Returns:
         The phase, a message saying why, and the deciding condition type ("" when jobsStatus decided).
@@ -164,11 +216,8 @@ def trainjob_status(job: dict, pods: Optional[list[dict]], config: BackendConfig
         text = str(condition.get("message") or "")
         reason = str(condition.get("reason") or "")
         if ctype == "Failed":
-            root = _earliest_failure(nodes)
-            message = f"TrainJob {name} failed ({reason or 'Failed'}): {text or 'the JobSet failed'}"
-            if root:
-                message += f" Root cause: {root}"
-            return JobStatus(failure_phase(ran=True), message, ctype)
+            headline = f"TrainJob {name} failed ({reason or 'Failed'}): {text or 'the JobSet failed'}"
+            return failed_job_status(headline, replica_failures(nodes), errors, condition=ctype)
         if ctype == "Complete":
             return JobStatus(TaskExecution.SUCCEEDED, text or "completed", ctype)
         if ctype == "Suspended":

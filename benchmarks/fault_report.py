@@ -8,8 +8,13 @@ to the failure being reported; for drills that ride a fault out, the time to fin
 behind, and whether data was lost (a job lost or duplicated, outputs that differ from an uninterrupted run).
 
 Drills 1, 2, 3, 5 are local (tests/faults/drills_local.py), 4 is retry-with-resume (tests/faults/drills_retry.py),
-6-10 talk to a fake Kubernetes API (tests/faults/drills_backend.py), 11 is fuzzing (tests/faults/test_fuzz.py).
+6-10 talk to a fake Kubernetes API (tests/faults/drills_backend.py), 11 is fuzzing (tests/faults/test_fuzz.py),
+12-13 are retryable-or-permanent (tests/faults/drills_contract.py): a non-recoverable error, a recoverable one and
+an OOM-killed replica, through the connector against the fake API (12) and end to end with real replicas (13);
+their observed column says the phase, whether Flyte would retry, and the message's first line.
 A drill that cannot run (a module not there yet) is a row saying so, not a crash of the report.
+
+    python benchmarks/fault_report.py --only 12 --only 13    # just the retryable-or-permanent drills
 """
 
 from __future__ import annotations
@@ -79,13 +84,36 @@ def drills(quick: bool) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
                 **({"sdk_examples": 60, "template_examples": 300} if quick else {}),
             ),
         ),
+        *_contract_drills(),
     ]
 
 
-def run_all(quick: bool) -> list[dict[str, Any]]:
-    """Run every drill; a drill that raises becomes a row with the error as its observed outcome."""
+def _contract_drills() -> list[tuple[str, Callable[[], dict[str, Any]]]]:
+    """Drills 12 (fake API) and 13 (end to end): non-recoverable error, recoverable error, OOM-killed replica."""
+    cases = ("non-recoverable", "recoverable", "oom-killed")
+    rows: list[tuple[str, Callable[[], dict[str, Any]]]] = []
+    for number, function in (("12 fake API", "drill_fake_api"), ("13 e2e", "drill_e2e")):
+        for case in cases:
+            rows.append((f"{number} {case}", _contract(function, case)))
+    return rows
+
+
+def _contract(function: str, case: str) -> Callable[[], dict[str, Any]]:
+    def run() -> dict[str, Any]:
+        row = getattr(importlib.import_module("tests.faults.drills_contract"), function)(case)
+        row["observed"] = {k: v for k, v in row["observed"].items() if k != "full_message"}  # the JSON keeps it
+        return row
+
+    return run
+
+
+def run_all(quick: bool, only: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Run every drill (or those whose label starts with one of `only`); a drill that raises becomes a row with the
+    error as its observed outcome."""
     rows = []
     for label, run in drills(quick):
+        if only and not label.startswith(only):
+            continue
         start = time.monotonic()
         try:
             row = run()
@@ -157,9 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer fuzz examples and jobs (about a minute less)")
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="PREFIX", help="run only drills whose label starts so (repeat)"
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
-    rows = run_all(args.quick)
+    rows = run_all(args.quick, tuple(args.only))
     print(format_table(rows))
     print(f"\n{len(rows)} drills in {time.monotonic() - start:.0f} s")
     if args.json:

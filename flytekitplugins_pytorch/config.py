@@ -22,7 +22,15 @@ from typing import Any, Optional, Union
 
 from flytekit import PodTemplate, Resources
 
-from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, EXTENDED_RESOURCE_NAME, LABEL_VALUE
+from pytorch_contract.k8s_names import (
+    DNS1123_SUBDOMAIN,
+    EXTENDED_RESOURCE_NAME,
+    JOB_NAME_MAX_LENGTH,
+    LABEL_VALUE,
+    MAX_REPLICAS_PER_ROLE,
+    env_var_name_problem,
+    image_reference_problem,
+)
 from pytorch_contract.quantity import QuantityError, parse_quantity
 from pytorch_contract.template_keys import NPROC_PER_NODE_WORDS, CleanPodPolicy, RestartPolicy
 
@@ -48,7 +56,7 @@ START_METHODS = ("spawn", "fork", "forkserver")
 QUANTITY_EXAMPLES = "a Kubernetes quantity such as '500m', '2', '4Gi', '512Mi', '1e3'"
 RESOURCE_FIELDS = ("cpu", "mem", "gpu", "ephemeral_storage")
 
-_NNODES = re.compile(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?")
+_NNODES = re.compile(r" *([0-9]+) *(?:: *([0-9]+) *)?")  # ASCII digits: int() would also read "١:٢"
 
 
 class ConfigError(ValueError):
@@ -379,7 +387,10 @@ def check_timeout(name: str, value: Any) -> Optional[datetime.timedelta]:
 
 
 def check_image(name: str, value: Any) -> Optional[str]:
-    """A non-empty image reference without whitespace, or None (None = the task's image).
+    """An image reference the kubelet accepts, or None (None = the task's image).
+
+    The grammar is the one container runtimes parse (`[registry[:port]/]path[:tag][@digest]`, the repository path
+    lower case); a reference outside it makes every replica fail with `InvalidImageName` on the cluster.
 
     Args:
         name: dotted field name for the message.
@@ -389,13 +400,71 @@ def check_image(name: str, value: Any) -> Optional[str]:
         `value` unchanged.
 
     Raises:
-        ConfigError: empty or not a string.
+        ConfigError: not a string, or not a valid image reference (the message says which part is wrong).
     """
     if value is None:
         return None
-    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
-        raise _fail(name, value, "not an image reference", "use e.g. 'ghcr.io/org/train:1.0', or None for the task's")
+    allowed = "use e.g. 'ghcr.io/org/train:1.0' (repository path in lower case), or None for the task's image"
+    problem = image_reference_problem(value)
+    if problem is not None:
+        raise _fail(name, value, f"not an image reference the kubelet accepts ({problem})", allowed)
     return value
+
+
+def check_replicas(name: str, value: Any, *, minimum: int) -> int:
+    """A replica count of one role: a whole number in ``[minimum, MAX_REPLICAS_PER_ROLE]``.
+
+    The operator names each replica's pod and Service `<job>-worker-<index>`, a DNS label of at most 63 characters;
+    with job names of up to 50 characters that leaves 5 digits for the index, so at most 100000 replicas.
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check.
+        minimum: the smallest allowed count.
+
+    Returns:
+        `value` unchanged.
+
+    Raises:
+        ConfigError: not a whole number, or out of range.
+    """
+    check_int(name, value, minimum=minimum)
+    if value > MAX_REPLICAS_PER_ROLE:
+        raise _fail(
+            name,
+            value,
+            f"above {MAX_REPLICAS_PER_ROLE}",
+            f"use at most {MAX_REPLICAS_PER_ROLE}: pod and Service names <job>-worker-<index> must fit 63 characters "
+            f"and the job name takes up to {JOB_NAME_MAX_LENGTH}, leaving 5 digits for the index",
+        )
+    return value
+
+
+def check_environment(name: str, environment: Any) -> None:
+    """Environment variable names (the keys of flytekit's ``environment=``) that Kubernetes accepts.
+
+    The rule is the API server's strict one (letters, digits, '_', '-', '.', not starting with a digit; not '.' or
+    '..'), enforced by every Kubernetes version before 1.32 turned on `RelaxedEnvironmentVariableValidation`; a pod
+    whose env breaks it is rejected, so the operator can never start the job.
+
+    Args:
+        name: dotted field name for the message (``"environment"``).
+        environment: a mapping of variable name -> value, or None.
+
+    Raises:
+        ConfigError: a name Kubernetes rejects, or a value that is not a string.
+    """
+    if environment is None:
+        return
+    if not isinstance(environment, dict):
+        raise _fail(name, environment, f"not a dict ({type(environment).__name__})", "use {'NAME': 'value', ...}")
+    for key, value in environment.items():
+        problem = env_var_name_problem(key)
+        if problem is not None:
+            allowed = "use ASCII letters, digits, '_', '-' and '.', not starting with a digit (e.g. 'MY_VAR')"
+            raise ConfigError(f"{name}[{key!r}] is {problem}; {allowed}", field=name, value=key)
+        if not isinstance(value, str):
+            raise _fail(f"{name}[{key!r}]", value, f"not a string ({type(value).__name__})", "use a string value")
 
 
 def check_shm_size(name: str, value: Any) -> Optional[str]:
@@ -634,7 +703,7 @@ class Worker:
     pod_template: Optional[PodTemplate] = None
 
     def __post_init__(self) -> None:
-        check_int("Worker.replicas", self.replicas, minimum=0)
+        check_replicas("Worker.replicas", self.replicas, minimum=0)
         _check_replica(type(self).__name__, self)
 
 
@@ -802,8 +871,13 @@ def _parse_nnodes(value: Any) -> tuple[int, int]:
         raise _fail("Elastic.nnodes", value, "below 1 node", allowed)
     if low > high:
         raise _fail("Elastic.nnodes", value, "a range with min > max", allowed)
-    if high > INT32_MAX:
-        raise _fail("Elastic.nnodes", value, f"above {INT32_MAX}", allowed)
+    if high > MAX_REPLICAS_PER_ROLE:
+        raise _fail(
+            "Elastic.nnodes",
+            value,
+            f"above {MAX_REPLICAS_PER_ROLE} nodes",
+            f"use at most {MAX_REPLICAS_PER_ROLE}: pod and Service names <job>-worker-<index> must fit 63 characters",
+        )
     return low, high
 
 

@@ -33,9 +33,11 @@ from flytekitplugins_pytorch.config import (
     RestartPolicy,
     RunPolicy,
     Worker,
+    check_environment,
     check_gpu,
-    check_int,
+    check_image,
     check_quantity,
+    check_replicas,
     check_resources,
     unknown_option,
     warn_replaced_command,
@@ -271,6 +273,11 @@ class _DistributedFunctionTask(PythonFunctionTask):
             )
         if kwargs.get("pod_template") is not None:
             warn_replaced_command("pod_template", kwargs["pod_template"])
+        # flytekit's own options that end up in every replica pod, checked against Kubernetes' rules here.
+        check_environment("environment", kwargs.get("environment"))
+        image = kwargs.get("container_image")
+        if isinstance(image, str) and "{{" not in image:  # "{{.image.<name>.fqn}}" is filled in by flytekit
+            check_image("container_image", image)
         super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
 
     def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
@@ -485,7 +492,7 @@ def pytorch_task(
             ours = [p for p in inspect.signature(pytorch_task).parameters if p not in skip]
             raise unknown_option("pytorch_task", name, [*ours, *valid_flytekit])
 
-    check_int("pytorch_task.workers_count", workers_count, minimum=0)
+    check_replicas("pytorch_task.workers_count", workers_count, minimum=0)
     flat = {
         ("requests", "cpu"): per_replica_cpu_request,
         ("limits", "cpu"): per_replica_cpu_limit,

@@ -2,7 +2,7 @@
 
 The grammar is the one of `k8s.io/apimachinery/pkg/api/resource.Quantity`::
 
-    quantity        ::= signedNumber suffix
+    quantity        ::= signedNumber suffix          (digits are ASCII 0-9 only)
     signedNumber    ::= [+-] number
     number          ::= digits | digits "." digits | digits "." | "." digits
     suffix          ::= binarySI | decimalExponent | decimalSI
@@ -33,9 +33,10 @@ _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "
 
 # One regex for the whole grammar; the suffix alternatives are tried longest-first by the regex engine because
 # the whole string must match (fullmatch), so "1E" is exa while "1E3" is an exponent.
+# Digits are ASCII only: `\d` (and `Decimal`) accept Unicode digits such as "١" or "４", which Kubernetes rejects.
 _QUANTITY = re.compile(
-    r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+))"
-    r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exponent>[+-]?\d+)|(?P<decimal>[numkMGTPE]?))"
+    r"(?P<number>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))"
+    r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|[eE](?P<exponent>[+-]?[0-9]+)|(?P<decimal>[numkMGTPE]?))"
 )
 
 # Quantities beyond this exponent are not representable by Kubernetes (it caps at 2^63-1 milli-units);

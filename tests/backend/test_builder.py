@@ -72,6 +72,7 @@ GOLDEN = {
     "queue_gang_suspend": ("hand_queue_gang", None),
     "pod_template_merge": ("hand_pod_template", None),
     "legacy_v0": ("legacy_v0", None),
+    "legacy_v0_elastic": ("legacy_v0_elastic", None),
     "official_container": ("official_container", None),
     "official_pod_template": ("official_pod_template", None),
     "official_elastic": ("official_elastic", None),
@@ -83,6 +84,7 @@ GOLDEN = {
     "sdk_scheduling": ("sdk_scheduling", None),
     "sdk_role_pod_templates": ("sdk_role_pod_templates", None),
     "secrets_timeout_spot": ("flytekit_secrets_spot", SPOT),
+    "run_policy_zeros": ("hand_run_policy_zeros", None),
 }
 
 
@@ -188,6 +190,26 @@ def test_zero_workers_is_master_only(custom: dict):
         t["taskTypeVersion"] = 1
     job = build(t)
     assert list(specs(job)) == ["Master"]
+
+
+ELASTIC_CONFIG = {"rdzvBackend": "c10d", "minReplicas": 1, "maxReplicas": 3, "nprocPerNode": 4, "maxRestarts": 2}
+
+
+@pytest.mark.parametrize("workers", [2, 3, 0], ids=["workers-2", "workers-3", "workers-0-takes-max"])
+def test_v0_elastic_is_the_v1_elastic_policy(workers: int):
+    """Flyte's Go plugin accepts `{"workers": N, "elasticConfig": {...}}` at version 0: no master, N workers."""
+    v0 = load("legacy_v0")
+    v0["custom"] = {"workers": float(workers), "elasticConfig": dict(ELASTIC_CONFIG)}
+    v1 = load("legacy_v0")
+    v1["taskTypeVersion"] = 1
+    v1["custom"] = {"workerReplicas": {"replicas": workers}, "elasticConfig": dict(ELASTIC_CONFIG)}
+    old, new = build(v0), build(v1)
+    assert list(specs(old)) == ["Worker"]
+    assert specs(old)["Worker"]["replicas"] == (workers or 3)
+    expected = {"minReplicas": 1, "maxReplicas": 3, "rdzvBackend": "c10d", "maxRestarts": 2}
+    assert old["spec"]["elasticPolicy"] == new["spec"]["elasticPolicy"] == expected
+    assert old["spec"]["nprocPerNode"] == new["spec"]["nprocPerNode"] == "4"
+    assert old["spec"] == new["spec"]
 
 
 def test_gpu_tolerations_only_on_gpu_replicas():
@@ -327,8 +349,10 @@ def test_environment_layers():
     t = load("hand_cpu")
     t["container"]["env"] = [{"key": "A", "value": "template"}, {"key": "B", "value": "template"}]
     job = build(t, environment={"B": "execution", "C": "execution"})
-    env = {e["name"]: e["value"] for e in main_container(job, "Worker")["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in main_container(job, "Worker")["env"]}
     assert env["A"] == "template" and env["B"] == "execution" and env["C"] == "execution"
+    # Flyte's distributed error strategy: one error-<uuid>.pb per replica, naming its pod
+    assert env["_F_DES"] == "Earliest" and env["_F_WN"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["FLYTE_INTERNAL_EXECUTION_ID"] == "f7a3c2e1b0"
     assert env["FLYTE_INTERNAL_TASK_NAME"] == "train.train"
     assert env["FLYTE_ATTEMPT_NUMBER"] == "0"
@@ -528,6 +552,11 @@ INVALID = {
     "negative-replicas": (_set("custom/workerReplicas/replicas", -1), r"workerReplicas.replicas=-1.*>= 0"),
     "negative-v0-workers": (_v0({"workers": -2}), r"custom.workers=-2.*>= 0"),
     "v0-extra-keys": (_v0({"workers": 2, "nodes": 1}), r"unknown legacy keys \['nodes'\]"),
+    "v0-bad-elastic": (
+        _v0({"workers": 2, "elasticConfig": {"minReplicas": 3, "maxReplicas": 2}}),
+        r"elasticConfig.*minReplicas=3, maxReplicas=2",
+    ),
+    "v0-fractional-workers": (_v0({"workers": 1.5}), r"custom: not a version 0 .*DistributedPyTorchTrainingTask"),
     "no-container-or-pod": (_drop("container"), r"container=None.*container or a k8sPod"),
     "no-custom": (_drop("custom"), r"custom=None.*missing"),
     "unknown-custom-field": (_set("custom/workerReplica", {}), r"custom: not a .*DistributedPyTorchTrainingTask"),
@@ -555,6 +584,16 @@ INVALID = {
         r"'cpu'.*request 4 > limit 2",
     ),
     "wrong-type": (_set("type", "python-task"), r"type='python-task'.*'pytorch'"),
+    "env-name-k8s-rejects": (
+        _set("container/env", [{"key": "A=B", "value": "1"}]),
+        r"container.env\[0\].key='A=B': not an environment variable name Kubernetes accepts",
+    ),
+    "too-many-workers": (
+        _set("custom/workerReplicas/replicas", 10**7),
+        r"workerReplicas.replicas=10000000: at most 100000: .*must fit 63",
+    ),
+    "too-many-v0-workers": (_v0({"workers": 200000}), r"custom.workers=200000: at most 100000"),
+    "unicode-nproc": (_set("config/pytorch.nproc_per_node", "\uff14"), r"nproc_per_node'\]='\uff14'.*positive integer"),
     "bad-elastic": (
         _set("custom", {"workerReplicas": {"replicas": 2}, "elasticConfig": {"minReplicas": 3, "maxReplicas": 2}}),
         r"elasticConfig.*minReplicas=3, maxReplicas=2",

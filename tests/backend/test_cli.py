@@ -345,3 +345,17 @@ def test_map_task_renders_as_one_pytorchjob_per_item(tmp_path: Path, capsys):
     (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     assert container["args"][0] == "pyflyte-map-execute"
     assert "flytekit.core.array_node_map_task.ArrayNodeMapTaskResolver" in container["args"]
+
+
+@pytest.mark.parametrize("template", ["legacy_v0_elastic", "hand_run_policy_zeros"])
+def test_render_shows_the_contract_fixes(template: str, capsys):
+    """Issue 11 items 2 and 4 through the renderer: v0 elastic templates render, and zeros arrive."""
+    code, out, err = run(["render", "--template", str(TEMPLATES / f"{template}.json"), "--name", "x"], capsys)
+    assert code == 0, err
+    job = yaml.safe_load(out)
+    assert_valid_pytorchjob(job)
+    if template == "legacy_v0_elastic":
+        assert job["spec"]["elasticPolicy"]["maxReplicas"] == 2 and "Master" not in job["spec"]["pytorchReplicaSpecs"]
+    else:
+        policy = job["spec"]["runPolicy"]
+        assert (policy["backoffLimit"], policy["ttlSecondsAfterFinished"]) == (0, 0)

@@ -52,3 +52,25 @@ def test_name_grammars(pattern: re.Pattern, value: str, ok: bool) -> None:
 
 def test_label_values_may_be_empty_on_objects_but_not_as_names() -> None:
     assert is_label_value("") and not is_label_value("", allow_empty=False) and not is_label_value(3)
+
+
+def test_replica_bound_and_the_job_name_budget_agree() -> None:
+    """The SDK bounds replicas with the contract's numbers; the backend names jobs with its own: they must agree."""
+    from backend_plugin.execution import MAX_JOB_NAME_LENGTH
+    from pytorch_contract.k8s_names import JOB_NAME_MAX_LENGTH, MAX_REPLICAS_PER_ROLE, REPLICA_INDEX_DIGITS
+
+    assert MAX_JOB_NAME_LENGTH == JOB_NAME_MAX_LENGTH
+    longest_pod = "j" * MAX_JOB_NAME_LENGTH + f"-worker-{MAX_REPLICAS_PER_ROLE - 1}"
+    assert len(longest_pod) == 63 and DNS1123_LABEL.match(longest_pod)
+    assert len(str(MAX_REPLICAS_PER_ROLE)) == REPLICA_INDEX_DIGITS + 1
+
+
+@pytest.mark.parametrize(
+    ("name", "accepted"),
+    [("MY_VAR", True), ("my.env-name", True), ("-x", True), ("A=B", False), ("1X", False), ("CL\u00c9", False),
+     ("..x", False), (".", False), ("", False), ("A\nB", False)],
+)  # fmt: skip
+def test_env_var_names(name: str, accepted: bool) -> None:
+    from pytorch_contract.k8s_names import env_var_name_problem
+
+    assert (env_var_name_problem(name) is None) is accepted

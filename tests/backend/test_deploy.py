@@ -51,6 +51,7 @@ def test_rbac_is_least_privilege():
         ("trainer.kubeflow.org", "trainjobs", "get"),
         ("trainer.kubeflow.org", "trainjobs", "delete"),
         ("", "pods", "list"),
+        ("", "events", "list"),
     }
     lines = (DEPLOY / "rbac.yaml").read_text().splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("  - apiGroups:")]

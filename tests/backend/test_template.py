@@ -66,14 +66,14 @@ def test_errors_are_not_cached() -> None:
             read_template(template)
 
 
-def test_run_policy_zeros_are_kept_in_the_spec_and_still_mean_unset_in_the_job() -> None:
+def test_run_policy_zeros_are_kept_in_the_spec_and_in_the_job() -> None:
     template = load("sdk_seed_gpu")
     template["custom"]["runPolicy"] = {"backoffLimit": 0, "ttlSecondsAfterFinished": 0}
     spec = read_template(template)
     assert (spec.run_policy.backoff_limit, spec.run_policy.ttl_seconds_after_finished) == (0, 0)
     assert spec.run_policy.active_deadline_seconds is None
-    run_policy = to_pytorchjob(spec, META)["spec"]["runPolicy"]
-    assert "backoffLimit" not in run_policy and run_policy["ttlSecondsAfterFinished"] == 86400
+    run_policy = to_pytorchjob(spec, META, BackendConfig(backoff_limit=4))["spec"]["runPolicy"]
+    assert (run_policy["backoffLimit"], run_policy["ttlSecondsAfterFinished"]) == (0, 0)
 
 
 def test_elastic_spec_carries_nproc_without_a_private_key() -> None:

@@ -59,3 +59,48 @@ def make_connector(api_client: Any, clock: Any = None, **config: Any) -> PyTorch
         clock=clock,
         sleep=lambda _s: None,
     )
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ERROR_TASKS = "tests.connector.error_tasks"
+PYFLYTE_TIMEOUT_S = 120
+
+
+def write_flytekit_error(task_name: str, output_prefix: Path, worker: str = "") -> Path:
+    """Run `pyflyte-execute` on a task of `tests.connector.error_tasks` that raises; flytekit writes the document.
+
+    One process, in a clean environment, killed after `PYFLYTE_TIMEOUT_S`. With `worker` set, Flyte's distributed
+    error strategy is on (`_F_DES`, `_F_WN`), as our writer sets it on every replica: the file is
+    `error-<uuid>.pb` and names the worker.
+
+    Args:
+        task_name: `raises_value_error` or `raises_recoverable`.
+        output_prefix: a local directory (the output prefix).
+        worker: the pod name to report, "" for a single `error.pb`.
+
+    Returns:
+        The error document flytekit wrote.
+    """
+    import subprocess
+    import sys
+
+    from flytekit.core import utils
+    from flytekit.models.literals import LiteralMap
+
+    work = output_prefix.parent / f"{output_prefix.name}-work"
+    work.mkdir(parents=True, exist_ok=True)
+    inputs = work / "inputs.pb"
+    utils.write_proto_to_file(LiteralMap(literals={}).to_flyte_idl(), str(inputs))
+    bin_dir = Path(sys.executable).parent
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(work), "PYTHONPATH": str(REPO_ROOT),
+           "FLYTE_FAIL_ON_ERROR": "true", "LANG": "C.UTF-8"}  # fmt: skip
+    if worker:
+        env.update({"_F_DES": "Earliest", "_F_WN": worker})
+    cmd = [str(bin_dir / "pyflyte-execute"), "--inputs", str(inputs), "--output-prefix", str(output_prefix),
+           "--raw-output-data-prefix", str(work / "raw"), "--checkpoint-path", str(work / "ck"), "--prev-checkpoint",
+           '""', "--resolver", "flytekit.core.python_auto_container.default_task_resolver", "--",
+           "task-module", ERROR_TASKS, "task-name", task_name]  # fmt: skip
+    done = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=PYFLYTE_TIMEOUT_S)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]  # FLYTE_FAIL_ON_ERROR: exit 1
+    (written,) = sorted(output_prefix.glob("error*.pb"))
+    return written

@@ -143,7 +143,7 @@ def test_get_failed_job_lists_pods_for_the_root_cause(fake_api, connector, tmp_p
     oom = {"terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": "2025-01-01T00:01:00Z"}}
     server.put_pod(replica_pod(job, "Worker", 1, phase="Failed", container_state=oom))
     resource = connector.get(meta)
-    assert resource.phase == TaskExecution.FAILED
+    assert resource.phase == TaskExecution.RETRYABLE_FAILED  # killed by the system: Flyte's retries apply
     assert "worker-1 (pytorch): OOMKilled, exit code 137, signal SIGKILL" in resource.message
     assert [r.verb for r in server.requests][-2:] == ["get", "list"]
 
@@ -154,16 +154,16 @@ def test_pods_forbidden_still_reports_the_job_phase(fake_api, connector, tmp_pat
     server.set_job_status(NS, meta.name, {"conditions": [condition("Failed", message="PyTorchJob failed.")]})
     server.forbid("list", "pods")
     resource = connector.get(meta)
-    assert resource.phase == TaskExecution.FAILED
+    assert resource.phase == TaskExecution.RETRYABLE_FAILED
     assert 'cannot list resource "pods"' in resource.message
 
 
-def test_job_deleted_behind_our_back_fails_saying_so(fake_api, connector, tmp_path):
+def test_job_deleted_behind_our_back_is_a_retryable_failure_saying_so(fake_api, connector, tmp_path):
     server, _ = fake_api
     meta = create(connector, tmp_path)
     server.remove_job(NS, meta.name)
     resource = connector.get(meta)
-    assert resource.phase == TaskExecution.FAILED
+    assert resource.phase == TaskExecution.RETRYABLE_FAILED  # as propeller reports a pod deleted externally
     assert "no longer exists: it was deleted outside Flyte" in resource.message
 
 
@@ -174,7 +174,7 @@ def test_job_replaced_by_a_same_named_one_fails(fake_api, connector, tmp_path):
     job["metadata"]["uid"] = "another-uid"
     server.put_job(job)
     resource = connector.get(meta)
-    assert resource.phase == TaskExecution.FAILED and "a different job of the same name" in resource.message
+    assert resource.phase == TaskExecution.RETRYABLE_FAILED and "a different job of the same name" in resource.message
 
 
 def test_delete_is_foreground_and_idempotent(fake_api, connector, tmp_path):
@@ -205,9 +205,15 @@ def test_registered_with_flytekit(version):
 
 
 def test_resource_meta_round_trip():
-    meta = PyTorchJobMetadata(namespace="ns", name="job-1", uid="u-1")
+    meta = PyTorchJobMetadata("ns", "job-1", "u-1", "s3://b/p/0", {"link_type": "vscode", "port": "8080"})
     assert PyTorchJobMetadata.decode(meta.encode()) == meta
-    assert meta.encode() == b'{"namespace": "ns", "name": "job-1", "uid": "u-1"}'
+    assert meta.encode() == (
+        b'{"namespace": "ns", "name": "job-1", "uid": "u-1", "output_prefix": "s3://b/p/0", '
+        b'"task_config": {"link_type": "vscode", "port": "8080"}, "error": ""}'
+    )
+    # what an older connector stored still decodes (Flyte keeps resource metas across connector upgrades)
+    old = PyTorchJobMetadata.decode(b'{"namespace": "ns", "name": "job-1", "uid": "u-1"}')
+    assert old == PyTorchJobMetadata("ns", "job-1", "u-1") and (old.output_prefix, old.task_config) == ("", {})
 
 
 def test_import_loads_no_kubernetes_and_no_kubeconfig(tmp_path):

@@ -68,3 +68,63 @@ def test_no_templates_no_links():
 def test_bad_templates_are_rejected(entry, error):
     with pytest.raises(ConfigError, match=error.replace("[", r"\[").replace("]", r"\]")):
         log_links(JOB, None, BackendConfig(log_links=(entry,)), NOW)
+
+
+# --- dynamic links: `link_type` in the task config selects them, `{{ .taskConfig.<key> }}` is filled (flyte PR 6284)
+
+VSCODE = {"name": "VS Code", "template": "https://ide.example.com:{{ .taskConfig.port }}/{{ .podName }}",
+          "link_type": "vscode"}  # fmt: skip
+STATIC = {"name": "Logs", "template": "https://logs/{{ .podName }}"}
+
+
+def uris(entries, task_config) -> list[tuple[str, str]]:
+    links = log_links(JOB, None, BackendConfig(log_links=tuple(entries)), NOW, task_config)
+    return [(link.name, link.uri) for link in links]
+
+
+def test_dynamic_link_is_rendered_for_a_task_that_asks_for_it():
+    got = uris([STATIC, VSCODE], {"link_type": "vscode", "port": "8080"})
+    assert got[:3] == [("Logs master-0", "https://logs/train-1-master-0"), ("Logs worker-0", "https://logs/train-1-worker-0"),
+                       ("Logs worker-1", "https://logs/train-1-worker-1")]  # fmt: skip
+    assert got[3:] == [(f"VS Code {r}", f"https://ide.example.com:8080/train-1-{r}")
+                       for r in ("master-0", "worker-0", "worker-1")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("task_config", "shown"),
+    [
+        (None, False),
+        ({}, False),
+        ({"port": "8080"}, False),  # no link_type: only static links, as in Flyte
+        ({"link_type": "jupyter", "port": "8080"}, False),
+        ({"link_type": "jupyter, vscode", "port": "8080"}, True),  # a comma-separated list, blanks ignored
+        ({"link_type": "vscode"}, False),  # asked for, but the port it needs is not set: left out, not half-filled
+    ],
+    ids=["no-config", "empty-config", "no-link-type", "other-type", "list-of-types", "missing-key"],
+)
+def test_dynamic_link_selection(task_config, shown):
+    names = {name.split(" ")[0] for name, _ in uris([STATIC, VSCODE], task_config)}
+    assert names == ({"Logs", "VS"} if shown else {"Logs"})
+
+
+def test_task_config_fills_every_occurrence_any_case_and_static_templates_too():
+    entry = {"name": "L", "template": "https://x:{{.taskConfig.port}}/{{ .TASKCONFIG.route }}/{{ .taskconfig$port }}"}
+    assert uris([entry], {"port": "1", "route": "r"})[0][1] == "https://x:1/r/1"
+
+
+def test_config_values_are_inserted_verbatim():
+    entry = {"name": "L", "template": "https://x/{{ .taskConfig.route }}"}
+    assert uris([entry], {"route": "{{ .podName }}"})[0][1] == "https://x/{{ .podName }}"
+
+
+@pytest.mark.parametrize(
+    ("entry", "error"),
+    [({**VSCODE, "link_type": "a,b"}, "link_type='a,b' must be one link type"),
+     ({**VSCODE, "link_type": 3}, "link_type=3"),
+     ({**STATIC, "display_name": "x"}, "unknown keys ['display_name']")],
+    ids=["comma-in-type", "type-not-str", "unknown-key"],
+)  # fmt: skip
+def test_bad_dynamic_entries_are_rejected_when_the_config_is_built(entry, error):
+    with pytest.raises(ConfigError) as info:
+        BackendConfig(log_links=(entry,))
+    assert error in str(info.value)

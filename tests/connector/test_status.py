@@ -17,10 +17,12 @@ T0 = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
 CONFIG = BackendConfig(image_pull_grace_s=120, operator_pickup_timeout_s=300)
 
 
-def job(conditions=(), replica_statuses=None, workers=2):
+def job(conditions=(), replica_statuses=None, workers=2, start_time="2025-01-01T00:00:02Z"):
     status = {"conditions": list(conditions)}
     if replica_statuses is not None:
         status["replicaStatuses"] = replica_statuses
+    if start_time:
+        status["startTime"] = start_time
     return {
         "metadata": {"name": "j", "namespace": "ns", "creationTimestamp": CREATED},
         "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": workers}}},
@@ -60,7 +62,7 @@ CASES = [
     ("restarting-running", [condition("Restarting")], [], 10, TE.RUNNING, "restarting replicas"),
     ("succeeded-succeeded", [condition("Running", "False"), condition("Succeeded", message="done")], [], 10,
      TE.SUCCEEDED, "done"),
-    ("failed-failed", [condition("Failed", message="PyTorchJob j is failed.")], [], 10, TE.FAILED,
+    ("failed-retryable", [condition("Failed", message="PyTorchJob j is failed.")], [], 10, TE.RETRYABLE_FAILED,
      "PyTorchJob j is failed."),
     ("unknown-running", [condition("Frobnicated")], [], 10, TE.RUNNING, "unknown condition 'Frobnicated'"),
     ("false-status-ignored", [condition("Created"), condition("Failed", "False")], [], 10, TE.QUEUED, "pods created"),
@@ -69,7 +71,8 @@ CASES = [
     ("latest-by-transition-time", [condition("Running", at="2025-01-01T00:05:00Z"),
                                    condition("Created", at="2025-01-01T00:00:01Z")], [], 400, TE.RUNNING, "running"),
     ("terminal-wins-over-later", [condition("Failed", message="boom", at="2025-01-01T00:01:00Z"),
-                                  condition("Running", at="2025-01-01T00:05:00Z")], [], 400, TE.FAILED, "boom"),
+                                  condition("Running", at="2025-01-01T00:05:00Z")], [], 400, TE.RETRYABLE_FAILED,
+     "boom"),
     ("pending-unschedulable", [condition("Created")], [UNSCHEDULABLE], 600, TE.QUEUED,
      "worker-0 Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
     ("pending-image-backoff-within-grace", [condition("Created")], [waiting("ImagePullBackOff", "Back-off pulling")],
@@ -84,14 +87,14 @@ CASES = [
     ("operator-missing-times-out", [], [], 300, TE.FAILED, "the Kubeflow training operator may not be installed"),
     ("oom-killed-root-cause", [condition("Failed", message="PyTorchJob j is failed.")],
      [terminated("Master", 0, "2025-01-01T00:03:00Z", exitCode=1, reason="Error"),
-      terminated("Worker", 1, "2025-01-01T00:02:00Z", exitCode=137, reason="OOMKilled")], 400, TE.FAILED,
+      terminated("Worker", 1, "2025-01-01T00:02:00Z", exitCode=137, reason="OOMKilled")], 400, TE.RETRYABLE_FAILED,
      "Root cause: worker-1 (pytorch): OOMKilled, exit code 137, signal SIGKILL (the container exceeded its memory"),
     ("exit-code-root-cause", [condition("Failed", message="failed.")],
      [terminated("Worker", 0, "2025-01-01T00:02:00Z", exitCode=3, reason="Error", message="ValueError: bad lr")], 400,
-     TE.FAILED, "worker-0 (pytorch): exit code 3; last output: ValueError: bad lr"),
+     TE.RETRYABLE_FAILED, "worker-0 (pytorch): exit code 3; last output: ValueError: bad lr"),
     ("evicted-root-cause", [condition("Failed", message="failed.")],
      [{**replica_pod(J, "Worker", 0, phase="Failed"), "status": {"phase": "Failed", "reason": "Evicted",
-       "message": "The node was low on resource: memory."}}], 400, TE.FAILED,
+       "message": "The node was low on resource: memory."}}], 400, TE.RETRYABLE_FAILED,
      "worker-0: pod Evicted: The node was low on resource: memory."),
 ]  # fmt: skip
 

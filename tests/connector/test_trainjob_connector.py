@@ -12,7 +12,7 @@ import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.connector import PyTorchJobMetadata
-from backend_plugin.errors import NotFound, TemplateError
+from backend_plugin.errors import NotFound
 from backend_plugin.trainjob_status import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL
 from tests.connector.helpers import NOW, execution_metadata, load_template, make_connector
 from tests.fakeapi.server import TRAINJOBS
@@ -75,10 +75,16 @@ def test_create_twice_adopts_the_same_trainjob(fake_api, trainjob_connector, tmp
     assert [(r.verb, r.status) for r in server.requests] == [("create", 201), ("create", 409), ("get", 200)]
 
 
-def test_refused_task_fails_at_create_without_a_request(fake_api, trainjob_connector, tmp_path):
+def test_refused_task_fails_permanently_without_a_request(fake_api, trainjob_connector, tmp_path):
+    """The contract's rule: a task a TrainJob cannot express can never run, so `create` sends nothing and records why
+    (an exception from `create` would be retried by propeller), and the first `get` is a permanent FAILED."""
     server, _ = fake_api
-    with pytest.raises(TemplateError, match="custom.elasticConfig"):
-        create(trainjob_connector, tmp_path, template="sdk_elastic")
+    meta = create(trainjob_connector, tmp_path, template="sdk_elastic")
+    assert server.requests == []
+    assert meta.kind == "TrainJob" and "custom.elasticConfig" in meta.error
+    resource = trainjob_connector.get(meta)
+    assert resource.phase == TaskExecution.FAILED
+    assert "custom.elasticConfig" in resource.message and "target: pytorchjob" in resource.message
     assert server.requests == []
 
 
@@ -154,7 +160,9 @@ def test_deleted_behind_flytes_back_is_reported(fake_api, trainjob_connector, tm
     meta = create(trainjob_connector, tmp_path)
     server.remove_job(NS, meta.name, plural=TRAINJOBS)
     resource = trainjob_connector.get(meta)
-    assert resource.phase == TaskExecution.FAILED and resource.message.startswith(f"TrainJob {NS}/{meta.name}")
+    # the contract's rule: a job deleted before it finished, with neither outputs nor an error document, is retryable
+    assert resource.phase == TaskExecution.RETRYABLE_FAILED
+    assert resource.message.startswith(f"TrainJob {NS}/{meta.name} no longer exists")
 
 
 @pytest.mark.parametrize(

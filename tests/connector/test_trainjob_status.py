@@ -93,3 +93,30 @@ def test_pods_are_listed_only_to_explain():
 def test_failure_rule():
     assert failure_phase(ran=True) == TaskExecution.RETRYABLE_FAILED
     assert failure_phase(ran=False) == TaskExecution.FAILED
+
+
+# --- the contract's failure rule on a TrainJob: the task's own error document decides ----------------------------
+
+
+@pytest.mark.parametrize(
+    "document, phase, lead",
+    [
+        ("user", TaskExecution.FAILED, "failed: ValueError"),
+        ("recoverable_worker", TaskExecution.RETRYABLE_FAILED, "a recoverable error"),
+        (None, TaskExecution.RETRYABLE_FAILED, "no error document"),
+    ],
+    ids=["non-recoverable", "recoverable", "no-document"],
+)
+def test_failed_trainjob_follows_the_error_document(flytekit_errors, document, phase, lead):
+    from backend_plugin.task_errors import ErrorReport, parse_error_document
+    from backend_plugin.trainjob_status import needs_error_report
+
+    failed = job([cond("Failed", reason="FailedJobs")])
+    assert needs_error_report(failed) and not needs_error_report(job(node={"name": "node", "active": 1, "ready": 1}))
+    errors = ErrorReport()
+    if document is not None:
+        path = flytekit_errors[document]
+        errors = ErrorReport((parse_error_document(path.read_bytes(), path.name),))
+    status = trainjob_status(failed, [], BackendConfig(), NOW, errors=errors)
+    assert status.phase == phase
+    assert lead in status.message and "(FailedJobs)" in status.message

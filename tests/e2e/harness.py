@@ -360,6 +360,8 @@ class FakeOperator:
             they stand for a mutating webhook, and are applied before the operator's own variables).
         grace_s: seconds between SIGTERM and SIGKILL when a pod is deleted (terminationGracePeriodSeconds).
         poll_s: seconds between reconcile passes.
+        oom_on_sigkill: report a replica whose process group was SIGKILLed (not by a deletion) as `OOMKilled`, as
+            the kubelet does when the kernel's OOM killer (which sends SIGKILL to the whole container) ends it.
     """
 
     def __init__(
@@ -369,8 +371,10 @@ class FakeOperator:
         extra_env: Optional[dict[str, str]] = None,
         grace_s: float = 5.0,
         poll_s: float = 0.05,
+        oom_on_sigkill: bool = False,
     ) -> None:
         self.server = server
+        self.oom_on_sigkill = oom_on_sigkill
         self.workdir = workdir
         self.extra_env = dict(extra_env or {})
         self.grace_s = grace_s
@@ -597,9 +601,12 @@ class FakeOperator:
         elif phase == "Running":
             state = {"running": {"startedAt": replica.started_at}}
         else:
+            reason = "Completed" if replica.exit_code == 0 else "Error"
+            if self.oom_on_sigkill and replica.exit_code == 128 + signal.SIGKILL:
+                reason = "OOMKilled"
             term: dict[str, Any] = {
                 "exitCode": replica.exit_code,
-                "reason": "Completed" if replica.exit_code == 0 else "Error",
+                "reason": reason,
                 "startedAt": replica.started_at,
                 "finishedAt": replica.finished_at,
             }

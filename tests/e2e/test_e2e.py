@@ -197,7 +197,8 @@ def test_delete_while_running_kills_every_replica(cluster: Cluster, templates, t
     cluster.connector.delete(meta)
     assert cluster.operator.wait_processes_gone(run) == []
     assert cluster.server.get_job(NS, meta.name) is None and cluster.server.pods(NS) == []
-    assert harness.phase_names([cluster.connector.get(meta)]) == ["FAILED"]  # gone: reported, not an exception
+    # gone: reported, not an exception (retryable, or as the task's own error document says if a replica wrote one)
+    assert harness.phase_names([cluster.connector.get(meta)]) in (["RETRYABLE_FAILED"], ["FAILED"])
     cluster.connector.delete(meta)  # deleting again is success
 
 

@@ -85,3 +85,31 @@ def condition(ctype: str, status: str = "True", reason: str = "", message: str =
         c["lastTransitionTime"] = at
         c["lastUpdateTime"] = at
     return c
+
+
+def failed_create_event(job: dict, message: str, at: str = "2025-01-01T00:00:30Z", kind: str = "PyTorchJob") -> dict:
+    """The Warning event the training operator records on a job when the API server rejects one of its pods.
+
+    Args:
+        job: the job (name and namespace are read from it).
+        message: the event's message, e.g. `Error creating: Pod "x-master-0" is invalid: ...`.
+        at: lastTimestamp (RFC 3339).
+        kind: the involved object's kind.
+
+    Returns:
+        The core/v1 Event dict.
+    """
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.{abs(hash((message, at))):x}", "namespace": namespace},
+        "involvedObject": {"apiVersion": "kubeflow.org/v1", "kind": kind, "name": name, "namespace": namespace},
+        "reason": "FailedCreatePod",
+        "message": message,
+        "type": "Warning",
+        "count": 1,
+        "firstTimestamp": at,
+        "lastTimestamp": at,
+        "source": {"component": "pytorchjob-controller"},
+    }

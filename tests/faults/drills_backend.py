@@ -124,7 +124,8 @@ def drill_conflict() -> dict[str, Any]:
 
 
 def drill_deleted_behind_back() -> dict[str, Any]:
-    """Drill 8: the PyTorchJob is deleted outside Flyte while running; the next get reports FAILED saying so."""
+    """Drill 8: the PyTorchJob is deleted outside Flyte while running; the next get reports RETRYABLE_FAILED saying so
+    (the task wrote neither outputs nor an error document, so a retry is the right answer)."""
     out = Path(tempfile.mkdtemp(prefix="drill8-"))
     with running_fake_api() as (server, client):
         connector = make_connector(client, **FAST_RETRIES)
@@ -140,7 +141,8 @@ def drill_deleted_behind_back() -> dict[str, Any]:
     return _row(
         "8 job deleted behind our back",
         "kubectl delete of a running PyTorchJob",
-        "next get: FAILED with a message saying the job was deleted outside Flyte",
+        "next get: RETRYABLE_FAILED (as propeller reports a deleted pod) with a message saying the job was deleted "
+        "outside Flyte",
         observed,
         detect,
         leftover=0,

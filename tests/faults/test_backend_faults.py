@@ -32,7 +32,7 @@ def test_drill_8_deleted_job_reported_failed():
     row = drills.drill_deleted_behind_back()
     observed = row["observed"]
     assert observed["phase_before"] == "RUNNING"
-    assert observed["phase"] == TaskExecution.Phase.Name(TaskExecution.FAILED)
+    assert observed["phase"] == TaskExecution.Phase.Name(TaskExecution.RETRYABLE_FAILED)
     assert "deleted outside Flyte" in observed["message"]
 
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from flytekit import Resources
+from flytekit import Resources, task
 from flytekit.extras.accelerators import A100
 
 from flytekitplugins_pytorch import (
@@ -37,6 +37,20 @@ def flat(**kwargs: Any) -> Callable[[], Any]:
     """Decorate nothing: the flat decorator checks its settings before it sees a function."""
     return lambda: pytorch_task(**kwargs)
 
+
+def sample(x: int) -> int:
+    """A function to decorate where a check needs the whole task (flytekit's own options)."""
+    return x
+
+
+def decorated(**kwargs: Any) -> Callable[[], Any]:
+    """Decorate `sample`: flytekit's options (environment, container_image) are checked when the task is built."""
+    return lambda: pytorch_task(**kwargs)(sample)
+
+
+ENV_HINT = "letters, digits, '_', '-' and '.', not starting with a digit"
+IMAGE_HINT = "'ghcr.io/org/train:1.0'"
+REPLICAS_HINT = "must fit 63 characters"
 
 # (id, build, exception type, substrings the message must contain: field, bad value, allowed form)
 BAD: list[tuple[str, Callable[[], Any], type[Exception], tuple[str, ...]]] = [
@@ -291,6 +305,92 @@ BAD: list[tuple[str, Callable[[], Any], type[Exception], tuple[str, ...]]] = [
     ("max-restarts-negative", lambda: Elastic(max_restarts=-1), ConfigError, ("max_restarts", "-1", ">= 0")),
     ("rdzv-timeout-zero", lambda: Elastic(rdzv_join_timeout=0), ConfigError, ("rdzv_join_timeout", "0", ">= 1")),
     ("master-image-empty", lambda: Master(image=""), ConfigError, ("Master.image", "''", "image")),
+    # what Kubernetes itself rejects (issue 11, item 6): non-ASCII digits, env names, image references, name lengths
+    (
+        "memory-arabic-indic-digit",
+        flat(per_replica_memory_limit="\u0661Gi"),
+        ConfigError,
+        ("per_replica_memory_limit", "'\u0661Gi'", QUANTITY_HINT),
+    ),
+    (
+        "cpu-fullwidth-digit",
+        flat(per_replica_cpu_request="\uff14"),
+        ConfigError,
+        ("per_replica_cpu_request", "'\uff14'", QUANTITY_HINT),
+    ),
+    ("shm-arabic-indic-digit", flat(shm_size="\u0668Gi"), ConfigError, ("shm_size", "'\u0668Gi'", QUANTITY_HINT)),
+    (
+        "worker-resources-unicode-digit",
+        lambda: Worker(requests=Resources(mem="\u0662Gi")),
+        ConfigError,
+        ("Worker.requests.mem", "'\u0662Gi'", QUANTITY_HINT),
+    ),
+    ("nnodes-unicode-digits", lambda: Elastic(nnodes="\u0661:\u0662"), ConfigError, ("Elastic.nnodes", NNODES_HINT)),
+    (
+        "env-name-with-equals",
+        decorated(environment={"A=B": "1"}),
+        ConfigError,
+        ("environment['A=B'] is not an environment variable name", ENV_HINT),
+    ),
+    (
+        "env-name-non-ascii",
+        decorated(environment={"CL\u00c9": "1"}),
+        ConfigError,
+        ("environment['CL\u00c9']", "not an environment variable name Kubernetes accepts", ENV_HINT),
+    ),
+    ("env-name-leading-digit", decorated(environment={"1X": "1"}), ConfigError, ("environment['1X']", ENV_HINT)),
+    ("env-name-dotdot", decorated(environment={"..X": "1"}), ConfigError, ("environment['..X']", "'..'", ENV_HINT)),
+    ("env-name-empty", decorated(environment={"": "1"}), ConfigError, ("environment['']", "non-empty", ENV_HINT)),
+    ("env-value-int", decorated(environment={"X": 1}), ConfigError, ("environment['X']", "not a string", "string")),
+    (
+        "env-elastic-task",
+        lambda: task(task_config=Elastic(), environment={"A B": "1"})(sample),
+        ConfigError,
+        ("environment['A B']", ENV_HINT),
+    ),
+    (
+        "image-uppercase-path",
+        lambda: Worker(image="ghcr.io/MyOrg/Train:1.0"),
+        ConfigError,
+        ("Worker.image", "'ghcr.io/MyOrg/Train:1.0'", "'MyOrg/Train' has upper-case letters", IMAGE_HINT),
+    ),
+    (
+        "image-bad-tag",
+        lambda: Master(image="ghcr.io/org/train:-1"),
+        ConfigError,
+        ("Master.image", "tag '-1'", IMAGE_HINT),
+    ),
+    (
+        "image-bad-digest",
+        lambda: Master(image="ghcr.io/org/train@sha256:abc"),
+        ConfigError,
+        ("Master.image", "digest 'sha256:abc'", IMAGE_HINT),
+    ),
+    ("image-spaces", lambda: Worker(image="org/train 1.0"), ConfigError, ("Worker.image", "spaces", IMAGE_HINT)),
+    (
+        "container-image-uppercase",
+        decorated(container_image="ghcr.io/Org/train:1"),
+        ConfigError,
+        ("container_image", "'Org/train' has upper-case letters", IMAGE_HINT),
+    ),
+    (
+        "workers-ten-million",
+        flat(workers_count=10**7),
+        ConfigError,
+        ("workers_count", "10000000", "at most 100000", REPLICAS_HINT),
+    ),
+    (
+        "worker-replicas-too-many",
+        lambda: Worker(replicas=100_001),
+        ConfigError,
+        ("Worker.replicas", "100001", REPLICAS_HINT),
+    ),
+    (
+        "nnodes-too-many",
+        lambda: Elastic(nnodes="1:200000"),
+        ConfigError,
+        ("Elastic.nnodes", "'1:200000'", REPLICAS_HINT),
+    ),
     ("master-not-master", lambda: PyTorch(master=Worker()), ConfigError, ("PyTorch.master", "Worker(", "Master(")),
     (
         "task-config-wrong-type",
@@ -434,6 +534,31 @@ def test_good_resources_and_quantities() -> None:
     assert PyTorch(worker=Worker(replicas=2), run_policy=RunPolicy(min_available=3)).run_policy.min_available == 3
 
 
+@pytest.mark.parametrize(
+    "image",
+    [
+        "python:3.11",
+        "ghcr.io/org/train:1.0",
+        "localhost:5000/team/train",
+        "registry.example.com:443/a__b/c--d.e/f_g:v1.2-rc_3",
+        "[::1]:5000/train:latest",
+        "ghcr.io/org/train@sha256:" + "0" * 64,
+        "ghcr.io/org/train:1.0@sha256:" + "a" * 64,
+        "MyRegistry/train",  # an upper-case first component is a registry host, as Docker reads it
+    ],
+)
+def test_good_image_references(image: str) -> None:
+    assert Worker(image=image).image == image and Master(image=image).image == image
+
+
+def test_good_environment_and_the_replica_bound() -> None:
+    env = {"MY_VAR": "1", "my.env-name": "2", "_X": "3", "-dash": "4", "a1": ""}
+    assert pytorch_task(environment=env)(sample).environment == env
+    assert Worker(replicas=100_000).replicas == 100_000
+    assert pytorch_task(workers_count=100_000)(sample).task_config.worker.replicas == 100_000
+    assert Elastic(nnodes="1:100000").max_nodes == 100_000
+
+
 def test_flat_decorator_builds_the_same_config_as_the_dataclasses() -> None:
     def train(x: int) -> int:
         return x
@@ -512,7 +637,29 @@ def test_parse_quantity(text: str, value: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", " ", "4Gx", "abc", "1.5.0", "Gi", "1 Gi", "1gi", "1K", "1KI", "1e", "1e1.5", ".", "1mi", "e3", "inf", "nan"],
+    [
+        "",
+        " ",
+        "4Gx",
+        "abc",
+        "1.5.0",
+        "Gi",
+        "1 Gi",
+        "1gi",
+        "1K",
+        "1KI",
+        "1e",
+        "1e1.5",
+        ".",
+        "1mi",
+        "e3",
+        "inf",
+        "nan",
+        "\u0661Gi",
+        "\uff14",
+        "1e\u0663",
+        "\u0968",
+    ],
     ids=repr,
 )
 def test_not_a_quantity(text: str) -> None:
