@@ -33,6 +33,7 @@ from enum import Enum
 from typing import Optional, cast
 
 from flytekitplugins_pytorch._control import RankError
+from flytekitplugins_pytorch._nested import HOW_TO_FIX, NESTED_LAUNCH_EXIT_CODE
 
 # Error text from torch.distributed / gloo / NCCL that a rank raises *because another rank failed*. Such errors are
 # collateral: the root cause is the peer that died or raised first.
@@ -172,6 +173,14 @@ NEVER_RAN_HINT = (
 )
 
 
+#: The headline when ranks exited with ``NESTED_LAUNCH_EXIT_CODE`` before they began: they refused a launch while
+#: importing the script's ``__main__`` (see ``_nested.py``; they could not report an exception).
+NESTED_LAUNCH_HEADLINE = (
+    "refused to start a new launch while importing the script: the script calls its workflow at module level, and "
+    f"every rank imports the script again; {HOW_TO_FIX}"
+)
+
+
 def _others(root: int, outcomes: RankOutcomes) -> tuple[str, ...]:
     """Lines about the other ranks: who failed as a consequence, who was still running, who never started."""
     reported = {err.rank for err in outcomes.errors}
@@ -217,6 +226,11 @@ def find_root_cause(outcomes: RankOutcomes) -> RootCause:
         return _from_report(CauseKind.RAISED, own[0], outcomes)
     reported = {err.rank for err in outcomes.errors}
     silent = sorted(rank for rank in outcomes.exit_codes if rank not in reported)
+    nested = [r for r in silent if outcomes.exit_codes[r] == NESTED_LAUNCH_EXIT_CODE and r not in outcomes.started]
+    if nested:
+        names = f"rank {nested[0]}" if len(nested) == 1 else f"ranks {nested}"
+        headline = f"{names} (of {outcomes.world_size}) {NESTED_LAUNCH_HEADLINE}"
+        return RootCause(CauseKind.DIED, nested[0], outcomes.world_size, headline)
     if silent:
         rank = silent[0]
         headline = f"rank {rank} (of {outcomes.world_size}) {_exit_text(outcomes.exit_codes[rank])}"

@@ -35,6 +35,7 @@ import cloudpickle
 from flytekitplugins_pytorch._context import rank_context
 from flytekitplugins_pytorch._control import ControlDir, RankError, RankResult, RankSpec
 from flytekitplugins_pytorch._failure import is_collateral
+from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
 
 #: Environment variable: collective timeout in seconds used for ``init_process_group`` calls without ``timeout=``.
 #: It wins over ``collective_timeout`` in the task config (it is the knob for one run, e.g. a local debugging session).
@@ -178,6 +179,8 @@ def _pid_alive(pid: int) -> bool:
 
 def _set_rank_env(spec: RankSpec, rank: int) -> None:
     os.environ.update(spec.env)
+    # A launch attempted in this rank (e.g. by the task's module, imported below) is refused (``_nested.py``).
+    os.environ[LAUNCHER_PID_ENV] = str(spec.parent_pid if spec.parent_pid is not None else os.getppid())
     # torch chose the port of the store the ranks meet at; publish it the way the operator does.
     os.environ.setdefault("PET_MASTER_ADDR", os.environ.get("MASTER_ADDR", ""))
     os.environ.setdefault("PET_MASTER_PORT", os.environ.get("MASTER_PORT", ""))
@@ -218,6 +221,7 @@ def rank_entrypoint(spec: RankSpec) -> None:
             if root not in sys.path:
                 sys.path.insert(0, root)
         fn = cloudpickle.loads(spec.fn_bytes)
+        raise_if_refused_at_preload(getattr(fn, "__module__", None))
         kwargs = cloudpickle.loads(spec.kwargs_bytes)
         from flytekit.core.context_manager import FlyteContextManager
 
