@@ -17,6 +17,7 @@ torch is imported inside functions only; this module imports without it.
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import functools
 import inspect
 import os
@@ -33,7 +34,7 @@ from typing import Any, Optional
 import cloudpickle
 
 from flytekitplugins_pytorch._context import rank_context
-from flytekitplugins_pytorch._control import ControlDir, RankError, RankResult, RankSpec
+from flytekitplugins_pytorch._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
 from flytekitplugins_pytorch._failure import is_collateral
 from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
 
@@ -213,6 +214,7 @@ def rank_entrypoint(spec: RankSpec) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     rank = int(os.environ.get("RANK", "0"))
     control = ControlDir(spec.control_dir)
+    _dump_stacks_on_request(control, rank)  # before the pid is published: the signal must never find us unprepared
     control.mark_started(rank, os.getpid())
     try:
         _set_rank_env(spec, rank)
@@ -234,12 +236,27 @@ def rank_entrypoint(spec: RankSpec) -> None:
     except BaseException as exc:
         report_error(control, rank, exc)
         if is_collateral(exc):
-            # A lost peer or a collective timeout is a consequence, not a cause. Linger briefly so that the agent,
+            # A lost peer or a collective timeout is a consequence, not a cause. Ask the ranks still running where
+            # they are (the launcher names the one that did not arrive), and linger briefly so that the agent,
             # which records only the first rank it sees exit, sees the real cause first (a rank killed by a signal
             # leaves no error file; its exit code is the only trace of it). The error file is already written.
+            control.request_stacks(rank)
             time.sleep(COLLATERAL_GRACE_S)
         raise
     control.mark_done(rank)
+
+
+def _dump_stacks_on_request(control: ControlDir, rank: int) -> None:
+    """Have ``faulthandler`` write this rank's Python stacks to ``rank-<n>.stack`` on ``STACK_SIGNAL``.
+
+    faulthandler writes from its C signal handler, so a rank blocked in a C call (a gloo wait, ``time.sleep``, a
+    data loader) still reports where it is. The file stays open for the life of the rank (faulthandler needs it).
+    """
+    try:
+        stack_file = open(control.stack_file(rank), "w")  # noqa: SIM115 - kept open on purpose
+        faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
+    except (OSError, ValueError, RuntimeError, AttributeError):  # no such signal here, or no file: best effort
+        pass
 
 
 def _result(value: Any, params: Any, ctx: Any) -> RankResult:

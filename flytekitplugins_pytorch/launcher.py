@@ -210,6 +210,7 @@ def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
             exit_codes=result.exit_codes,
             agent_error=result.agent_error,
             elapsed_s=result.elapsed_s,
+            stacks=result.record.stacks,
         )
         raise to_exception(find_root_cause(outcomes))
     rank0 = result.record.load_result()
