@@ -317,8 +317,8 @@ def _not_arrived(outcomes: RankOutcomes) -> dict[int, str]:
     reported = {err.rank for err in outcomes.errors}
     left = "its function returned without joining the others"
     returned = {r: left for r in sorted(outcomes.done) if r not in reported}
-    running = {}
-    waiting = {}
+    running: dict[int, str] = {}
+    waiting: dict[int, str] = {}
     for rank in outcomes.ranks:
         if rank in reported or rank in outcomes.done or rank not in outcomes.stacks:
             continue  # a running rank is named only on the evidence of its stack sample

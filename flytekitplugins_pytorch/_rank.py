@@ -33,6 +33,7 @@ from typing import Any, Optional
 
 import cloudpickle
 
+from flytekitplugins_pytorch._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
 from flytekitplugins_pytorch._context import rank_context
 from flytekitplugins_pytorch._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
 from flytekitplugins_pytorch._failure import is_collateral
@@ -216,34 +217,35 @@ def rank_entrypoint(spec: RankSpec) -> None:
     control = ControlDir(spec.control_dir)
     _dump_stacks_on_request(control, rank)  # before the pid is published: the signal must never find us unprepared
     control.mark_started(rank, os.getpid())
-    try:
-        _set_rank_env(spec, rank)
-        install_collective_timeout(spec.collective_timeout_s)
-        for root in reversed(spec.import_roots):
-            if root not in sys.path:
-                sys.path.insert(0, root)
-        fn = cloudpickle.loads(spec.fn_bytes)
-        raise_if_refused_at_preload(getattr(fn, "__module__", None))
-        kwargs = cloudpickle.loads(spec.kwargs_bytes)
-        from flytekit.core.context_manager import FlyteContextManager
+    with RankConsole(rank, enabled=prefix_enabled(os.environ.get(RANK_PREFIX_ENV))):
+        try:
+            _set_rank_env(spec, rank)
+            install_collective_timeout(spec.collective_timeout_s)
+            for root in reversed(spec.import_roots):
+                if root not in sys.path:
+                    sys.path.insert(0, root)
+            fn = cloudpickle.loads(spec.fn_bytes)
+            raise_if_refused_at_preload(getattr(fn, "__module__", None))
+            kwargs = cloudpickle.loads(spec.kwargs_bytes)
+            from flytekit.core.context_manager import FlyteContextManager
 
-        base = Path(spec.context.working_dir) if spec.context.working_dir else Path(spec.control_dir)
-        new_ctx, params = rank_context(spec.context, base / f"rank-{rank}")
-        with FlyteContextManager.with_context(new_ctx.new_builder()) as ctx:
-            value = fn(**kwargs)
-            if rank == 0:
-                control.write_result(_result(value, params, ctx))
-    except BaseException as exc:
-        report_error(control, rank, exc)
-        if is_collateral(exc):
-            # A lost peer or a collective timeout is a consequence, not a cause. Ask the ranks still running where
-            # they are (the launcher names the one that did not arrive), and linger briefly so that the agent,
-            # which records only the first rank it sees exit, sees the real cause first (a rank killed by a signal
-            # leaves no error file; its exit code is the only trace of it). The error file is already written.
-            control.request_stacks(rank)
-            time.sleep(COLLATERAL_GRACE_S)
-        raise
-    control.mark_done(rank)
+            base = Path(spec.context.working_dir) if spec.context.working_dir else Path(spec.control_dir)
+            new_ctx, params = rank_context(spec.context, base / f"rank-{rank}")
+            with FlyteContextManager.with_context(new_ctx.new_builder()) as ctx:
+                value = fn(**kwargs)
+                if rank == 0:
+                    control.write_result(_result(value, params, ctx))
+        except BaseException as exc:
+            report_error(control, rank, exc)
+            if is_collateral(exc):
+                # A lost peer or a collective timeout is a consequence, not a cause. Ask the ranks still running where
+                # they are (the launcher names the one that did not arrive), and linger briefly so that the agent,
+                # which records only the first rank it sees exit, sees the real cause first (a rank killed by a signal
+                # leaves no error file; its exit code is the only trace of it). The error file is already written.
+                control.request_stacks(rank)
+                time.sleep(COLLATERAL_GRACE_S)
+            raise
+        control.mark_done(rank)
 
 
 def _dump_stacks_on_request(control: ControlDir, rank: int) -> None:
