@@ -57,6 +57,13 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "(gone)"
+
+
 @dataclass
 class Guarded:
     """What a guarded run did.
@@ -67,7 +74,8 @@ class Guarded:
         elapsed_s: seconds until it ended or was killed.
         peak_procs: the most processes (itself included) seen at once in its group.
         killed_for: ``""``, or why the guard killed it (too many processes, timeout).
-        leftover: processes of its group still alive after it ended (before the guard's final kill).
+        leftover: processes of its group still alive 10 s after it ended (before the guard's final kill), as
+            ``"pid: command line"``.
     """
 
     returncode: int | None
@@ -75,7 +83,7 @@ class Guarded:
     elapsed_s: float
     peak_procs: int
     killed_for: str
-    leftover: list[int]
+    leftover: list[str]
 
 
 def run_guarded(cmd: list[str], *, max_procs: int, timeout_s: float, cwd: str, env: dict[str, str]) -> Guarded:
@@ -112,21 +120,21 @@ def run_guarded(cmd: list[str], *, max_procs: int, timeout_s: float, cwd: str, e
         if killed_for:
             os.killpg(pgid, signal.SIGKILL)
             proc.wait()
-            leftover: list[int] = []
+            left: list[int] = []
         else:
             # The fork server and the resource tracker notice their parent's end within moments; ranks never do.
-            deadline = time.monotonic() + 5.0
-            leftover = group_members(pgid)
-            while leftover and time.monotonic() < deadline:
+            deadline = time.monotonic() + 10.0
+            left = group_members(pgid)
+            while left and time.monotonic() < deadline:
                 time.sleep(0.1)
-                leftover = group_members(pgid)
+                left = group_members(pgid)
         return Guarded(
             returncode=None if killed_for else proc.returncode,
             output=out_path.read_text(errors="replace"),
             elapsed_s=elapsed,
             peak_procs=peak,
             killed_for=killed_for,
-            leftover=leftover,
+            leftover=[f"{pid}: {_cmdline(pid)}" for pid in left],
         )
     finally:
         try:
