@@ -182,13 +182,16 @@ def _agent_config(plan: LaunchPlan, *, log_dir: Path) -> Any:
     from torch.distributed.launcher.api import LaunchConfig
 
     local = plan.kind is ExecutionKind.LOCAL
+    endpoint = plan.rdzv_endpoint
+    if plan.rdzv_backend == "static" and endpoint == f"{LOCAL_ADDR}:0":
+        endpoint = f"{LOCAL_ADDR}:{free_port()}"  # the static store needs a real port: ranks are told this one
     return LaunchConfig(
         min_nodes=plan.min_nodes,
         max_nodes=plan.max_nodes,
         nproc_per_node=plan.nproc_per_node,
         run_id=_run_id(plan),
         rdzv_backend=plan.rdzv_backend,
-        rdzv_endpoint=plan.rdzv_endpoint,
+        rdzv_endpoint=endpoint,
         rdzv_configs=dict(plan.rdzv_configs),
         max_restarts=plan.max_restarts,
         monitor_interval=plan.monitor_interval,
