@@ -5,8 +5,9 @@ No process is started, no torch is imported and nothing is read but the argument
 
 - **local** (``pyflyte run``, a workflow called in Python, any process without the Kubeflow operator's variables):
   the declared world size runs as real processes on this machine, started by torch's elastic agent with a
-  standalone c10d rendezvous on 127.0.0.1 and a free port. ``PyTorch``: ``(1 + worker.replicas) * nproc_per_node``
-  ranks; ``Elastic``: ``min_nodes * nproc_per_node`` ranks (a local run never waits for nodes that cannot come).
+  static rendezvous (``Elastic``: c10d) on 127.0.0.1 and a free port. ``PyTorch``:
+  ``(1 + worker.replicas) * nproc_per_node`` ranks; ``Elastic``: ``min_nodes * nproc_per_node`` ranks (a local run
+  never waits for nodes that cannot come).
   ``PET_NODE_RANK`` is the declared node, ``RANK // nproc_per_node`` (one agent plays every declared node).
 - **in-process** (``FLYTE_PYTORCH_INPROCESS=1``): the function runs in the task process with world size 1.
 - **cluster replica, non-elastic** (a PyTorchJob pod: ``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` set by the operator):
