@@ -9,6 +9,8 @@ written atomically (write a temporary file, then rename), so the launcher never 
 ``rank-<n>.error``           a :class:`RankError`, pickled: the rank's exception with a timestamp
 ``rank-0.result``            a :class:`RankResult`, cloudpickled: rank 0's return value, Decks, metadata
 ``rank-<n>.done``            the function returned (and, on rank 0, its result was written)
+``rank-<n>.stack``           the rank's Python stacks, written by ``faulthandler`` when a peer that timed out
+                             asked for them (:meth:`ControlDir.request_stacks`); empty = never asked
 ===========================  ==========================================================================
 
 ``<n>`` is the global rank. After the ranks ended the launcher reads the whole directory once with
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -33,6 +36,9 @@ RESULT_FILE = "rank-{rank}.result"
 ERROR_FILE = "rank-{rank}.error"
 DONE_FILE = "rank-{rank}.done"
 START_FILE = "rank-{rank}.started"
+STACK_FILE = "rank-{rank}.stack"
+#: The signal on which a rank dumps its stacks to ``rank-<n>.stack`` (``faulthandler``; rarely used by programs).
+STACK_SIGNAL = signal.SIGUSR2
 
 
 @dataclass(frozen=True)
@@ -117,12 +123,14 @@ class ControlRecord:
         errors: the reported exceptions, earliest first.
         started: global ranks whose entrypoint began.
         done: global ranks whose function returned.
+        stacks: global rank -> its stack dump (``faulthandler`` text), for ranks asked for one.
     """
 
     result_bytes: Optional[bytes] = None
     errors: tuple[RankError, ...] = ()
     started: frozenset[int] = frozenset()
     done: frozenset[int] = frozenset()
+    stacks: dict[int, str] = field(default_factory=dict)
 
     def load_result(self) -> Optional[RankResult]:
         """Unpickle rank 0's result (only a successful launch needs it: a failed one never unpickles user values).
@@ -159,6 +167,42 @@ class ControlDir:
             pid: the rank's process id.
         """
         _write_atomic(self.path / START_FILE.format(rank=rank), str(pid).encode())
+
+    def stack_file(self, rank: int) -> Path:
+        """Where ``rank`` dumps its stacks (the rank opens it at start and keeps it open for ``faulthandler``).
+
+        Args:
+            rank: global rank.
+
+        Returns:
+            Path: ``rank-<n>.stack``.
+        """
+        return self.path / STACK_FILE.format(rank=rank)
+
+    def request_stacks(self, asking_rank: int) -> list[int]:
+        """Ask every rank that started and has neither finished nor failed to dump its stacks (best effort).
+
+        Called by a rank whose collective timed out or lost a peer, before it exits: the ranks it waited for are
+        still alive then (the agent stops them once a rank exits), so what they were doing is recorded.
+
+        Args:
+            asking_rank: the calling rank (not asked).
+
+        Returns:
+            list[int]: the ranks signalled.
+        """
+        asked = []
+        finished = self._ranks(DONE_FILE) | self._ranks(ERROR_FILE)
+        for path in self.path.glob(START_FILE.format(rank="*")):
+            rank = int(path.name.split(".")[0].split("-")[1])
+            if rank == asking_rank or rank in finished:
+                continue
+            try:
+                os.kill(int(path.read_text() or "0"), STACK_SIGNAL)
+            except (OSError, ValueError):
+                continue
+            asked.append(rank)
+        return sorted(asked)
 
     def mark_done(self, rank: int) -> None:
         """Record that ``rank``'s function returned.
@@ -215,7 +259,19 @@ class ControlDir:
             errors=tuple(sorted(errors, key=lambda err: err.timestamp)),
             started=self._ranks(START_FILE),
             done=self._ranks(DONE_FILE),
+            stacks=self._stacks(),
         )
+
+    def _stacks(self) -> dict[int, str]:
+        stacks = {}
+        for path in self.path.glob(STACK_FILE.format(rank="*")):
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            if text.strip():
+                stacks[int(path.name.split(".")[0].split("-")[1])] = text
+        return stacks
 
     def _ranks(self, pattern: str) -> frozenset[int]:
         return frozenset(

@@ -10,8 +10,12 @@ The rules, in order:
 1. the **earliest** rank whose exception is its own (not a lost-peer or timeout error) is the root cause;
 2. else a rank that died without reporting an exception (a signal, ``os._exit``, a segfault: its peers then fail
    with connection errors), the lowest such rank;
-3. else the earliest lost-peer / timeout error;
-4. else nobody can be named, and the agent's own error is reported.
+3. else, when every reported error is a lost-peer / timeout error, the ranks that **did not arrive**: those whose
+   function returned while the others waited for them, and those still running outside ``torch.distributed`` (from
+   the stack each one dumped when a waiting rank gave up; the ones waiting in another collective when no other
+   rank is left) -- the headline names them and what they were doing;
+4. else the earliest lost-peer / timeout error;
+5. else nobody can be named, and the agent's own error is reported.
 
 The message names the rank, ``rank 2 (of 3) failed: ValueError: boom``, then the other ranks (failed afterwards,
 still running, never started), then the root cause's traceback. The exception keeps the rank's original type when it
@@ -33,6 +37,7 @@ from enum import Enum
 from typing import Optional, cast
 
 from flytekitplugins_pytorch._control import RankError
+from flytekitplugins_pytorch._nested import HOW_TO_FIX, NESTED_LAUNCH_EXIT_CODE
 
 # Error text from torch.distributed / gloo / NCCL that a rank raises *because another rank failed*. Such errors are
 # collateral: the root cause is the peer that died or raised first.
@@ -105,6 +110,7 @@ class RankOutcomes:
         exit_codes: global rank -> exit code of each rank the agent saw fail (negative: killed by that signal).
         agent_error: the agent's own description of the failure, for when no rank can be named.
         elapsed_s: seconds from the launch to its end.
+        stacks: global rank -> the ``faulthandler`` dump a rank wrote when a waiting peer gave up.
     """
 
     world_size: int
@@ -115,6 +121,7 @@ class RankOutcomes:
     exit_codes: Mapping[int, Optional[int]] = field(default_factory=dict)
     agent_error: str = ""
     elapsed_s: float = 0.0
+    stacks: Mapping[int, str] = field(default_factory=dict)
 
 
 class CauseKind(Enum):
@@ -122,6 +129,7 @@ class CauseKind(Enum):
 
     RAISED = "raised"
     DIED = "died"
+    NOT_ARRIVED = "not arrived"
     COLLATERAL = "collateral"
     UNKNOWN = "unknown"
 
@@ -172,6 +180,14 @@ NEVER_RAN_HINT = (
 )
 
 
+#: The headline when ranks exited with ``NESTED_LAUNCH_EXIT_CODE`` before they began: they refused a launch while
+#: importing the script's ``__main__`` (see ``_nested.py``; they could not report an exception).
+NESTED_LAUNCH_HEADLINE = (
+    "refused to start a new launch while importing the script: the script calls its workflow at module level, and "
+    f"every rank imports the script again; {HOW_TO_FIX}"
+)
+
+
 def _others(root: int, outcomes: RankOutcomes) -> tuple[str, ...]:
     """Lines about the other ranks: who failed as a consequence, who was still running, who never started."""
     reported = {err.rank for err in outcomes.errors}
@@ -217,6 +233,11 @@ def find_root_cause(outcomes: RankOutcomes) -> RootCause:
         return _from_report(CauseKind.RAISED, own[0], outcomes)
     reported = {err.rank for err in outcomes.errors}
     silent = sorted(rank for rank in outcomes.exit_codes if rank not in reported)
+    nested = [r for r in silent if outcomes.exit_codes[r] == NESTED_LAUNCH_EXIT_CODE and r not in outcomes.started]
+    if nested:
+        names = f"rank {nested[0]}" if len(nested) == 1 else f"ranks {nested}"
+        headline = f"{names} (of {outcomes.world_size}) {NESTED_LAUNCH_HEADLINE}"
+        return RootCause(CauseKind.DIED, nested[0], outcomes.world_size, headline)
     if silent:
         rank = silent[0]
         headline = f"rank {rank} (of {outcomes.world_size}) {_exit_text(outcomes.exit_codes[rank])}"
@@ -224,9 +245,112 @@ def find_root_cause(outcomes: RankOutcomes) -> RootCause:
             headline += NEVER_RAN_HINT
         return RootCause(CauseKind.DIED, rank, outcomes.world_size, headline, _others(rank, outcomes))
     if outcomes.errors:
+        missing = _not_arrived(outcomes)
+        if missing:
+            return _missing_cause(missing, outcomes)
         return _from_report(CauseKind.COLLATERAL, outcomes.errors[0], outcomes)
     headline = f"the ranks failed after {outcomes.elapsed_s:.1f}s without reporting an error: {outcomes.agent_error}"
     return RootCause(CauseKind.UNKNOWN, None, outcomes.world_size, headline)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a ``faulthandler`` dump."""
+
+    path: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line} in {self.function}"
+
+
+_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+", re.M)
+_FRAME = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<fn>\S+)', re.M)
+#: Frames of these files are not the user's (the rank entrypoint, flytekit, torch).
+_NOT_USER = ("/flytekitplugins_pytorch/", "/flytekit/", "/torch/", "/cloudpickle/")
+
+
+def main_thread_frames(dump: str) -> list[Frame]:
+    """The frames of the thread that runs the task in a ``faulthandler`` dump, most recent first.
+
+    Args:
+        dump: the text ``faulthandler`` wrote (every thread).
+
+    Returns:
+        list[Frame]: the frames of the thread whose stack holds ``rank_entrypoint`` (else the first thread's).
+    """
+    # Several waiting ranks may have asked: keep the first dump (it ends where a thread header repeats).
+    headers = [m for m in _THREAD.finditer(dump)]
+    seen: set[str] = set()
+    starts = []
+    for m in headers:
+        ident = m.group(0).split()[-1]
+        if ident in seen:
+            dump = dump[: m.start()]
+            break
+        seen.add(ident)
+        starts.append(m.start())
+    starts = starts or [0]
+    blocks = [dump[a:b] for a, b in zip(starts, [*starts[1:], len(dump)], strict=True)]
+    chosen = next((b for b in blocks if "in rank_entrypoint" in b), blocks[0])
+    return [Frame(m["path"], int(m["line"]), m["fn"]) for m in _FRAME.finditer(chosen)]
+
+
+def _activity(dump: str) -> tuple[bool, str]:
+    """(in a torch.distributed call, text saying where) for a still-running rank's dump."""
+    frames = main_thread_frames(dump)
+    if not frames:
+        return False, "still running (no stack sample)"
+    user = next((f for f in frames if not any(part in f.path for part in _NOT_USER)), None)
+    in_dist = "/torch/distributed/" in frames[0].path
+    if in_dist:
+        # The public call (all_reduce, barrier, ...) is defined in distributed_c10d.py; decorators wrap it.
+        call = next((f.function for f in frames if f.path.endswith("distributed_c10d.py")), frames[0].function)
+        where = f"still running, waiting in torch.distributed's {call}"
+        return True, where + (f" called at {user}" if user is not None else "")
+    return False, f"still running at {user or frames[0]}, outside torch.distributed"
+
+
+def _not_arrived(outcomes: RankOutcomes) -> dict[int, str]:
+    """Rank -> what it was doing, for the ranks the others waited for (rule 3); empty when none can be told."""
+    reported = {err.rank for err in outcomes.errors}
+    left = "its function returned without joining the others"
+    returned = {r: left for r in sorted(outcomes.done) if r not in reported}
+    running: dict[int, str] = {}
+    waiting: dict[int, str] = {}
+    for rank in outcomes.ranks:
+        if rank in reported or rank in outcomes.done or rank not in outcomes.stacks:
+            continue  # a running rank is named only on the evidence of its stack sample
+        in_dist, where = _activity(outcomes.stacks[rank])
+        (waiting if in_dist else running)[rank] = where
+    found = {**returned, **running}
+    # Ranks that all sat in (other) collectives are still what the others waited for when nobody else is left.
+    return dict(sorted((found or waiting).items()))
+
+
+def _missing_cause(missing: dict[int, str], outcomes: RankOutcomes) -> RootCause:
+    first = outcomes.errors[0]
+    ranks = list(missing)
+    names = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
+    doing = "; ".join(f"rank {r} {what}" if len(ranks) > 1 else what for r, what in missing.items())
+    short = first.type_name.rsplit(".", 1)[-1]
+    message = first.message.strip().splitlines()[0] if first.message.strip() else ""
+    headline = (
+        f"{names} (of {outcomes.world_size}) did not arrive: {doing}; "
+        f"rank {first.rank} gave up waiting: {short}: {message}"
+    )
+    waited = ", ".join(f"{err.rank} ({err.type_name.rsplit('.', 1)[-1]})" for err in outcomes.errors)
+    details = [f"ranks that gave up waiting: {waited}"]
+    never = [r for r in outcomes.ranks if r not in outcomes.started and r not in missing]
+    if never:
+        details.append(f"ranks that never started: {never}")
+    for rank in ranks:
+        frames = main_thread_frames(outcomes.stacks[rank]) if rank in outcomes.stacks else []
+        if frames:
+            details.append(f"--- stack of rank {rank} when rank {first.rank} gave up (most recent call first) ---")
+            details.extend(f"  {frame}" for frame in frames)
+    return RootCause(CauseKind.NOT_ARRIVED, ranks[0], outcomes.world_size, headline, tuple(details), first)
 
 
 def to_exception(cause: RootCause) -> BaseException:
@@ -242,7 +366,8 @@ def to_exception(cause: RootCause) -> BaseException:
         ``world_size`` are set whenever a rank is named.
     """
     exc: BaseException
-    if cause.error is None:
+    if cause.error is None or cause.kind is CauseKind.NOT_ARRIVED:
+        # A rank that did not arrive raised nothing: the waiting rank's exception type would blame the wrong one.
         exc = RankFailedError(cause.message)
     else:
         rebuilt = _load(cause.error.exc_bytes)

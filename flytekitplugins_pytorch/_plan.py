@@ -5,8 +5,9 @@ No process is started, no torch is imported and nothing is read but the argument
 
 - **local** (``pyflyte run``, a workflow called in Python, any process without the Kubeflow operator's variables):
   the declared world size runs as real processes on this machine, started by torch's elastic agent with a
-  standalone c10d rendezvous on 127.0.0.1 and a free port. ``PyTorch``: ``(1 + worker.replicas) * nproc_per_node``
-  ranks; ``Elastic``: ``min_nodes * nproc_per_node`` ranks (a local run never waits for nodes that cannot come).
+  static rendezvous (``Elastic``: c10d) on 127.0.0.1 and a free port. ``PyTorch``:
+  ``(1 + worker.replicas) * nproc_per_node`` ranks; ``Elastic``: ``min_nodes * nproc_per_node`` ranks (a local run
+  never waits for nodes that cannot come).
   ``PET_NODE_RANK`` is the declared node, ``RANK // nproc_per_node`` (one agent plays every declared node).
 - **in-process** (``FLYTE_PYTORCH_INPROCESS=1``): the function runs in the task process with world size 1.
 - **cluster replica, non-elastic** (a PyTorchJob pod: ``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` set by the operator):
@@ -42,8 +43,9 @@ MAX_LOCAL_WORLD_SIZE_ENV = "FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE"
 LOCAL_THREADS_ENV = "FLYTE_PYTORCH_LOCAL_THREADS"
 
 #: How often the agent checks its ranks in a local run or a non-elastic pod (an elastic task sets its own
-#: ``monitor_interval``). Small: a dead rank is noticed within half a second.
-LOCAL_MONITOR_INTERVAL_S = 0.5
+#: ``monitor_interval``). Small: the agent sleeps this long before its first check, so every launch lasts at least
+#: this long, and a dead rank is noticed within it; a check is a few system calls.
+LOCAL_MONITOR_INTERVAL_S = 0.05
 #: Where a local run's ranks meet: loopback only, never a routable address.
 LOCAL_ADDR = "127.0.0.1"
 #: The rendezvous backend of local and elastic runs: torch's c10d store, which needs no etcd; the very value the
@@ -381,10 +383,14 @@ def _plan_local(config: TaskConfig, environ: Mapping[str, str], *, cuda_devices:
     nodes, nproc = _cap_world(nodes, nproc, cap)
     world = nodes * nproc
     env = {"PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(nproc), "PET_MASTER_ADDR": LOCAL_ADDR}
-    rdzv_configs: dict[str, int] = {}
+    # One agent, one node, no restarts: a static rendezvous (a TCP store in the launcher, on a free port that
+    # _processes picks) is all it takes; torch's dynamic c10d rendezvous costs about a second per launch.
+    rdzv_backend = "static"
+    rdzv_configs: dict[str, int] = {"rank": 0}
     max_restarts = 0
     monitor = LOCAL_MONITOR_INTERVAL_S
     if isinstance(config, Elastic):
+        rdzv_backend = RDZV_BACKEND
         env["PET_NNODES"] = _node_range_text(nodes, max(nodes, max_nodes))
         env["PET_RDZV_BACKEND"] = RDZV_BACKEND
         max_restarts = config.max_restarts
@@ -401,7 +407,7 @@ def _plan_local(config: TaskConfig, environ: Mapping[str, str], *, cuda_devices:
         procs_per_node=nproc,
         world_size=world,
         declared_world_size=declared,
-        rdzv_backend=RDZV_BACKEND,
+        rdzv_backend=rdzv_backend,
         rdzv_endpoint=f"{LOCAL_ADDR}:0",
         max_restarts=max_restarts,
         monitor_interval=monitor,

@@ -40,6 +40,7 @@ import cloudpickle
 from flytekitplugins_pytorch._context import ContextSnapshot, snapshot_context
 from flytekitplugins_pytorch._control import ControlDir, ControlRecord, RankSpec
 from flytekitplugins_pytorch._failure import RankFailedError
+from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, PRELOAD_ENV
 from flytekitplugins_pytorch._plan import LOCAL_ADDR, ExecutionKind, LaunchPlan
 from flytekitplugins_pytorch._rank import rank_entrypoint
 
@@ -47,8 +48,15 @@ from flytekitplugins_pytorch._rank import rank_entrypoint
 LOCAL_SHUTDOWN_TIMEOUT_S = 5
 #: Signals during which a launch stops its ranks and then lets the previous handler act.
 _HANDLED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
-#: Modules the fork server imports once, before it forks any rank (the task's own module is added per launch).
-FORKSERVER_PRELOAD = ("torch", "torch.distributed", "flytekit", "flytekitplugins_pytorch._rank")
+#: Modules the fork server imports once, before it forks any rank. The task's own module is imported last, through
+#: ``_preload`` (named by ``FLYTE_PYTORCH_PRELOAD``), which keeps an error raised by its import from ending the server.
+FORKSERVER_PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "flytekit",
+    "flytekitplugins_pytorch._rank",
+    "flytekitplugins_pytorch._preload",
+)
 
 
 @dataclass(frozen=True)
@@ -103,14 +111,17 @@ def run_ranks(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) 
     spec = rank_spec(fn, kwargs, plan, control_dir=control, context=snapshot)
     local = plan.kind is ExecutionKind.LOCAL
     launch_config = _agent_config(plan, log_dir=run_dir / "torchelastic")
+    # Everything started during the launch (the fork server, the ranks, what they start) carries the launcher's pid,
+    # so that a launch attempted there is refused (``_nested.py``) instead of multiplying processes.
+    launch_env = {LAUNCHER_PID_ENV: str(os.getpid())}
     if plan.start_method == "forkserver":
-        _preload_forkserver(fn)
+        launch_env[PRELOAD_ENV] = _preload_forkserver(fn)
     saved_handlers = _install_handlers()
     interrupted: Optional[signal.Signals] = None
     failure: Optional[ChildFailedError] = None
     started = time.monotonic()
     try:
-        with EnvPatch(), _quiet_torch_logs(local):
+        with EnvPatch(launch_env), _quiet_torch_logs(local):
             try:
                 elastic_launch(launch_config, rank_entrypoint)(spec)
             except ChildFailedError as exc:
@@ -171,13 +182,16 @@ def _agent_config(plan: LaunchPlan, *, log_dir: Path) -> Any:
     from torch.distributed.launcher.api import LaunchConfig
 
     local = plan.kind is ExecutionKind.LOCAL
+    endpoint = plan.rdzv_endpoint
+    if plan.rdzv_backend == "static" and endpoint == f"{LOCAL_ADDR}:0":
+        endpoint = f"{LOCAL_ADDR}:{free_port()}"  # the static store needs a real port: ranks are told this one
     return LaunchConfig(
         min_nodes=plan.min_nodes,
         max_nodes=plan.max_nodes,
         nproc_per_node=plan.nproc_per_node,
         run_id=_run_id(plan),
         rdzv_backend=plan.rdzv_backend,
-        rdzv_endpoint=plan.rdzv_endpoint,
+        rdzv_endpoint=endpoint,
         rdzv_configs=dict(plan.rdzv_configs),
         max_restarts=plan.max_restarts,
         monitor_interval=plan.monitor_interval,
@@ -255,20 +269,21 @@ def _import_roots(fn: Callable[..., Any]) -> tuple[str, ...]:
     return () if str(root) in sys.path else (str(root),)
 
 
-def _preload_forkserver(fn: Callable[..., Any]) -> None:
+def _preload_forkserver(fn: Callable[..., Any]) -> str:
     """Have the fork server import torch, flytekit, the rank entrypoint and the task's module once.
 
     Each spawned rank would otherwise spend seconds re-importing them (about 3 s of CPU per rank on a laptop core),
     which dominated the wall time of short local runs. The server starts at the first launch and serves later ones;
-    a module that fails to import there is skipped by multiprocessing and imported by the rank as usual.
+    a module that fails to import there is skipped (``_preload``) and imported by the rank as usual.
+
+    Returns:
+        str: the value of ``FLYTE_PYTORCH_PRELOAD`` for the launch (the task's module, or ``""`` for ``__main__``).
     """
     import multiprocessing
 
-    modules = list(FORKSERVER_PRELOAD)
+    multiprocessing.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     module = getattr(fn, "__module__", None)
-    if module and module != "__main__":
-        modules.append(module)
-    multiprocessing.set_forkserver_preload(modules)
+    return module if module and module != "__main__" else ""
 
 
 class _quiet_torch_logs:

@@ -17,6 +17,7 @@ torch is imported inside functions only; this module imports without it.
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import functools
 import inspect
 import os
@@ -32,9 +33,11 @@ from typing import Any, Optional
 
 import cloudpickle
 
+from flytekitplugins_pytorch._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
 from flytekitplugins_pytorch._context import rank_context
-from flytekitplugins_pytorch._control import ControlDir, RankError, RankResult, RankSpec
+from flytekitplugins_pytorch._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
 from flytekitplugins_pytorch._failure import is_collateral
+from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
 
 #: Environment variable: collective timeout in seconds used for ``init_process_group`` calls without ``timeout=``.
 #: It wins over ``collective_timeout`` in the task config (it is the knob for one run, e.g. a local debugging session).
@@ -178,6 +181,8 @@ def _pid_alive(pid: int) -> bool:
 
 def _set_rank_env(spec: RankSpec, rank: int) -> None:
     os.environ.update(spec.env)
+    # A launch attempted in this rank (e.g. by the task's module, imported below) is refused (``_nested.py``).
+    os.environ[LAUNCHER_PID_ENV] = str(spec.parent_pid if spec.parent_pid is not None else os.getppid())
     # torch chose the port of the store the ranks meet at; publish it the way the operator does.
     os.environ.setdefault("PET_MASTER_ADDR", os.environ.get("MASTER_ADDR", ""))
     os.environ.setdefault("PET_MASTER_PORT", os.environ.get("MASTER_PORT", ""))
@@ -210,32 +215,50 @@ def rank_entrypoint(spec: RankSpec) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     rank = int(os.environ.get("RANK", "0"))
     control = ControlDir(spec.control_dir)
+    _dump_stacks_on_request(control, rank)  # before the pid is published: the signal must never find us unprepared
     control.mark_started(rank, os.getpid())
-    try:
-        _set_rank_env(spec, rank)
-        install_collective_timeout(spec.collective_timeout_s)
-        for root in reversed(spec.import_roots):
-            if root not in sys.path:
-                sys.path.insert(0, root)
-        fn = cloudpickle.loads(spec.fn_bytes)
-        kwargs = cloudpickle.loads(spec.kwargs_bytes)
-        from flytekit.core.context_manager import FlyteContextManager
+    with RankConsole(rank, enabled=prefix_enabled(os.environ.get(RANK_PREFIX_ENV))):
+        try:
+            _set_rank_env(spec, rank)
+            install_collective_timeout(spec.collective_timeout_s)
+            for root in reversed(spec.import_roots):
+                if root not in sys.path:
+                    sys.path.insert(0, root)
+            fn = cloudpickle.loads(spec.fn_bytes)
+            raise_if_refused_at_preload(getattr(fn, "__module__", None))
+            kwargs = cloudpickle.loads(spec.kwargs_bytes)
+            from flytekit.core.context_manager import FlyteContextManager
 
-        base = Path(spec.context.working_dir) if spec.context.working_dir else Path(spec.control_dir)
-        new_ctx, params = rank_context(spec.context, base / f"rank-{rank}")
-        with FlyteContextManager.with_context(new_ctx.new_builder()) as ctx:
-            value = fn(**kwargs)
-            if rank == 0:
-                control.write_result(_result(value, params, ctx))
-    except BaseException as exc:
-        report_error(control, rank, exc)
-        if is_collateral(exc):
-            # A lost peer or a collective timeout is a consequence, not a cause. Linger briefly so that the agent,
-            # which records only the first rank it sees exit, sees the real cause first (a rank killed by a signal
-            # leaves no error file; its exit code is the only trace of it). The error file is already written.
-            time.sleep(COLLATERAL_GRACE_S)
-        raise
-    control.mark_done(rank)
+            base = Path(spec.context.working_dir) if spec.context.working_dir else Path(spec.control_dir)
+            new_ctx, params = rank_context(spec.context, base / f"rank-{rank}")
+            with FlyteContextManager.with_context(new_ctx.new_builder()) as ctx:
+                value = fn(**kwargs)
+                if rank == 0:
+                    control.write_result(_result(value, params, ctx))
+        except BaseException as exc:
+            report_error(control, rank, exc)
+            if is_collateral(exc):
+                # A lost peer or a collective timeout is a consequence, not a cause. Ask the ranks still running where
+                # they are (the launcher names the one that did not arrive), and linger briefly so that the agent,
+                # which records only the first rank it sees exit, sees the real cause first (a rank killed by a signal
+                # leaves no error file; its exit code is the only trace of it). The error file is already written.
+                control.request_stacks(rank)
+                time.sleep(COLLATERAL_GRACE_S)
+            raise
+        control.mark_done(rank)
+
+
+def _dump_stacks_on_request(control: ControlDir, rank: int) -> None:
+    """Have ``faulthandler`` write this rank's Python stacks to ``rank-<n>.stack`` on ``STACK_SIGNAL``.
+
+    faulthandler writes from its C signal handler, so a rank blocked in a C call (a gloo wait, ``time.sleep``, a
+    data loader) still reports where it is. The file stays open for the life of the rank (faulthandler needs it).
+    """
+    try:
+        stack_file = open(control.stack_file(rank), "w")  # noqa: SIM115 - kept open on purpose
+        faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
+    except (OSError, ValueError, RuntimeError, AttributeError):  # no such signal here, or no file: best effort
+        pass
 
 
 def _result(value: Any, params: Any, ctx: Any) -> RankResult:

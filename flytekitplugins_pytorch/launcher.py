@@ -49,6 +49,7 @@ from flytekitplugins_pytorch._failure import (
     find_root_cause,
     to_exception,
 )
+from flytekitplugins_pytorch._nested import NestedLaunchError, refuse_nested_launch
 from flytekitplugins_pytorch._plan import (
     INPROCESS_ENV,
     LOCAL_ADDR,
@@ -69,6 +70,7 @@ __all__ = [
     "run_distributed",
     "RankFailure",
     "RankFailedError",
+    "NestedLaunchError",
     "ExecutionKind",
     "LaunchPlan",
     "plan_launch",
@@ -114,7 +116,10 @@ def run_distributed(task: DistributedTask, kwargs: dict[str, Any]) -> Any:
         flytekit.core.base_task.IgnoreOutputs: on a cluster, in every pod and rank that is not global rank 0.
         ValueError: the launch settings (``nproc_per_node``, ``FLYTE_PYTORCH_*``, the operator's variables) are
             invalid.
+        NestedLaunchError: this process is a rank (or the fork server) of another launch, typically because the
+            task's module calls its workflow at import (see ``_nested.py``).
     """
+    refuse_nested_launch(task.name)
     fn = task._task_function
     cuda_devices, cpu_count = _machine()
     plan = plan_launch(
@@ -205,6 +210,7 @@ def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
             exit_codes=result.exit_codes,
             agent_error=result.agent_error,
             elapsed_s=result.elapsed_s,
+            stacks=result.record.stacks,
         )
         raise to_exception(find_root_cause(outcomes))
     rank0 = result.record.load_result()

@@ -12,6 +12,8 @@ import contextlib
 import functools
 import inspect
 import json
+import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Optional, Union, cast
 
@@ -316,6 +318,36 @@ class _DistributedFunctionTask(PythonFunctionTask):
         from flytekitplugins_pytorch.launcher import run_distributed
 
         return run_distributed(self, kwargs)
+
+    def _write_decks(self, native_inputs: Any, native_outputs_as_map: Any, ctx: Any, new_user_params: Any) -> None:
+        """flytekit's Deck writing; on a local run, the Deck's path is printed (flytekit logs it only at INFO).
+
+        flytekit writes a local run's Deck to a new random directory of the context's file access; that directory is
+        recorded on the way, so the printed path is the file just written.
+        """
+        from flytekit.core.context_manager import FlyteContextManager
+        from flytekit.deck.deck import DECK_FILE_NAME
+
+        local = bool(ctx.execution_state and ctx.execution_state.is_local_execution())
+        if self._disable_deck is not False or not local:
+            super()._write_decks(native_inputs, native_outputs_as_map, ctx, new_user_params)
+            return
+        file_access = FlyteContextManager.current_context().file_access
+        made: list[str] = []
+        original = file_access.get_random_local_directory
+
+        def recording() -> str:
+            made.append(original())
+            return made[-1]
+
+        file_access.get_random_local_directory = recording
+        try:
+            super()._write_decks(native_inputs, native_outputs_as_map, ctx, new_user_params)
+        finally:
+            del file_access.get_random_local_directory  # the instance attribute; the method shows again
+        decks = [os.path.join(d, DECK_FILE_NAME) for d in made if os.path.isfile(os.path.join(d, DECK_FILE_NAME))]
+        if decks:
+            print(f"Deck of {self.name}: file://{decks[-1]}", file=sys.stderr, flush=True)
 
 
 class PyTorchFunctionTask(_DistributedFunctionTask, PythonFunctionTask[PyTorch]):

@@ -3,7 +3,9 @@
 A block's markers are the HTML comments directly above its opening fence (only blank lines in between):
 
 - ``<!-- no-test -->``: not run (only for snippets that need a cluster);
-- ``<!-- distributed -->``: run as real multi-process ranks (otherwise ``FLYTE_PYTORCH_INPROCESS=1``);
+- ``<!-- inprocess -->``: run with ``FLYTE_PYTORCH_INPROCESS=1`` (only where the page itself says to); every other
+  block runs the way the docs tell users to run a file: ``python file.py``, real ranks;
+- ``<!-- pyflyte-run: WF -->``: the page also says to run it with ``pyflyte run file.py WF``: the test does both;
 - ``<!-- output -->`` on a ``text`` block: the exact standard output of the Python block just above it;
 - ``<!-- snippet:NAME -->``: run by a dedicated test elsewhere (``tests/test_readme.py``).
 """
@@ -18,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
 _FENCE = re.compile(r"^(?P<fence>```+)(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
-_COMMENT = re.compile(r"<!--\s*(.*?)\s*-->\s*\Z", re.S)
+# One comment: the text between ``<!--`` and ``-->`` holds no other ``<!--`` (else a match could span several).
+_COMMENT = re.compile(r"<!--\s*((?:(?!<!--).)*?)\s*-->\s*\Z", re.S)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """The docs' code blocks are true: Python snippets run, shown outputs match, YAML and JSON parse, the site builds.
 
-Each Python block of README.md and docs/**/*.md runs in a fresh interpreter in an empty directory, in-process
-(``FLYTE_PYTORCH_INPROCESS=1``, world size 1) unless marked ``<!-- distributed -->``. A ``text`` block marked
+Each Python block of README.md and docs/**/*.md runs the way the docs tell users to run a file: saved as ``file.py``
+in an empty directory and run with ``python file.py`` (real ranks; ``FLYTE_PYTORCH_INPROCESS=1`` only for a block
+marked ``<!-- inprocess -->``), and also with ``pyflyte run file.py WF`` when marked ``<!-- pyflyte-run: WF -->``.
+Launches run under a process-count guard and a timeout, so an unguarded module-level workflow call can only fail
+the test, never load the machine. A ``text`` block marked
 ``<!-- output -->`` right after a Python block is that block's exact standard output, so error messages quoted in
 the reference are the ones the code prints today. Markers are described in ``tests/docs/markdown_blocks.py``.
 """
@@ -19,27 +22,47 @@ import pytest
 import yaml
 
 from tests.docs.markdown_blocks import ROOT, Block, all_blocks, python_with_output
+from tests.sdk.guarded_run import run_guarded
 
 PY_CASES = python_with_output()
 YAML_BLOCKS = [b for b in all_blocks() if b.lang in ("yaml", "yml") and "no-test" not in b.markers]
 JSON_BLOCKS = [b for b in all_blocks() if b.lang == "json" and "no-test" not in b.markers]
 
 
-def _env(distributed: bool) -> dict[str, str]:
+#: A snippet's launcher, fork server, resource tracker and ranks (3 at most in the docs); more means a nested launch.
+MAX_PROCS = 12
+
+
+def _env(inprocess: bool) -> dict[str, str]:
     """The environment of a snippet: ours minus FLYTE_PYTORCH_* settings, the repository importable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLYTE_PYTORCH_")}
-    if not distributed:
+    if inprocess:
         env["FLYTE_PYTORCH_INPROCESS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
+def _launches(block: Block) -> bool:
+    """The block starts ranks (it runs a workflow or task under ``__main__``): slow."""
+    return "__main__" in block.body and "inprocess" not in block.markers
+
+
+def _pyflyte_workflow(block: Block) -> str | None:
+    for marker in block.markers:
+        if marker.startswith("pyflyte-run:"):
+            return marker.split(":", 1)[1].strip()
+    return None
+
+
 def _cases() -> list:
     params = []
     for block, expected in PY_CASES:
-        marks = [pytest.mark.slow] if "distributed" in block.markers else []
-        params.append(pytest.param(block, expected, id=block.id, marks=marks))
+        marks = [pytest.mark.slow] if _launches(block) else []
+        params.append(pytest.param(block, expected, "python", id=block.id, marks=marks))
+        workflow = _pyflyte_workflow(block)
+        if workflow:
+            params.append(pytest.param(block, None, workflow, id=f"{block.id}:pyflyte", marks=[pytest.mark.slow]))
     return params
 
 
@@ -47,22 +70,27 @@ def test_there_are_snippets_to_run():
     assert len(PY_CASES) >= 5, "the docs lost their runnable examples"
 
 
-@pytest.mark.parametrize(("block", "expected"), _cases())
-def test_python_snippet_runs(block: Block, expected: Block | None, tmp_path: Path):
-    distributed = "distributed" in block.markers
-    script = tmp_path / "snippet.py"
+@pytest.mark.parametrize(("block", "expected", "how"), _cases())
+def test_python_snippet_runs(block: Block, expected: Block | None, how: str, tmp_path: Path):
+    script = tmp_path / "file.py"
     script.write_text(block.body, encoding="utf-8")
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=_env(distributed),
-        capture_output=True,
-        text=True,
-        timeout=300 if distributed else 120,
-    )
-    assert out.returncode == 0, f"{block.id} exited {out.returncode}:\n{out.stderr[-4000:]}"
+    env = _env("inprocess" in block.markers)
+    if how == "python":
+        cmd = [sys.executable, str(script)]
+    else:
+        cmd = [str(Path(sys.executable).parent / "pyflyte"), "run", str(script), how]
+    if not _launches(block) and how == "python":
+        out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, f"{block.id} exited {out.returncode}:\n{out.stderr[-4000:]}"
+        stdout = out.stdout
+    else:
+        run = run_guarded(cmd, max_procs=MAX_PROCS, timeout_s=300, cwd=str(tmp_path), env=env)
+        assert run.killed_for == "", f"{block.id} ({how}): killed: {run.killed_for}\n{run.output[-4000:]}"
+        assert run.returncode == 0, f"{block.id} ({how}) exited {run.returncode}:\n{run.output[-4000:]}"
+        assert run.leftover == [], f"{block.id} ({how}): processes left running: {run.leftover}"
+        stdout = run.output
     if expected is not None:
-        assert out.stdout.strip() == expected.body.strip(), (
+        assert stdout.strip() == expected.body.strip(), (
             f"{block.id}: the output shown at {expected.id} is not what the snippet prints today"
         )
 

@@ -62,6 +62,17 @@ def drill_task(victim: int, directory: str, fault: str) -> int:
     return _step_loop(victim, directory, fault)
 
 
+@pytorch_task(workers_count=2, collective_timeout=datetime.timedelta(seconds=HANG_TIMEOUT_S))
+def no_join_task(victim: int, directory: str, fault: str) -> int:
+    """Three ranks; ``victim`` returns without ever calling ``init_process_group`` (the others wait for it)."""
+    import os as _os
+
+    if int(_os.environ["RANK"]) == victim:
+        _note(directory, "injected")
+        return victim
+    return _step_loop(-1, directory, fault)
+
+
 def _procs_with_marker(marker: str) -> list[int]:
     """Pids whose initial environment carries ``FLYTE_DRILL_MARKER=<marker>``."""
     needle = f"{MARKER_ENV}={marker}".encode()
@@ -178,12 +189,16 @@ DRILLS = {
     ),
     "hang": (
         f"rank 1 never reaches the next collective; collective timeout {HANG_TIMEOUT_S:.0f}s",
-        "fails at the collective timeout, naming the ranks that timed out and rank 1 as still running",
+        "fails at the collective timeout; the headline names rank 1, still running, and where it was",
+    ),
+    "no_join": (
+        f"rank 1 returns without calling init_process_group; collective timeout {HANG_TIMEOUT_S:.0f}s",
+        "fails at the collective timeout, naming rank 1 as returned without joining",
     ),
     "sigterm": ("SIGTERM to the launching process while 3 ranks train", "all ranks stop, no orphans, prompt exit"),
     "sigint": ("SIGINT (Ctrl-C) to the launching process while 3 ranks train", "all ranks stop, no orphans"),
 }
-VICTIM = {"sigkill": 1, "raise": 2, "hang": 1}
+VICTIM = {"sigkill": 1, "raise": 2, "hang": 1, "no_join": 1}
 
 
 def run_drill(drill: str, bound_s: float = DEFAULT_BOUND_S) -> dict[str, Any]:
@@ -213,7 +228,8 @@ def run_drill(drill: str, bound_s: float = DEFAULT_BOUND_S) -> dict[str, Any]:
         before = set(descendants(os.getpid()))
         error: BaseException | None = None
         try:
-            drill_task(victim=VICTIM[drill], directory=directory, fault=drill)
+            task = no_join_task if drill == "no_join" else drill_task
+            task(victim=VICTIM[drill], directory=directory, fault=drill)
         except Exception as exc:  # noqa: BLE001 - the drill reports whatever came out
             error = exc
         failed_at = time.time()

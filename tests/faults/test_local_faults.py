@@ -28,12 +28,28 @@ def test_a_rank_raising_inside_a_collective_is_the_root_cause() -> None:
     assert report["leftover_procs"] == []
 
 
-def test_a_hanging_rank_fails_the_others_at_the_collective_timeout() -> None:
+def test_a_hanging_rank_is_the_headline_with_where_it_was() -> None:
     report = run_drill("hang")
-    message = str(report["error"])
-    assert "timed out" in message.lower() or "timeout" in message.lower()
-    assert "still running" in message and "[1]" in message
+    error = report["error"]
+    headline = next(line.strip() for line in str(error).splitlines() if "(of 3)" in line)
+    assert isinstance(error, RankFailure) and error.rank == 1
+    assert headline.startswith("rank 1 (of 3) did not arrive: still running at "), headline
+    assert "drills_local.py:" in headline and "in _step_loop, outside torch.distributed" in headline
+    assert "gave up waiting" in headline and ("timed out" in headline.lower() or "timeout" in headline.lower())
+    assert "--- stack of rank 1 when rank " in str(error) and "in _step_loop\n" in str(error)
     assert HANG_TIMEOUT_S - 1 <= report["detect_s"] < HANG_TIMEOUT_S + DEFAULT_BOUND_S
+    assert report["leftover_procs"] == []
+
+
+def test_a_rank_that_never_joins_is_the_headline() -> None:
+    report = run_drill("no_join")
+    error = report["error"]
+    headline = next(line.strip() for line in str(error).splitlines() if "(of 3)" in line)
+    assert isinstance(error, RankFailure) and error.rank == 1
+    expected = "rank 1 (of 3) did not arrive: its function returned without joining the others; rank "
+    assert headline.startswith(expected), headline
+    assert "gave up waiting" in headline
+    assert report["detect_s"] < HANG_TIMEOUT_S + DEFAULT_BOUND_S
     assert report["leftover_procs"] == []
 
 

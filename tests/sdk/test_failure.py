@@ -16,6 +16,7 @@ from flytekitplugins_pytorch._failure import (
     RankOutcomes,
     find_root_cause,
     is_collateral,
+    main_thread_frames,
     to_exception,
 )
 
@@ -275,3 +276,95 @@ def test_is_collateral(exc: BaseException, expected: bool) -> None:
 def test_torch_dist_errors_are_collateral() -> None:
     dist = pytest.importorskip("torch.distributed")
     assert is_collateral(dist.DistNetworkError("anything"))
+
+
+# ---------------------------------------------------------------- ranks that did not arrive -------------------------
+
+USER_SLEEP_DUMP = """Thread 0x00007f0000000002 (most recent call first):
+  File "/work/flytekitplugins_pytorch/_rank.py", line 160 in watch
+  File "/usr/lib/python3.11/threading.py", line 975 in run
+
+Current thread 0x00007f0000000001 (most recent call first):
+  File "/home/me/train.py", line 42 in step_loop
+  File "/home/me/train.py", line 60 in train
+  File "/work/flytekitplugins_pytorch/_rank.py", line 230 in rank_entrypoint
+  File "/venv/torch/distributed/elastic/multiprocessing/api.py", line 600 in _wrap
+"""
+
+IN_COLLECTIVE_DUMP = """Current thread 0x00007f0000000001 (most recent call first):
+  File "/venv/torch/distributed/distributed_c10d.py", line 2800 in all_reduce
+  File "/venv/torch/distributed/c10d_logger.py", line 81 in wrapper
+  File "/home/me/train.py", line 50 in step_loop
+  File "/work/flytekitplugins_pytorch/_rank.py", line 230 in rank_entrypoint
+"""
+
+
+def timeout_report(rank: int, at: float) -> RankError:
+    return report(
+        rank,
+        at,
+        type_name="builtins.RuntimeError",
+        message="[../gloo/transport/tcp/pair.cc:446] Timed out waiting 10000ms for send operation to complete\nmore",
+        collateral=True,
+    )
+
+
+def test_a_sleeping_rank_is_named_with_where_it_was() -> None:
+    cause = find_root_cause(
+        outcomes(timeout_report(2, 1.0), timeout_report(0, 1.1), stacks={1: USER_SLEEP_DUMP}, exit_codes={2: 1})
+    )
+    assert cause.kind is CauseKind.NOT_ARRIVED and cause.rank == 1
+    assert cause.headline == (
+        "rank 1 (of 3) did not arrive: still running at /home/me/train.py:42 in step_loop, outside "
+        "torch.distributed; rank 2 gave up waiting: RuntimeError: [../gloo/transport/tcp/pair.cc:446] Timed out "
+        "waiting 10000ms for send operation to complete"
+    )
+    assert "ranks that gave up waiting: 2 (RuntimeError), 0 (RuntimeError)" in cause.details
+    assert "--- stack of rank 1 when rank 2 gave up (most recent call first) ---" in cause.message
+    assert "  /home/me/train.py:42 in step_loop\n" in cause.message and " in watch" not in cause.message
+    exc = to_exception(cause)
+    assert type(exc) is RankFailedError and exc.rank == 1  # not the waiting rank's RuntimeError
+
+
+def test_only_the_first_of_several_dumps_is_read() -> None:
+    frames = main_thread_frames(USER_SLEEP_DUMP + USER_SLEEP_DUMP.replace("line 42", "line 43"))
+    assert [str(f) for f in frames][:2] == ["/home/me/train.py:42 in step_loop", "/home/me/train.py:60 in train"]
+
+
+def test_a_rank_that_returned_without_joining_is_named() -> None:
+    store_timeout = report(
+        0,
+        5.0,
+        type_name="torch.distributed.DistStoreError",
+        message="wait timeout after 10000ms, keys: /default_pg/0//cpu//0/1",
+        collateral=True,
+    )
+    cause = find_root_cause(outcomes(store_timeout, done={1}, stacks={2: IN_COLLECTIVE_DUMP}))
+    assert cause.kind is CauseKind.NOT_ARRIVED and cause.rank == 1
+    assert cause.headline.startswith(
+        "rank 1 (of 3) did not arrive: its function returned without joining the others; rank 0 gave up waiting: "
+        "DistStoreError: wait timeout"
+    )
+
+
+def test_ranks_waiting_in_a_collective_are_not_blamed_when_another_is_not() -> None:
+    cause = find_root_cause(
+        outcomes(timeout_report(0, 1.0), stacks={1: USER_SLEEP_DUMP, 2: IN_COLLECTIVE_DUMP}, world=3)
+    )
+    assert cause.rank == 1 and "rank 2" not in cause.headline.split(";")[0]
+
+
+def test_ranks_all_in_other_collectives_are_named_with_the_call() -> None:
+    cause = find_root_cause(outcomes(timeout_report(0, 1.0), stacks={1: IN_COLLECTIVE_DUMP}, world=2))
+    assert cause.headline.startswith(
+        "rank 1 (of 2) did not arrive: still running, waiting in torch.distributed's all_reduce called at "
+        "/home/me/train.py:50 in step_loop; rank 0 gave up waiting"
+    )
+
+
+def test_several_missing_ranks_are_listed() -> None:
+    cause = find_root_cause(outcomes(timeout_report(0, 1.0), done={2}, stacks={1: USER_SLEEP_DUMP}, world=4))
+    assert cause.headline.startswith(
+        "ranks [1, 2] (of 4) did not arrive: rank 1 still running at /home/me/train.py:42 in step_loop, outside "
+        "torch.distributed; rank 2 its function returned without joining the others; rank 0 gave up"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -173,11 +174,15 @@ from flytekit import workflow
 from flytekitplugins_pytorch import pytorch_task
 
 
-@pytorch_task(workers_count=1)
+@pytorch_task(workers_count=1, enable_deck=True)
 def hello(n: int) -> str:
+    import sys
+
     import torch
     import torch.distributed as dist
 
+    print("user print from", os.environ["RANK"])
+    print("user stderr from", os.environ["RANK"], file=sys.stderr)
     dist.init_process_group("gloo")
     t = torch.tensor([float(n)])
     dist.all_reduce(t)
@@ -206,6 +211,15 @@ def test_pyflyte_run_of_a_workflow_file(tmp_path) -> None:
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "rank 0 of 2 says 6" in out.stdout
+    # Every line a rank prints carries its rank; the launcher's own lines do not.
+    for rank in (0, 1):
+        assert f"[rank {rank}] user print from {rank}\n" in out.stdout
+        assert f"[rank {rank}] user stderr from {rank}\n" in out.stderr
+    assert "rank 0 of 2 says 6" in [line for line in out.stdout.splitlines() if not line.startswith("[rank")][-1]
+    # The Deck's path is printed at the end of the local run, and the file is there.
+    deck = re.search(r"Deck of hello_wf\.hello: file://(\S+)", out.stderr)
+    assert deck is not None, out.stderr[-2000:]
+    assert Path(deck.group(1)).is_file()
 
 
 POD_SCRIPT = """

@@ -218,10 +218,17 @@ def test_elastic_pod_plan(environ, endpoint, nnodes, restarts, backend) -> None:
 def test_local_plan_runs_every_declared_node_in_one_agent() -> None:
     plan = plan_launch(PyTorch(worker=Worker(replicas=1), nproc_per_node=2), {}, local=True, cpu_count=8)
     assert (plan.min_nodes, plan.max_nodes, plan.nproc_per_node, plan.procs_per_node) == (1, 1, 4, 2)
-    assert plan.virtual_nodes and plan.rdzv_endpoint == "127.0.0.1:0" and plan.rdzv_backend == RDZV_BACKEND
+    # One agent, fixed size: a static rendezvous (the port is picked when the agent starts).
+    assert plan.virtual_nodes and plan.rdzv_endpoint == "127.0.0.1:0" and plan.rdzv_backend == "static"
+    assert plan.rdzv_configs == {"rank": 0}
     assert plan.rank_env == {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_MASTER_ADDR": "127.0.0.1"}
     assert plan.monitor_interval == LOCAL_MONITOR_INTERVAL_S and plan.max_restarts == 0
     assert list(plan.local_ranks) == [0, 1, 2, 3]
+
+
+def test_local_elastic_plan_keeps_the_c10d_rendezvous() -> None:
+    plan = plan_launch(Elastic(nnodes="1:2"), {}, local=True, cpu_count=8)
+    assert plan.rdzv_backend == plan.rank_env["PET_RDZV_BACKEND"] == RDZV_BACKEND
 
 
 def test_local_elastic_plan_publishes_the_node_range() -> None:
