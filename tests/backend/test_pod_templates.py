@@ -40,9 +40,9 @@ def test_master_only_pvc_and_worker_only_sidecar():
     assert worker["nodeSelector"] == {"disk": "ssd", "pool": "gpu-workers"}
     assert master["nodeSelector"] == {"disk": "ssd", "pool": "training"}
     # env: the role's NCCL_DEBUG wins over the task's environment
-    env = {e["name"]: e["value"] for e in main_container(job, "Worker")["env"]}
+    env = {e["name"]: e.get("value") for e in main_container(job, "Worker")["env"]}
     assert env["NCCL_DEBUG"] == "INFO"
-    assert {e["name"]: e["value"] for e in main_container(job, "Master")["env"]}["NCCL_DEBUG"] == "WARN"
+    assert {e["name"]: e.get("value") for e in main_container(job, "Master")["env"]}["NCCL_DEBUG"] == "WARN"
     # metadata: the role's label and annotation on its pods only
     assert specs(job)["Master"]["template"]["metadata"]["labels"]["role"] == "master"
     assert "role" not in specs(job)["Worker"]["template"]["metadata"]["labels"]
@@ -135,7 +135,7 @@ def test_execution_labels_win_over_the_pod_template():
 def test_template_env_wins_over_backend_env():
     t = load("hand_pod_template")
     t["k8sPod"]["podSpec"]["containers"][0]["env"] = [{"name": "FLYTE_FAIL_ON_ERROR", "value": "false"}]
-    env = {e["name"]: e["value"] for e in main_container(build(t), "Worker")["env"]}
+    env = {e["name"]: e.get("value") for e in main_container(build(t), "Worker")["env"]}
     assert env["FLYTE_FAIL_ON_ERROR"] == "false"
 
 

@@ -110,7 +110,7 @@ def test_config_objects_carry_the_same_values(kind: str, policy: RunPolicy, expe
 
 
 def test_zero_deadline_is_rejected_at_decoration_and_in_a_template() -> None:
-    with pytest.raises(ConfigError, match=r"RunPolicy.active_deadline_seconds=0 is below 1"):
+    with pytest.raises(ConfigError, match=r"pytorch_task.active_deadline_seconds=0 is below 1"):
         pytorch_task(active_deadline_seconds=0)
     template = json_format.MessageToDict(
         get_serializable(OrderedDict(), SETTINGS, pytorch_task(train)).template.to_flyte_idl()
