@@ -225,7 +225,7 @@ def template_to_dict(template: Any) -> dict[str, Any]:
                 msg = json_format.ParseDict(dict(template), tasks_pb2.TaskTemplate(), ignore_unknown_fields=True)
             except json_format.ParseError as e:
                 raise TemplateError(f"template: not a TaskTemplate dict: {e}") from e
-            return json_format.MessageToDict(msg)
+            return _message_to_dict(msg)
         return copy.deepcopy(dict(template))
     if isinstance(template, (bytes, bytearray)):
         msg = tasks_pb2.TaskTemplate()
@@ -233,18 +233,33 @@ def template_to_dict(template: Any) -> dict[str, Any]:
             msg.ParseFromString(bytes(template))
         except DecodeError as e:
             raise TemplateError(f"template: {len(template)} bytes are not a serialized TaskTemplate: {e}") from e
-        return json_format.MessageToDict(msg)
+        return _message_to_dict(msg)
     if isinstance(template, tasks_pb2.TaskTemplate):
-        return json_format.MessageToDict(template)
+        return _message_to_dict(template)
     to_idl = getattr(template, "to_flyte_idl", None)
     if callable(to_idl):
         msg = to_idl()
         if isinstance(msg, tasks_pb2.TaskTemplate):
-            return json_format.MessageToDict(msg)
+            return _message_to_dict(msg)
     raise TemplateError(
         f"template: {type(template).__name__} is not a TaskTemplate; pass a flytekit TaskTemplate, "
         "tasks_pb2.TaskTemplate, its serialized bytes, or a dict"
     )
+
+
+def _message_to_dict(msg: Any) -> dict[str, Any]:
+    """Protobuf JSON of `msg` with every object's keys sorted. protobuf 7 iterates `Struct` and map fields (the pod
+    spec, labels, `custom`) in hash order, which changes from process to process; sorted keys make a job rendered from
+    a proto the same text on every protobuf and in every run."""
+    return _sorted_keys(json_format.MessageToDict(msg))
+
+
+def _sorted_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -132,7 +132,6 @@ def _from_pb(data: bytes) -> Optional[dict[str, Any]]:
     """`pyflyte package` writes admin TaskSpec (`<i>_<name>_1.pb`); SDKs and tests write bare TaskTemplates."""
     from flyteidl.admin import task_pb2
     from flyteidl.core import tasks_pb2
-    from google.protobuf import json_format
     from google.protobuf.message import DecodeError
 
     def usable(t: Any) -> bool:
@@ -146,7 +145,7 @@ def _from_pb(data: bytes) -> Optional[dict[str, Any]]:
             continue
         template = msg.template if wrapper is task_pb2.TaskSpec else msg
         if usable(template):
-            return json_format.MessageToDict(template)
+            return template_to_dict(template)
     return None
 
 
