@@ -32,6 +32,7 @@ def test_exactly_two_setup_commands():
         cmd = _block(f"command:{name}")
         assert "\n" not in cmd, f"the {name} command must be one line a newcomer can paste"
         assert "pip install torch==2.13.0" in cmd, "torch must be pinned first (an unpinned torch pulls CUDA)"
+        assert "pip install -c constraints.txt -e" in cmd, "the install must use the pins CI tested"
 
 
 def test_ci_runs_the_readme_test_command():
