@@ -83,7 +83,14 @@ def check_templates(templates: Sequence[Mapping[str, Any]]) -> list[tuple[str, s
 
 
 def replica_names(job: dict) -> list[tuple[str, int]]:
-    """(replica type, index) of every replica in the spec, master first."""
+    """(replica type, index) of every replica in the spec, master first.
+
+    Args:
+        job: the PyTorchJob dict.
+
+    Returns:
+        e.g. ``[("Master", 0), ("Worker", 0), ("Worker", 1)]``.
+    """
     specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
     order = [t for t in REPLICA_ORDER if t in specs] + sorted(t for t in specs if t not in REPLICA_ORDER)
     return [(rtype, i) for rtype in order for i in range(int((specs[rtype] or {}).get("replicas", 1)))]

@@ -64,7 +64,14 @@ class JobStatus:
 
 
 def parse_time(value: Any) -> datetime.datetime | None:
-    """Parse a Kubernetes RFC 3339 timestamp ("2025-01-01T00:00:00Z"); None for missing or malformed values."""
+    """Parse a Kubernetes RFC 3339 timestamp ("2025-01-01T00:00:00Z").
+
+    Args:
+        value: the timestamp as read from the API (any type).
+
+    Returns:
+        An aware datetime (UTC when the string has no zone); None for missing or malformed values.
+    """
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -75,7 +82,14 @@ def parse_time(value: Any) -> datetime.datetime | None:
 
 
 def true_conditions(job: dict) -> list[dict]:
-    """The job's conditions with status "True", oldest first (by lastTransitionTime, then list order)."""
+    """The job's conditions with status "True".
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        The true conditions, oldest first (by lastTransitionTime, then list order).
+    """
     conditions = (job.get("status") or {}).get("conditions") or []
     indexed = [(i, c) for i, c in enumerate(conditions) if isinstance(c, dict) and c.get("status") == "True"]
     epoch = datetime.datetime.min.replace(tzinfo=datetime.timezone.utc)
@@ -87,7 +101,14 @@ def true_conditions(job: dict) -> list[dict]:
 
 
 def deciding_condition(job: dict) -> dict | None:
-    """The condition that decides the phase: a true terminal one first, else the latest true one; None if none."""
+    """The condition that decides the phase.
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        A true terminal condition first, else the latest true one; None if no condition is true.
+    """
     conditions = true_conditions(job)
     for ctype in TERMINAL_CONDITIONS:
         for c in reversed(conditions):
@@ -97,13 +118,27 @@ def deciding_condition(job: dict) -> dict | None:
 
 
 def expected_replicas(job: dict) -> int:
-    """Total replicas the spec asks for (Master + Worker)."""
+    """Total replicas the spec asks for.
+
+    Args:
+        job: the PyTorchJob dict.
+
+    Returns:
+        Master + Worker replicas.
+    """
     specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
     return sum(int((s or {}).get("replicas", 1)) for s in specs.values())
 
 
 def active_replicas(job: dict) -> int:
-    """Replicas the operator reports as active in `status.replicaStatuses`."""
+    """Replicas the operator reports as active.
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        The sum of `status.replicaStatuses.*.active`.
+    """
     statuses = (job.get("status") or {}).get("replicaStatuses") or {}
     return sum(int((s or {}).get("active") or 0) for s in statuses.values())
 
