@@ -5,6 +5,8 @@ so the image that runs `pyflyte register` does not need a multi-GB torch install
 Install torch==2.13.0 first where a CPU-only wheel matters (an unpinned torch pulls CUDA packages).
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 TORCH = "torch==2.13.0"
@@ -14,7 +16,7 @@ setup(
     version="0.1.0",
     description="Flyte plugin: distributed PyTorch tasks that run locally as real multi-process jobs "
     "and on Kubernetes as Kubeflow PyTorchJobs",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",

@@ -85,6 +85,7 @@ def test_output_blocks_follow_a_python_block():
     assert orphans == []
 
 
+@pytest.mark.slow  # a whole mkdocs build (CI's readme job also runs `mkdocs build --strict` itself)
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="mkdocs is not installed (the docs extra)")
 def test_site_builds_strict(tmp_path: Path):
     out = subprocess.run(

@@ -48,6 +48,7 @@ def _stop_after_first_epoch(stats: EpochStats) -> None:
         raise Interrupted
 
 
+@pytest.mark.slow  # trains on 1200 real MNIST images (10-40 s)
 def test_resume_after_interruption_matches_uninterrupted_run(mnist_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "1")
     config = TrainConfig(epochs=2, data_dir=str(mnist_dir), **SLICE)
@@ -65,6 +66,7 @@ def test_resume_after_interruption_matches_uninterrupted_run(mnist_dir: Path, mo
         assert torch.equal(resumed.state_dict[key], value), key
 
 
+@pytest.mark.slow  # trains on 1200 real MNIST images (10-40 s)
 def test_checkpoint_from_other_inputs_is_ignored(mnist_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "1")
     one = TrainConfig(epochs=1, data_dir=str(mnist_dir), **SLICE)
