@@ -36,17 +36,14 @@ def _env(distributed: bool) -> dict[str, str]:
 
 
 def _cases() -> list:
-    params = []
-    for block, expected in PY_CASES:
-        marks = [pytest.mark.slow] if "distributed" in block.markers else []
-        params.append(pytest.param(block, expected, id=block.id, marks=marks))
-    return params
+    return [pytest.param(block, expected, id=block.id) for block, expected in PY_CASES]
 
 
 def test_there_are_snippets_to_run():
     assert len(PY_CASES) >= 5, "the docs lost their runnable examples"
 
 
+@pytest.mark.slow  # each snippet runs in a fresh interpreter that imports flytekit: seconds apiece
 @pytest.mark.parametrize(("block", "expected"), _cases())
 def test_python_snippet_runs(block: Block, expected: Block | None, tmp_path: Path):
     distributed = "distributed" in block.markers
