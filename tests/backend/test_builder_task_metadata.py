@@ -1,7 +1,7 @@
 """Task-level settings outside `custom`: secret requests, the task timeout and interruptible (spot) placement.
 
 The template `flytekit_secrets_spot.json` is what flytekit serializes for `train_on_spot` below (regenerate with
-`UPDATE_GOLDEN=1`); its golden job is `tests/data/jobs/secrets_timeout_spot.yaml` (see `GOLDEN` in
+`--update-golden`); its golden job is `tests/data/jobs/secrets_timeout_spot.yaml` (see `GOLDEN` in
 test_builder.py).
 """
 
@@ -11,7 +11,6 @@ import base64
 import copy
 import datetime
 import json
-import os
 from collections import OrderedDict
 
 import pytest
@@ -24,6 +23,7 @@ from google.protobuf import json_format, text_format
 from backend_plugin.builder import SECRET_ANNOTATION_PREFIX, SECRETS_LABEL, TemplateError, encode_secret
 from backend_plugin.config import BackendConfig, ConfigError
 from flytekitplugins_pytorch import pytorch_task
+from tests import golden as golden_files
 from tests.backend.test_builder import SPOT, TEMPLATES, build, load, pod, specs
 
 TEMPLATE = "flytekit_secrets_spot"
@@ -57,9 +57,7 @@ def test_committed_template_is_what_flytekit_serializes():
     )
     template["metadata"].pop("runtime", None)  # the flytekit version; irrelevant to the backend
     path = TEMPLATES / f"{TEMPLATE}.json"
-    if os.environ.get("UPDATE_GOLDEN") == "1":
-        path.write_text(json.dumps(template, indent=2, sort_keys=True) + "\n")
-    committed = json.loads(path.read_text())
+    committed = json.loads(golden_files.text(path, json.dumps(template, indent=2, sort_keys=True) + "\n"))
     assert committed == template
     assert committed["securityContext"] == {"secrets": [{"group": "wandb", "key": "api_key"}]}
     assert committed["metadata"]["timeout"] == "7230s" and committed["metadata"]["interruptible"] is True

@@ -2,14 +2,13 @@
 
 Every TrainJob built here passes `tests.kube_schema.assert_valid_trainjob` (the Trainer v2.3 CRD, the webhook's rules
 and the node pod the default runtime renders). Regenerate the golden files with
-`UPDATE_GOLDEN=1 pytest tests/backend/test_trainjob.py` and review the diff.
+`python -m pytest --update-golden tests/backend/test_trainjob.py` and review the diff.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import textwrap
 from pathlib import Path
 from typing import Any, Optional
@@ -22,6 +21,7 @@ from backend_plugin.config import BackendConfig
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.template import read_template
 from backend_plugin.trainjob import MANAGER, max_name_length, to_trainjob, trainjob_name, warnings
+from tests import golden as golden_files
 from tests.backend.test_builder import GKE, META, SPOT, load
 from tests.kube_schema import DNS1035, assert_valid_trainjob, trainjob_webhook_errors
 
@@ -71,10 +71,9 @@ def test_golden(golden: str):
     job = build(make(), config)
     path = GOLDEN_DIR / f"{golden}.yaml"
     rendered = yaml.safe_dump(job, sort_keys=False, width=120)
-    if os.environ.get("UPDATE_GOLDEN") == "1" or not path.exists():
-        path.write_text(rendered)
-    assert yaml.safe_load(path.read_text()) == job
-    assert path.read_text() == rendered, "key order changed; regenerate with UPDATE_GOLDEN=1 and review"
+    committed = golden_files.text(path, rendered)
+    assert yaml.safe_load(committed) == job
+    assert committed == rendered, "key order changed; regenerate with --update-golden and review"
 
 
 def test_seed_decorator_becomes_three_gpu_nodes():

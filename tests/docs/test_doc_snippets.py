@@ -58,8 +58,8 @@ def _pyflyte_workflow(block: Block) -> str | None:
 def _cases() -> list:
     params = []
     for block, expected in PY_CASES:
-        marks = [pytest.mark.slow] if _launches(block) else []
-        params.append(pytest.param(block, expected, "python", id=block.id, marks=marks))
+        # every snippet runs in a fresh interpreter that imports flytekit (seconds apiece): the slow tier
+        params.append(pytest.param(block, expected, "python", id=block.id, marks=[pytest.mark.slow]))
         workflow = _pyflyte_workflow(block)
         if workflow:
             params.append(pytest.param(block, None, workflow, id=f"{block.id}:pyflyte", marks=[pytest.mark.slow]))
@@ -113,6 +113,7 @@ def test_output_blocks_follow_a_python_block():
     assert orphans == []
 
 
+@pytest.mark.slow  # a whole mkdocs build (CI's readme job also runs `mkdocs build --strict` itself)
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="mkdocs is not installed (the docs extra)")
 def test_site_builds_strict(tmp_path: Path):
     out = subprocess.run(

@@ -4,8 +4,9 @@
   enums is documented in the section of ``docs/reference/decorator.md`` named for it; every ``BackendConfig``
   field in ``docs/reference/backend-config.md``. A new option without its row in the reference fails here.
 - Docstrings: every public symbol exported by ``flytekitplugins_pytorch`` and every public function / class (and
-  its public methods) defined in ``backend_plugin.builder`` and ``backend_plugin.connector`` has a docstring, with
-  ``Args:`` when it takes arguments, ``Returns:`` when it returns a value and ``Raises:`` when its body raises.
+  its public methods) defined in any public module of ``backend_plugin`` (found by walking the package, so a new
+  module is covered) has a docstring, with ``Args:`` when it takes arguments, ``Returns:`` when it returns a value
+  and ``Raises:`` when its body raises.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import dataclasses
 import enum
 import importlib
 import inspect
+import pkgutil
 import re
 import textwrap
 from collections.abc import Callable, Iterator
@@ -182,6 +184,22 @@ def _public_members(cls: type) -> Iterator[tuple[str, object, bool]]:
             yield attr, value, is_property
 
 
+def _backend_modules() -> list[str]:
+    """Every public module of ``backend_plugin``, found by walking the package (a new module is covered at once).
+
+    ``__main__`` (importing it runs the CLI) and private modules (``_name``) are left out.
+    """
+    package = importlib.import_module("backend_plugin")
+    names = [m.name for m in pkgutil.walk_packages(package.__path__, "backend_plugin.")]
+    return sorted(n for n in names if not any(part.startswith("_") for part in n.split(".")[1:]))
+
+
+def test_the_docstring_check_walks_every_backend_module():
+    modules = _backend_modules()
+    files = sorted(p.stem for p in (ROOT / "backend_plugin").glob("[!_]*.py"))
+    assert [m.rsplit(".", 1)[-1] for m in modules if m.count(".") == 1] == files
+
+
 def _symbols() -> list[tuple[str, object, object | None, bool]]:
     """(qualified name, object, object whose docstring documents it, is a property) for every public symbol."""
     out: list[tuple[str, object, object | None]] = []
@@ -189,7 +207,7 @@ def _symbols() -> list[tuple[str, object, object | None, bool]]:
     exported = getattr(sdk, "__all__", [n for n in dir(sdk) if not n.startswith("_")])
     for name in exported:
         out.append((f"flytekitplugins_pytorch.{name}", getattr(sdk, name), None))
-    for mod_name in ("backend_plugin.builder", "backend_plugin.connector"):
+    for mod_name in _backend_modules():
         mod = importlib.import_module(mod_name)
         for name, obj in vars(mod).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != mod_name:

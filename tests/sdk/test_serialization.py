@@ -1,14 +1,14 @@
 """Golden tests of the task template: ``custom`` and ``config`` compared exactly with tests/data/sdk/*.json.
 
-Regenerate after an intended change with ``UPDATE_GOLDEN=1 pytest tests/sdk/test_serialization.py`` and review the
-diff; this also rewrites tests/data/templates/sdk_<case>.json (whole templates, inputs of the backend's tests).
+Regenerate after an intended change with ``python -m pytest tests/sdk/test_serialization.py --update-golden`` and
+review the diff; this also rewrites tests/data/templates/sdk_<case>.json (whole templates, inputs of the backend's
+tests).
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -41,11 +41,11 @@ from flytekitplugins_pytorch import (
     Worker,
     pytorch_task,
 )
+from tests import golden as golden_files
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 GOLDEN_DIR = DATA / "sdk"
 TEMPLATE_DIR = DATA / "templates"
-UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 IMAGE = "ghcr.io/example/train:1.0"
 SETTINGS = SerializationSettings(
     project="proj",
@@ -245,11 +245,11 @@ def write_json(path: Path, data: Any) -> None:
 def test_template_matches_golden(case: str) -> None:
     template = serialize(CASES[case])
     golden_path = GOLDEN_DIR / f"{case}.json"
-    if UPDATE:
+    if golden_files.updating():
         # The golden keeps get_custom's ints (readable); the template file keeps exactly what a backend receives.
         write_json(golden_path, {**golden_of(template), "custom": CASES[case].get_custom(SETTINGS)})
         write_json(TEMPLATE_DIR / f"sdk_{case}.json", template)
-    golden = json.loads(golden_path.read_text())
+    golden = json.loads(golden_files.text(golden_path))
     assert golden_of(template) == golden
     assert CASES[case].get_custom(SETTINGS) == golden["custom"]
 
@@ -257,8 +257,8 @@ def test_template_matches_golden(case: str) -> None:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_committed_template_agrees_with_golden(case: str) -> None:
     """The whole templates handed to the backend's tests carry exactly the golden custom and config."""
-    template = json.loads((TEMPLATE_DIR / f"sdk_{case}.json").read_text())
-    assert golden_of(template) == json.loads((GOLDEN_DIR / f"{case}.json").read_text())
+    template = json.loads(golden_files.text(TEMPLATE_DIR / f"sdk_{case}.json"))
+    assert golden_of(template) == json.loads(golden_files.text(GOLDEN_DIR / f"{case}.json"))
     target = "k8sPod" if case in ("pod_template", "role_pod_templates") else "container"
     assert target in template
 
