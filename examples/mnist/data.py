@@ -7,6 +7,12 @@ files are accepted. Whatever the source, the *decompressed* bytes are checked ag
 raw IDX files (temp file + rename, so a reader never sees half a file). Later loads memory-map those raw files, so
 each rank of a distributed job pays neither decompression nor hashing.
 
+Training keeps the images as they are stored, one byte per pixel: :func:`load_raw_split` returns tensors that view a
+copy-on-write memory map of the cached files, so every rank on a node reads the same pages of the kernel's page cache
+(one 47 MB copy of the training set per node, however many ranks) and :func:`normalize` turns each batch into
+float32 when it is used. :func:`load_split` returns the whole split normalized once, for code that wants plain
+float tensors (the benchmark's classic reference).
+
 Preparation runs under an exclusive file lock on the cache directory: on each node the first process to arrive
 downloads and verifies, the others wait and then find the files ready.
 """
@@ -73,6 +79,23 @@ _DOWNLOAD_TIMEOUT_S = 30.0
 
 class MnistDataError(RuntimeError):
     """The MNIST files cannot be found, downloaded, or verified. The message says which file and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RawSplit:
+    """One split of MNIST as stored: one byte per pixel, shared between the processes of a node.
+
+    Attributes:
+        images: uint8 tensor ``(N, 1, 28, 28)`` viewing a copy-on-write memory map of the cached IDX file (pages come
+            from the page cache, shared by every process that maps the file; writing to it copies the page).
+        labels: uint8 tensor ``(N,)`` with values 0-9, mapped the same way (``.long()`` it for a loss).
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,12 +270,13 @@ def prepare_mnist(
 
 
 def _load_raw(path: Path) -> np.ndarray:
-    # Memory-map: the page cache is shared between the ranks on a node, nothing is copied until normalization.
-    return parse_idx(np.memmap(path, dtype=np.uint8, mode="r"))
+    # Copy-on-write memory map: the pages are the page cache's, shared by every process on the node that maps the
+    # file, and the array is writable (torch.from_numpy warns about read-only arrays) without touching the file.
+    return parse_idx(np.memmap(path, dtype=np.uint8, mode="c"))
 
 
-def load_split(directory: str | os.PathLike[str], split: str, limit: int = 0) -> MnistSplit:
-    """Load one split from a directory of raw, verified IDX files (see :func:`prepare_mnist`).
+def load_raw_split(directory: str | os.PathLike[str], split: str, limit: int = 0) -> RawSplit:
+    """Map one split from a directory of raw, verified IDX files (see :func:`prepare_mnist`), without copying it.
 
     Args:
         directory: the directory returned by :func:`prepare_mnist`.
@@ -260,7 +284,7 @@ def load_split(directory: str | os.PathLike[str], split: str, limit: int = 0) ->
         limit: keep only the first ``limit`` examples; 0 keeps all.
 
     Returns:
-        The split, normalized once into a float32 tensor.
+        The split as uint8 tensors over the shared page cache (see :class:`RawSplit`).
 
     Raises:
         MnistDataError: ``split`` is unknown, ``limit`` is negative, or a file is malformed.
@@ -272,23 +296,70 @@ def load_split(directory: str | os.PathLike[str], split: str, limit: int = 0) ->
     images_name, labels_name = SPLITS[split]
     images = _load_raw(Path(directory) / images_name)
     labels = _load_raw(Path(directory) / labels_name)
-    if images.shape[0] != labels.shape[0] or images.shape[1:] != (28, 28):
+    if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0] or images.shape[1:] != (28, 28):
         raise MnistDataError(f"{split}: images {images.shape} and labels {labels.shape} do not form MNIST")
     if limit:
         images, labels = images[:limit], labels[:limit]
-    # One pass: uint8 -> float32 with the normalization fused, straight into the tensor's storage.
-    x = torch.empty((images.shape[0], 1, 28, 28), dtype=torch.float32)
-    out = x.numpy().reshape(images.shape)
-    np.multiply(images, np.float32(1.0 / (STD * 255.0)), out=out, dtype=np.float32)
-    out -= np.float32(MEAN / STD)
-    y = torch.from_numpy(labels.astype(np.int64))
-    return MnistSplit(images=x, labels=y)
+    return RawSplit(images=torch.from_numpy(images).unsqueeze(1), labels=torch.from_numpy(labels))
+
+
+def normalize(images: torch.Tensor) -> torch.Tensor:
+    """Turn uint8 pixels into the network's float32 input: ``(x / 255 - MEAN) / STD``, in one pass and one buffer.
+
+    Args:
+        images: uint8 tensor of any shape (e.g. a batch ``(B, 1, 28, 28)``).
+
+    Returns:
+        A new float32 tensor of the same shape.
+    """
+    return images.to(torch.float32).mul_(1.0 / (STD * 255.0)).sub_(MEAN / STD)
+
+
+def load_split(directory: str | os.PathLike[str], split: str, limit: int = 0) -> MnistSplit:
+    """Load one split from a directory of raw, verified IDX files, normalized once into float32 tensors.
+
+    The training loop uses :func:`load_raw_split` and normalizes per batch instead (a quarter of the memory, shared
+    between ranks); this is for code that wants the whole split as plain tensors.
+
+    Args:
+        directory: the directory returned by :func:`prepare_mnist`.
+        split: ``"train"`` or ``"test"``.
+        limit: keep only the first ``limit`` examples; 0 keeps all.
+
+    Returns:
+        The split: float32 images ``(N, 1, 28, 28)`` and int64 labels.
+
+    Raises:
+        MnistDataError: ``split`` is unknown, ``limit`` is negative, or a file is malformed.
+    """
+    raw = load_raw_split(directory, split, limit)
+    return MnistSplit(images=normalize(raw.images), labels=raw.labels.to(torch.int64))
+
+
+def load_raw_mnist(
+    data_dir: str | os.PathLike[str] = "", train_limit: int = 0, test_limit: int = 0
+) -> tuple[RawSplit, RawSplit]:
+    """Prepare (find, download, verify, cache) and map both splits as uint8 (see :func:`load_raw_split`).
+
+    Args:
+        data_dir: see :func:`prepare_mnist`.
+        train_limit: keep the first ``train_limit`` training examples; 0 keeps all 60,000.
+        test_limit: keep the first ``test_limit`` test examples; 0 keeps all 10,000.
+
+    Returns:
+        ``(train, test)``.
+
+    Raises:
+        MnistDataError: see :func:`prepare_mnist` and :func:`load_raw_split`.
+    """
+    directory = prepare_mnist(data_dir)
+    return load_raw_split(directory, "train", train_limit), load_raw_split(directory, "test", test_limit)
 
 
 def load_mnist(
     data_dir: str | os.PathLike[str] = "", train_limit: int = 0, test_limit: int = 0
 ) -> tuple[MnistSplit, MnistSplit]:
-    """Prepare (find, download, verify, cache) and load both splits.
+    """Prepare (find, download, verify, cache) and load both splits, normalized (see :func:`load_split`).
 
     Args:
         data_dir: see :func:`prepare_mnist`.

@@ -37,7 +37,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .data import MnistSplit, load_mnist
+from .data import RawSplit, load_raw_mnist, normalize
 from .model import Net
 
 logger = logging.getLogger(__name__)
@@ -50,27 +50,36 @@ class TrainConfig:
     """Hyperparameters and data selection.
 
     Attributes:
-        batch_size: global batch size (split across ranks). 128 steps often enough in one epoch to pass 99%.
-        test_batch_size: batch size for evaluation (per rank); large, because evaluation has no backward pass.
+        batch_size: global batch size (split across ranks). 192: 313 steps per epoch. Fewer, larger steps cost less
+            (each step pays a fixed overhead and an all-reduce between the ranks; CPU time of one epoch on 3 ranks
+            sharing 2 cores: 21 s at 128, 20 s at 192, 17 s at 256, on a loaded machine), but too few steps learn
+            less in one epoch (test accuracy over seeds 1-6, with the learning rate scaled along: mean 99.18% at
+            128, 99.16% at 192, 99.09% at 256, about 98.8% at 512).
+        test_batch_size: batch size for evaluation (per rank). 500: the first convolution's output is 13 MB (51 MB
+            at 2000, when every rank's evaluation set the run's memory peak), and on one thread 500 was the fastest
+            of 250-2000 (0.14 s for a rank's 3,333 test images, 0.20 s at 2000).
         epochs: passes over the training set.
         learning_rate: peak learning rate of the one-cycle schedule (Adam).
-        sgd_momentum: the momentum coefficient; the optimizer is Adam, where it is the first-moment decay ``beta1``
-            (the input keeps the name of the classic example).
+        adam_beta1: Adam's ``beta1``, the decay of its running mean of gradients: the role momentum plays in the
+            classic example's SGD (named after the optimizer that uses it).
         seed: seeds the initial weights and every epoch's permutation.
         log_interval: log the loss every this many steps.
+        log_ranks: the ranks that log progress lines: ``"0"`` (the default: the loss in them is the global loss,
+            the same on every rank), ``"all"``, or comma-separated ranks such as ``"0,2"``.
         label_smoothing: cross-entropy label smoothing; 0.1 adds about 0.1-0.2 points of test accuracy here.
         train_limit: use only the first ``train_limit`` training images (0: all 60,000), for quick tests.
         test_limit: use only the first ``test_limit`` test images (0: all 10,000), for quick tests.
         data_dir: where the MNIST files are (see :func:`examples.mnist.data.prepare_mnist`).
     """
 
-    batch_size: int = 128
-    test_batch_size: int = 2000
+    batch_size: int = 192
+    test_batch_size: int = 500
     epochs: int = 1
-    learning_rate: float = 0.01
-    sgd_momentum: float = 0.9
+    learning_rate: float = 0.03
+    adam_beta1: float = 0.9
     seed: int = 1
     log_interval: int = 100
+    log_ranks: str = "0"
     label_smoothing: float = 0.1
     train_limit: int = 0
     test_limit: int = 0
@@ -88,18 +97,38 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name}={value!r} is negative; use 0 (all data) or a positive count")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
             raise ValueError(f"TrainConfig.learning_rate={self.learning_rate!r} is not positive; use e.g. 0.01")
-        if not 0 <= self.sgd_momentum < 1:
-            raise ValueError(f"TrainConfig.sgd_momentum={self.sgd_momentum!r} is out of range; use 0 <= m < 1")
+        if not 0 <= self.adam_beta1 < 1:
+            raise ValueError(f"TrainConfig.adam_beta1={self.adam_beta1!r} is out of range; use 0 <= beta1 < 1")
+        ranks = self.log_ranks.replace(" ", "").split(",")
+        if self.log_ranks.strip() != "all" and not all(r.isdigit() for r in ranks):
+            raise ValueError(
+                f"TrainConfig.log_ranks={self.log_ranks!r} is not valid; use 'all' or comma-separated ranks such as "
+                "'0' or '0,2'"
+            )
         if not 0 <= self.label_smoothing < 1:
             raise ValueError(f"TrainConfig.label_smoothing={self.label_smoothing!r} is out of range; use 0 <= x < 1")
 
+    def logs_on(self, rank: int) -> bool:
+        """Whether ``rank`` logs progress lines (see ``log_ranks``).
+
+        Args:
+            rank: a global rank.
+
+        Returns:
+            True for the ranks ``log_ranks`` names.
+        """
+        if self.log_ranks.strip() == "all":
+            return True
+        return str(rank) in self.log_ranks.replace(" ", "").split(",")
+
     def fingerprint(self) -> str:
-        """A short hash of everything that shapes the trajectory (not ``log_interval`` or ``data_dir``).
+        """A short hash of everything that shapes the trajectory (not the logging settings or ``data_dir``).
 
         Returns:
             16 hex digits; a checkpoint is only resumed by a run with the same fingerprint.
         """
-        shaping = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("log_interval", "data_dir")}
+        ignored = ("log_interval", "log_ranks", "data_dir")
+        shaping = {k: v for k, v in dataclasses.asdict(self).items() if k not in ignored}
         return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -281,8 +310,25 @@ def _all_sum(values: list[float], info: DistInfo) -> list[float]:
     return t.tolist()
 
 
+def to_inputs(images: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Turn a batch of uint8 images into the network's input on ``device``.
+
+    The bytes travel (to a GPU, a quarter of the float32 size) and are normalized there; on CPU the batch is laid out
+    channels-last, the layout oneDNN's convolutions run fastest in.
+
+    Args:
+        images: uint8 ``(B, 1, 28, 28)``.
+        device: where the model is.
+
+    Returns:
+        float32 ``(B, 1, 28, 28)`` on ``device``.
+    """
+    x = normalize(images.to(device, non_blocking=True))
+    return x.contiguous(memory_format=torch.channels_last) if device.type == "cpu" else x
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, test: MnistSplit, info: DistInfo, batch_size: int) -> float:
+def evaluate(model: nn.Module, test: RawSplit, info: DistInfo, batch_size: int) -> float:
     """Test accuracy in percent; each rank scores a disjoint slice, counts are summed exactly.
 
     Args:
@@ -300,8 +346,8 @@ def evaluate(model: nn.Module, test: MnistSplit, info: DistInfo, batch_size: int
     module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     for start in range(part.start, part.stop, batch_size):
         stop = min(start + batch_size, part.stop)
-        x = test.images[start:stop].to(info.device, non_blocking=True)
-        y = test.labels[start:stop].to(info.device, non_blocking=True)
+        x = to_inputs(test.images[start:stop], info.device)
+        y = test.labels[start:stop].to(info.device, non_blocking=True).long()
         correct += int((module(x).argmax(dim=1) == y).sum())
     total_correct, total = _all_sum([float(correct), float(part.stop - part.start)], info)
     model.train()
@@ -320,6 +366,10 @@ def _broadcast_bytes(payload: bytes | None, info: DistInfo) -> bytes | None:
     holder = [payload]
     dist.broadcast_object_list(holder, src=0)
     return holder[0]
+
+
+def _fused_ok(device: torch.device) -> bool:
+    return device.type in ("cpu", "cuda")
 
 
 def _settle_ddp_buckets(model: nn.Module, sample: torch.Tensor) -> None:
@@ -363,9 +413,12 @@ def train(
     Raises:
         examples.mnist.data.MnistDataError: the data cannot be found, downloaded or verified.
     """
+    setup_started = time.perf_counter()
     info = init_distributed()
     threads = _set_threads(info.device, info.rank, info.world_size)
-    train_set, test_set = load_mnist(config.data_dir, config.train_limit, config.test_limit)
+    joined = time.perf_counter()
+    train_set, test_set = load_raw_mnist(config.data_dir, config.train_limit, config.test_limit)
+    loaded = time.perf_counter()
 
     torch.manual_seed(config.seed)  # identical initial weights on every rank and for every world size
     net = Net().to(info.device)
@@ -373,12 +426,13 @@ def train(
         net = net.to(memory_format=torch.channels_last)
     model: nn.Module = nn.parallel.DistributedDataParallel(net) if info.backend else net
     if info.backend:
-        sample = train_set.images[:1].to(info.device)
-        if info.device.type == "cpu":
-            sample = sample.contiguous(memory_format=torch.channels_last)
-        _settle_ddp_buckets(model, sample)
-    optimizer = torch.optim.Adam(net.parameters(), lr=config.learning_rate, betas=(config.sgd_momentum, 0.999))
+        _settle_ddp_buckets(model, to_inputs(train_set.images[:1], info.device))
+    # fused: one kernel updates every parameter (CPU and CUDA), instead of several small ops per tensor and step.
+    optimizer = torch.optim.Adam(
+        net.parameters(), lr=config.learning_rate, betas=(config.adam_beta1, 0.999), fused=_fused_ok(info.device)
+    )
     steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
+    log_progress = config.logs_on(info.rank)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
         optimizer, max_lr=config.learning_rate, total_steps=config.epochs * steps_per_epoch, pct_start=0.25
     )
@@ -405,6 +459,23 @@ def train(
 
     started = time.perf_counter()
     w = info.world_size
+    if info.rank == 0:
+        logger.info(
+            "training: %d steps of %d images per epoch, %d epoch(s), %d rank(s) (%d-%d images each per step), "
+            "%d intra-op thread(s) per rank; set up in %.2f s (process group %.2f s, data %.2f s, model and "
+            "checkpoint %.2f s)",
+            steps_per_epoch,
+            config.batch_size,
+            config.epochs,
+            w,
+            config.batch_size // w,
+            -(-config.batch_size // w),
+            threads,
+            started - setup_started,
+            joined - setup_started,
+            loaded - joined,
+            started - loaded,
+        )
     for epoch in range(start_epoch, config.epochs):
         model.train()
         order = epoch_permutation(config.seed, epoch, len(train_set))
@@ -413,10 +484,8 @@ def train(
         for step in range(steps_per_epoch):
             batch = order[step * config.batch_size : (step + 1) * config.batch_size]
             mine = batch[rank_slice(len(batch), info.rank, w)]
-            x = train_set.images[mine].to(info.device, non_blocking=True)
-            if info.device.type == "cpu":
-                x = x.contiguous(memory_format=torch.channels_last)
-            y = train_set.labels[mine].to(info.device, non_blocking=True)
+            x = to_inputs(train_set.images[mine], info.device)
+            y = train_set.labels[mine].to(info.device, non_blocking=True).long()
             summed = F.cross_entropy(model(x), y, reduction="sum", label_smoothing=config.label_smoothing)
             loss = summed * (w / len(batch))  # DDP averages over ranks -> gradient of the global-batch mean
             optimizer.zero_grad(set_to_none=True)
@@ -431,15 +500,16 @@ def train(
                 count = (done - 1) % config.log_interval + 1
                 (global_interval,) = _all_sum([float(interval_loss) / count], info)
                 interval_loss.zero_()
-                logger.info(
-                    "rank %d epoch %d/%d step %d/%d loss %.4f",
-                    info.rank,
-                    epoch + 1,
-                    config.epochs,
-                    done,
-                    steps_per_epoch,
-                    global_interval,
-                )
+                if log_progress:
+                    logger.info(
+                        "rank %d epoch %d/%d step %d/%d loss %.4f",
+                        info.rank,
+                        epoch + 1,
+                        config.epochs,
+                        done,
+                        steps_per_epoch,
+                        global_interval,
+                    )
                 loss_curve.append((epoch + done / steps_per_epoch, global_interval))
                 if on_log is not None and info.rank == 0:
                     on_log(epoch * steps_per_epoch + done, {"loss": global_interval, "lr": scheduler.get_last_lr()[0]})

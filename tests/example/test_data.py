@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from examples.mnist.data import MnistDataError, load_split, parse_idx, prepare_mnist
+from examples.mnist.data import MnistDataError, load_raw_split, load_split, normalize, parse_idx, prepare_mnist
 
 
 def _idx(shape: tuple[int, ...], payload: bytes, type_code: int = 0x08) -> bytes:
@@ -116,6 +117,29 @@ def test_load_split_normalizes_once_and_limits(mnist_dir: Path, isolated_cache: 
     assert abs(float(test.images.mean())) < 0.1 and 0.9 < float(test.images.std()) < 1.1
     with pytest.raises(MnistDataError, match="split='val'"):
         load_split(directory, "val")
+
+
+def test_raw_split_maps_the_cache_file_instead_of_copying_it(mnist_dir: Path, isolated_cache: Path) -> None:
+    directory = prepare_mnist(mnist_dir)
+    raw = load_raw_split(directory, "test", limit=500)
+    assert raw.images.dtype == torch.uint8 and tuple(raw.images.shape) == (500, 1, 28, 28)
+    assert raw.labels.dtype == torch.uint8 and raw.labels[:5].tolist() == [7, 2, 1, 0, 4]
+    cache_file = directory / "t10k-images-idx3-ubyte"
+    # The ranks share one copy of the data through the page cache only if the tensor views a mapping of the file.
+    maps = Path("/proc/self/maps").read_text()
+    assert str(cache_file) in maps
+    payload = cache_file.read_bytes()[16 : 16 + 500 * 784]
+    assert raw.images.numpy().tobytes() == payload
+    raw.images[0, 0, 0, 0] = 255  # copy-on-write: the process's page changes, the shared file does not
+    assert cache_file.read_bytes()[16] == payload[0]
+
+
+def test_normalize_matches_the_whole_split_normalized_once(mnist_dir: Path, isolated_cache: Path) -> None:
+    directory = prepare_mnist(mnist_dir)
+    whole = load_split(directory, "test", limit=300)
+    raw = load_raw_split(directory, "test", limit=300)
+    assert torch.equal(normalize(raw.images[100:200]), whole.images[100:200])  # per batch == all at once, bitwise
+    assert whole.labels.dtype == torch.int64 and torch.equal(whole.labels, raw.labels.long())
 
 
 def test_raw_files_in_data_dir_are_accepted(tmp_path: Path, mnist_dir: Path, isolated_cache: Path) -> None:

@@ -1,15 +1,23 @@
-"""The MNIST workflow end to end through the real @pytorch_task decorator and local launcher (3 ranks), on a slice."""
+"""The MNIST workflow end to end through the real @pytorch_task decorator and local launcher (3 ranks), on a slice;
+its interface as ``pyflyte run`` shows it (named outputs, one line of help per input) and its Deck."""
 
 from __future__ import annotations
 
-import base64
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import torch
+from flytekit.deck import DeckField
 
 from examples.mnist.model import Net
-from examples.mnist.workflow import _plot_html, mnist_workflow, train_mnist
+from examples.mnist.workflow import _plot_html, evaluate_mnist, mnist_workflow, train_mnist
+
+ROOT = Path(__file__).resolve().parents[2]
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def test_training_task_has_two_workers_and_no_secret_by_default() -> None:
@@ -20,23 +28,83 @@ def test_training_task_has_two_workers_and_no_secret_by_default() -> None:
     assert not secrets  # W&B is off by default, so the task must not require the wandb secret
 
 
+def test_training_deck_skips_the_pip_dependency_listing() -> None:
+    # flytekit's Dependencies Deck runs `pip list` and `pip freeze` after every run of the task.
+    assert train_mnist.enable_deck
+    assert DeckField.DEPENDENCIES not in train_mnist.deck_fields
+    assert DeckField.TIMELINE in train_mnist.deck_fields
+
+
+def test_workflow_outputs_are_named() -> None:
+    assert list(mnist_workflow.python_interface.outputs) == ["accuracy", "accuracies", "model", "report"]
+    assert list(evaluate_mnist.python_interface.outputs) == ["accuracy", "report"]
+
+
+def test_every_workflow_input_has_its_own_help_line() -> None:
+    inputs = mnist_workflow.interface.inputs  # what `pyflyte run ... --help` prints for each option
+    descriptions = {name: var.description for name, var in inputs.items()}
+    assert set(descriptions) == set(train_mnist.python_interface.inputs)
+    for name, text in descriptions.items():
+        assert text and "\n" not in text and "see " not in text.lower(), (name, text)
+    assert len(set(descriptions.values())) == len(descriptions), descriptions
+
+
+def test_momentum_input_is_named_after_the_optimizer_that_uses_it() -> None:
+    assert "sgd_momentum" not in mnist_workflow.python_interface.inputs
+    assert "adam_beta1" in mnist_workflow.python_interface.inputs
+
+
+@pytest.mark.slow
+def test_pyflyte_help_shows_each_input_help() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLYTE_PYTORCH_")}
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("pyflyte")), "run", "examples/mnist/workflow.py", "mnist_workflow",
+         "--help"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = " ".join(out.stdout.split())  # rich wraps the table; compare with whitespace collapsed
+    assert "see :func:" not in text
+    assert "used more than once" not in out.stderr  # click's warning for flytekit's boolean options
+    for phrase in ("Passes over the training set", "Adam's beta1", "0 (default), all", "(0: all 10,000)"):
+        assert phrase in text, text
+
+
 @pytest.mark.e2e
 def test_workflow_on_a_slice(mnist_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MNIST_DATA_DIR", str(mnist_dir))
-    accuracies, weights, report = mnist_workflow(train_limit=6000, test_limit=1000, epochs=2, log_interval=10)
-    assert len(accuracies) == 2
-    assert accuracies[-1] > 94.0, accuracies
-    assert report.matches and report.accuracy == pytest.approx(accuracies[-1], abs=report.tolerance)
+    result = mnist_workflow(train_limit=6000, test_limit=1000, epochs=2, log_interval=10)
+    assert type(result).__name__ == "MnistResult"
+    assert len(result.accuracies) == 2
+    assert result.accuracies[-1] > 94.0, result.accuracies
+    report = result.report
+    assert report.matches and result.accuracy == report.accuracy
+    assert report.accuracy == pytest.approx(result.accuracies[-1], abs=report.tolerance)
     assert "3 rank(s) (gloo on cpu)" in report.text
     model = Net()
-    model.load_state_dict(torch.load(weights.download(), map_location="cpu", weights_only=True))
+    model.load_state_dict(torch.load(result.model.download(), map_location="cpu", weights_only=True))
 
 
-def test_deck_embeds_a_png_plot() -> None:
-    html = _plot_html([(0.5, 1.0), (1.0, 0.5)], [97.0])
-    assert html.startswith("<img")
-    data = html.split("base64,", 1)[1].split('"', 1)[0]
-    assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+def test_deck_draws_both_curves_as_inline_svg() -> None:
+    loss = [(0.25, 2.0), (0.5, 1.0), (0.75, 0.7), (1.0, 0.5), (1.5, 0.45), (2.0, 0.4)]
+    root = ET.fromstring(_plot_html(loss, [97.0, 98.5]))
+    assert root.tag == f"{SVG}svg"
+    lines = root.findall(f".//{SVG}polyline")
+    assert [len(line.get("points", "").split()) for line in lines] == [len(loss), 2]
+    loss_y = [float(p.split(",")[1]) for p in lines[0].get("points", "").split()]
+    assert loss_y == sorted(loss_y)  # falling loss: y grows downwards in SVG
+    titles = [t.text for t in root.iter(f"{SVG}text")]
+    assert "training loss (all ranks)" in titles and "test accuracy" in titles
+
+
+@pytest.mark.parametrize(
+    ("loss", "accuracies"),
+    [pytest.param([], [], id="nothing-yet"), pytest.param([(1.0, 0.5)], [99.0], id="one-point-each")],
+)
+def test_deck_handles_degenerate_curves(loss: list[tuple[float, float]], accuracies: list[float]) -> None:
+    root = ET.fromstring(_plot_html(loss, accuracies))
+    for line in root.findall(f".//{SVG}polyline"):
+        assert "nan" not in line.get("points", "") and "inf" not in line.get("points", "")
 
 
 @pytest.mark.gpu
