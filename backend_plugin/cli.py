@@ -483,6 +483,10 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     Returns:
         0 on success, 2 for bad input (message on stderr, no traceback).
+
+    Raises:
+        SystemExit: from argparse, for `--help` and for arguments it cannot parse (exit code 2). Every other error
+            of bad input is caught here and becomes the one-line message and return code 2.
     """
     parser = _parser()
     args = parser.parse_args(argv)

@@ -63,7 +63,14 @@ class Target:
         return f"{self.group}/{self.version}"
 
     def pod_selector(self, name: str) -> str:
-        """The label selector of the job's pods."""
+        """The label selector of the job's pods.
+
+        Args:
+            name: the job's name.
+
+        Returns:
+            `<pod_label>=<name>`.
+        """
         return f"{self.pod_label}={name}"
 
 

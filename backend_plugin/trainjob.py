@@ -304,7 +304,15 @@ def num_proc_per_node(
 
 def active_deadline_seconds(spec: TaskSpec, config: BackendConfig) -> Optional[int]:
     """`spec.activeDeadlineSeconds`: the task's run policy, else its Flyte timeout, else the backend default (as
-    `pytorchjob.run_policy`; a 0 counts as unset there too)."""
+    `pytorchjob.run_policy`).
+
+    Args:
+        spec: the task.
+        config: supplies `active_deadline_seconds`, the backend default.
+
+    Returns:
+        Seconds, or None for no deadline.
+    """
     deadline = spec.timeout_seconds if spec.timeout_seconds is not None else config.active_deadline_seconds
     value = spec.run_policy.active_deadline_seconds
     return value if value else deadline

@@ -10,12 +10,12 @@ from __future__ import annotations
 import warnings
 
 import yaml
-from backend_plugin.template_shape import check_task_template
 from flyteidl.core import tasks_pb2
 from google.protobuf import json_format
 
 from backend_plugin.builder import ExecutionMetadata, build_pytorchjob, template_to_dict
 from backend_plugin.config import BackendConfig
+from backend_plugin.template import check_task_template
 
 # Keys deliberately out of alphabetical order at every level that comes from a Struct or a map.
 POD_SPEC = {
@@ -90,6 +90,6 @@ def test_the_descriptor_walk_warns_nothing() -> None:
     """The shape check walks field descriptors: no deprecated descriptor API (protobuf 6 deprecates, 7 removes)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        check_task_template(TEMPLATE, ValueError)
+        check_task_template(TEMPLATE)
         template_to_dict(json_format.ParseDict(TEMPLATE, tasks_pb2.TaskTemplate()))
     assert [str(w.message) for w in caught] == []
