@@ -190,6 +190,11 @@ def _set_rank_env(spec: RankSpec, rank: int) -> None:
         os.environ["PET_RDZV_ENDPOINT"] = f"{os.environ['PET_MASTER_ADDR']}:{os.environ['PET_MASTER_PORT']}"
     if spec.virtual_nodes:
         os.environ["PET_NODE_RANK"] = str(rank // max(1, spec.nproc_per_node))
+    # init_process_group ends with a barrier: without it (torch's default since 2.3) a rank whose function returns
+    # right after joining can close its sockets while a peer is still connecting its gloo mesh, and that peer fails
+    # with "Connection closed by peer" (seen with the decorator reference's init-then-destroy snippet on a loaded
+    # machine). A value the user set wins.
+    os.environ.setdefault("TORCH_DIST_INIT_BARRIER", "1")
     if spec.threads is not None and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(spec.threads)
     threads = os.environ.get("OMP_NUM_THREADS")
