@@ -139,7 +139,9 @@ def test_mnist_example_on_a_slice_of_real_data(cluster: Cluster, templates) -> N
     env = {"MNIST_DATA_DIR": str(MNIST_DATA)}
     seen, prefix, run = cluster.run(templates["train_mnist"], inputs, iface.inputs, "mnist1", env=env)
     assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
-    assert [r.exit_code for r in run.replicas] == [0, 0, 0]
+    # As in the seed test: a worker still shutting down when the master succeeds is cleaned up, never failed.
+    assert run.replica("master-0").exit_code == 0, _logs(run)
+    assert all(r.exit_code == 0 or (r.exit_code is None and r.deleted) for r in run.replicas), _logs(run)
     outputs = harness.read_outputs(prefix, iface.outputs)
     accuracies, weights, summary = outputs["accuracies"], outputs["weights"], outputs["summary"]
     assert len(accuracies) == 1 and 50.0 < accuracies[0] <= 100.0, accuracies  # chance is 10%
