@@ -439,15 +439,16 @@ class FakeOperator:
         for replica in run.replicas:
             self._put_pod(run, replica, phase="Pending")
         for replica in run.replicas:
-            replica.process = subprocess.Popen(
-                replica.command,
-                env=replica.env,
-                cwd=REPO_ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=replica.log_path.open("wb"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            with replica.log_path.open("wb") as log:  # the replica writes through its own copy of the descriptor
+                replica.process = subprocess.Popen(
+                    replica.command,
+                    env=replica.env,
+                    cwd=REPO_ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             replica.started_at = now_rfc3339()
             self._put_pod(run, replica, phase="Running")
         running_by = "Master" if "Master" in replica_specs else "Worker"
