@@ -350,6 +350,20 @@ def process_group_alive(pgid: int) -> bool:
     return True
 
 
+def start_replica(replica: Replica) -> None:
+    """Start one replica's process in its own session, its output in its log file (as a pod's container log)."""
+    with replica.log_path.open("wb") as log:  # the replica writes through its own copy of the descriptor
+        replica.process = subprocess.Popen(
+            replica.command,
+            env=replica.env,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 class FakeOperator:
     """Plays the Kubeflow training operator and the kubelet for jobs created on a `FakeKubeApi`.
 
@@ -439,16 +453,7 @@ class FakeOperator:
         for replica in run.replicas:
             self._put_pod(run, replica, phase="Pending")
         for replica in run.replicas:
-            with replica.log_path.open("wb") as log:  # the replica writes through its own copy of the descriptor
-                replica.process = subprocess.Popen(
-                    replica.command,
-                    env=replica.env,
-                    cwd=REPO_ROOT,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            start_replica(replica)
             replica.started_at = now_rfc3339()
             self._put_pod(run, replica, phase="Running")
         running_by = "Master" if "Master" in replica_specs else "Worker"
@@ -842,15 +847,7 @@ class FakeTrainer(FakeOperator):
         for replica in run.replicas:
             self._put_pod(run, replica, phase="Pending")
         for replica in run.replicas:
-            replica.process = subprocess.Popen(
-                replica.command,
-                env=replica.env,
-                cwd=REPO_ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=replica.log_path.open("wb"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            start_replica(replica)
             replica.started_at = now_rfc3339()
             self._put_pod(run, replica, phase="Running")
         self._write_status(run)
