@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flyteidl.core.execution_pb2 import TaskExecution
 from flytekit.models.task import TaskTemplate
 
-from backend_plugin.errors import TemplateError
 from tests.connector.helpers import execution_metadata, make_connector
 from tests.e2e import harness
 from tests.e2e.harness import TRAINJOB_PET_ENV, BlobStore, FakeTrainer, JobRun
@@ -125,8 +125,10 @@ def test_failing_node_fails_the_job_naming_it(cluster: TrainerCluster, templates
     iface = worker_raises.python_interface
     seen, prefix, run, _ = cluster.run(templates["worker_raises"], {"fail_rank": 2}, iface.inputs, "tjfail")
     message = seen[-1].message
-    assert harness.phase_names(seen)[-1] == "RETRYABLE_FAILED", _logs(run) + "\n" + message
-    assert "failed (FailedJobs)" in message and "Root cause: node-2 (node): exit code 1" in message, message
+    # the contract's rule: node 2's own error document (a ValueError, not recoverable) makes it a permanent failure,
+    # and the message leads with the user's exception
+    assert harness.phase_names(seen)[-1] == "FAILED", _logs(run) + "\n" + message
+    assert "ValueError: rank 2 cannot read shard 7" in message and "failed (FailedJobs)" in message, message
     assert run.replicas[2].exit_code == 1
     assert "ValueError: rank 2 cannot read shard 7" in run.replicas[2].log()
     assert cluster.trainer.wait_processes_gone(run) == []
@@ -141,7 +143,10 @@ def test_failing_node_fails_the_job_naming_it(cluster: TrainerCluster, templates
 def test_refused_tasks_name_the_setting_and_the_alternative(
     cluster: TrainerCluster, templates, task: str, setting: str
 ) -> None:
-    with pytest.raises(TemplateError) as err:
-        cluster.connector.create(templates[task], cluster.blobs.uri("x"), None, execution_metadata(execution="tjno"))
-    assert setting in str(err.value) and "target: pytorchjob" in str(err.value)
+    # the contract's rule: a task that can never run is recorded at create (no request, no exception for propeller
+    # to retry) and reported as a permanent FAILED by the first get
+    meta = cluster.connector.create(templates[task], cluster.blobs.uri("x"), None, execution_metadata(execution="tjno"))
+    resource = cluster.connector.get(meta)
+    assert resource.phase == TaskExecution.FAILED
+    assert setting in resource.message and "target: pytorchjob" in resource.message
     assert cluster.server.jobs(TRAINJOBS) == [] and cluster.server.requests == []
