@@ -36,7 +36,7 @@ TREE = textwrap.dedent(
         block = bytearray(64 * 2**20)
         for i in range(0, len(block), 4096):
             block[i] = 1
-        time.sleep(0.6)  # still alive when the sampler looks
+        time.sleep(1.2)  # outlives its parent (which exits 0.8 s after the fork) by 0.4 s or more
         end = time.process_time() + 0.3
         while time.process_time() < end:
             pass
