@@ -138,8 +138,14 @@ def _tree(root: int) -> list[int]:
 def _label(pid: int) -> str:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return f"pid {pid}"
+    # The launcher names its fork server and its ranks (a forked server keeps the launcher's command line).
+    if comm == "pt-forkserver":
+        return "fork server, forked from pyflyte"
+    if comm.startswith("pt-rank-"):
+        return f"rank {comm[len('pt-rank-') :]}"
     words = [a.decode(errors="replace") for a in argv if a]
     if any("forkserver" in w for w in words):
         return "multiprocessing forkserver (and ranks forked from it)"
@@ -204,7 +210,9 @@ class TreeSampler(threading.Thread):
                 for pid in pids:
                     pss, _ = _pss_rss(pid)
                     total_pss += pss
-                    label, old_pss = self.per_process.get(pid, (_label(pid), 0, 0))[:2]
+                    label, old_pss = self.per_process.get(pid, ("", 0, 0))[:2]
+                    if not label or label.startswith("python"):  # a fresh fork names itself a moment later
+                        label = _label(pid)
                     self.per_process[pid] = (label, max(old_pss, pss), 0)
                 self.peak_pss = max(self.peak_pss, total_pss)
                 pss_at, pss_rss_high = now, max(pss_rss_high, total_rss)

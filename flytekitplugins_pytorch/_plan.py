@@ -96,6 +96,7 @@ class LaunchPlan:
         declared_world_size: the world size the config asks for (locally it may have been capped).
         virtual_nodes: several declared nodes run in this one agent (local runs): ``PET_NODE_RANK`` = rank // nproc.
         rdzv_configs: extra rendezvous settings (elastic timeouts, or the static rendezvous's node rank).
+        preload_modules: modules the launcher imports before it starts the ranks (``preload_modules`` of the config).
     """
 
     kind: ExecutionKind
@@ -116,6 +117,7 @@ class LaunchPlan:
     declared_world_size: int = 1
     virtual_nodes: bool = False
     rdzv_configs: dict[str, int] = field(default_factory=dict)
+    preload_modules: tuple[str, ...] = ()
 
     @property
     def local_ranks(self) -> range:
@@ -286,6 +288,7 @@ def plan_launch(
         return LaunchPlan(
             kind=ExecutionKind.IN_PROCESS,
             start_method=config.start_method,
+            preload_modules=config.preload_modules,
             collective_timeout_s=_collective_timeout_s(config),
             rank_env={"PET_NNODES": "1", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "1"},
             declared_world_size=1,
@@ -322,6 +325,7 @@ def _static_plan(config: TaskConfig, *, nnodes: int, node_rank: int, nproc: int,
     return LaunchPlan(
         kind=ExecutionKind.CLUSTER_DIRECT if nproc == 1 else ExecutionKind.CLUSTER_FANOUT,
         start_method=config.start_method,
+        preload_modules=config.preload_modules,
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=nnodes,
         max_nodes=nnodes,
@@ -400,6 +404,7 @@ def _plan_local(config: TaskConfig, environ: Mapping[str, str], *, cuda_devices:
     return LaunchPlan(
         kind=ExecutionKind.LOCAL,
         start_method=config.start_method,
+        preload_modules=config.preload_modules,
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=1,
         max_nodes=1,
@@ -441,6 +446,7 @@ def _plan_cluster_elastic(config: TaskConfig, environ: Mapping[str, str], nproc:
     return LaunchPlan(
         kind=ExecutionKind.CLUSTER_ELASTIC,
         start_method=config.start_method,
+        preload_modules=config.preload_modules,
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=min_nodes,
         max_nodes=max_nodes,

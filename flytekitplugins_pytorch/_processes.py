@@ -6,9 +6,11 @@ which ones the agent saw fail). It owns:
 
 - **the run directory**: ``pytorch-ranks-*`` under the task's working directory, with the control directory (see
   ``_control.py``) and torch's logs; removed afterwards (the rank working directories stay with the task's);
-- **the fork server**: with ``start_method="forkserver"`` (the default) multiprocessing's server preloads torch,
-  flytekit, the rank entrypoint and the task's module once per task process, so later ranks start in a fraction of a
-  second (:func:`_preload_forkserver`);
+- **the fork server**: with ``start_method="forkserver"`` (the default) multiprocessing's server is started once per
+  task process and serves every later launch. When the launching process can be forked safely it is a fork of it
+  (``_forkserver.py``: it starts at once and shares the launcher's memory); otherwise it is a fresh interpreter that
+  preloads torch, flytekit, the rank entrypoint and the task's module (:func:`_preload_forkserver`). Either way a
+  rank starts in a fraction of a second;
 - **signals**: for the whole launch, SIGTERM/SIGINT/SIGHUP/SIGQUIT make the agent stop every rank (SIGTERM, then
   SIGKILL after :data:`LOCAL_SHUTDOWN_TIMEOUT_S` locally); then the previous handler acts as if the signal had just
   arrived (default SIGTERM ends the process, default SIGINT raises ``KeyboardInterrupt``);
@@ -40,9 +42,13 @@ import cloudpickle
 from flytekitplugins_pytorch._context import ContextSnapshot, snapshot_context
 from flytekitplugins_pytorch._control import ControlDir, ControlRecord, RankSpec
 from flytekitplugins_pytorch._failure import RankFailedError
+from flytekitplugins_pytorch._forkserver import start_forked_server
 from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, PRELOAD_ENV
 from flytekitplugins_pytorch._plan import LOCAL_ADDR, ExecutionKind, LaunchPlan
 from flytekitplugins_pytorch._rank import rank_entrypoint
+from flytekitplugins_pytorch.config import ConfigError
+
+logger = logging.getLogger(__name__)
 
 #: Seconds between SIGTERM and SIGKILL when the local agent stops its ranks (torch's default, 30 s, is for pods).
 LOCAL_SHUTDOWN_TIMEOUT_S = 5
@@ -114,20 +120,28 @@ def run_ranks(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) 
     # Everything started during the launch (the fork server, the ranks, what they start) carries the launcher's pid,
     # so that a launch attempted there is refused (``_nested.py``) instead of multiplying processes.
     launch_env = {LAUNCHER_PID_ENV: str(os.getpid())}
+    if plan.start_method != "spawn":
+        import_preloads(plan.preload_modules)  # shared by every rank forked from here or from the forked server
     if plan.start_method == "forkserver":
-        launch_env[PRELOAD_ENV] = _preload_forkserver(fn)
+        launch_env[PRELOAD_ENV] = _preload_forkserver(fn, plan.preload_modules)
     saved_handlers = _install_handlers()
     interrupted: Optional[signal.Signals] = None
     failure: Optional[ChildFailedError] = None
     started = time.monotonic()
     try:
-        with EnvPatch(launch_env), _quiet_torch_logs(local):
-            try:
-                elastic_launch(launch_config, rank_entrypoint)(spec)
-            except ChildFailedError as exc:
-                failure = exc
-            except SignalException as exc:
-                interrupted = exc.sigval
+        with EnvPatch(launch_env):
+            if plan.start_method == "forkserver":
+                # Inside the patch: the server (and every rank it forks) inherits the launch's environment.
+                why_fresh = start_forked_server()
+                if why_fresh is not None:
+                    logger.debug("fork server: a fresh interpreter (%s)", why_fresh)
+            with _quiet_torch_logs(local):
+                try:
+                    elastic_launch(launch_config, rank_entrypoint)(spec)
+                except ChildFailedError as exc:
+                    failure = exc
+                except SignalException as exc:
+                    interrupted = exc.sigval
         if interrupted is None:
             return AgentResult(
                 record=ControlDir(control).read(),
@@ -269,19 +283,49 @@ def _import_roots(fn: Callable[..., Any]) -> tuple[str, ...]:
     return () if str(root) in sys.path else (str(root),)
 
 
-def _preload_forkserver(fn: Callable[..., Any]) -> str:
-    """Have the fork server import torch, flytekit, the rank entrypoint and the task's module once.
+def import_preloads(modules: tuple[str, ...]) -> None:
+    """Import the config's ``preload_modules`` in the launching process (before the ranks start).
+
+    Args:
+        modules: the module names (already checked to be names at decoration).
+
+    Raises:
+        ConfigError: a module failed to import; the message names it and the import's error.
+    """
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - any failure of the import is the setting's
+            raise ConfigError(
+                f"preload_modules={list(modules)!r}: importing {name!r} failed ({type(exc).__name__}: {exc}); "
+                "list only modules the task's environment can import",
+                field="preload_modules",
+                value=list(modules),
+            ) from exc
+
+
+def _preload_forkserver(fn: Callable[..., Any], extra: tuple[str, ...] = ()) -> str:
+    """Have a fresh fork server import torch, flytekit, the rank entrypoint, ``extra`` and the task's module once.
 
     Each spawned rank would otherwise spend seconds re-importing them (about 3 s of CPU per rank on a laptop core),
     which dominated the wall time of short local runs. The server starts at the first launch and serves later ones;
-    a module that fails to import there is skipped (``_preload``) and imported by the rank as usual.
+    a module that fails to import there is skipped (``_preload``) and imported by the rank as usual. A server forked
+    from the launcher (``_forkserver.py``) ignores the list: it holds the launcher's modules already.
+
+    Args:
+        fn: the task function (its module is preloaded last).
+        extra: the config's ``preload_modules``.
 
     Returns:
         str: the value of ``FLYTE_PYTORCH_PRELOAD`` for the launch (the task's module, or ``""`` for ``__main__``).
     """
     import multiprocessing
 
-    multiprocessing.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    # A fresh server imports these itself; the task's module comes last, through ``_preload`` (see above).
+    preload = [*FORKSERVER_PRELOAD[:-1], *extra, FORKSERVER_PRELOAD[-1]]
+    multiprocessing.set_forkserver_preload(list(dict.fromkeys(preload)))
     module = getattr(fn, "__module__", None)
     return module if module and module != "__main__" else ""
 

@@ -37,6 +37,7 @@ from flytekitplugins_pytorch._console import RANK_PREFIX_ENV, RankConsole, prefi
 from flytekitplugins_pytorch._context import rank_context
 from flytekitplugins_pytorch._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
 from flytekitplugins_pytorch._failure import is_collateral
+from flytekitplugins_pytorch._forkserver import set_process_name
 from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
 
 #: Environment variable: collective timeout in seconds used for ``init_process_group`` calls without ``timeout=``.
@@ -219,6 +220,8 @@ def rank_entrypoint(spec: RankSpec) -> None:
     # agent forwarding it) at once, as a plain Python program does, or the agent waits out its shutdown timeout.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     rank = int(os.environ.get("RANK", "0"))
+    # A rank forked from a forked fork server would otherwise carry the server's name in ``top`` and ``ps``.
+    set_process_name(f"pt-rank-{rank}")
     control = ControlDir(spec.control_dir)
     _dump_stacks_on_request(control, rank)  # before the pid is published: the signal must never find us unprepared
     control.mark_started(rank, os.getpid())

@@ -14,7 +14,7 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional, Union, cast
 
 import flytekit
@@ -466,6 +466,7 @@ def pytorch_task(
     ttl_seconds_after_finished: Optional[int] = None,
     start_method: str = PyTorch.start_method,
     collective_timeout: Optional[Any] = None,
+    preload_modules: Sequence[str] = (),
     **task_options: Any,
 ) -> Union[PyTorchFunctionTask, Callable[[Callable], PyTorchFunctionTask]]:
     """Decorate a typed function as a distributed PyTorch task (one master + ``workers_count`` workers).
@@ -506,6 +507,7 @@ def pytorch_task(
         ttl_seconds_after_finished: `RunPolicy.ttl_seconds_after_finished`.
         start_method: `PyTorch.start_method`.
         collective_timeout: `PyTorch.collective_timeout`.
+        preload_modules: `PyTorch.preload_modules`.
         **task_options: any option of flytekit's ``@task`` (``retries``, ``timeout``, ``cache``, ``cache_version``,
             ``interruptible``, ``environment``, ``container_image``, ``secret_requests``, ``pod_template``,
             ``pod_template_name``, ``requests``, ``limits``, deck options, ...).
@@ -592,6 +594,7 @@ def pytorch_task(
             gpu_resource=gpu_resource,
             start_method=start_method,
             collective_timeout=collective_timeout,
+            preload_modules=cast(tuple[str, ...], preload_modules),
         )
 
     def wrapper(fn: Callable) -> PyTorchFunctionTask:

@@ -195,6 +195,9 @@ TRAIN_DECK_FIELDS = (DeckField.SOURCE_CODE, DeckField.TIMELINE, DeckField.INPUT,
     per_replica_gpu_limit="1",
     enable_deck=True,
     deck_fields=TRAIN_DECK_FIELDS,
+    # DistributedDataParallel imports torch._dynamo when it wraps the model: import it once in the launcher, which
+    # every rank shares, instead of once per rank (about 70 MB and 1.5 s of one laptop core each).
+    preload_modules=["torch._dynamo"],
     **_EXTRA_TASK_OPTIONS,
 )
 def train_mnist(

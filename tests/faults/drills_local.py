@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from flytekitplugins_pytorch import pytorch_task
+from flytekitplugins_pytorch._forkserver import FORKED_SERVER_NAME
 
 #: Collective timeout of the hang drill; small so the drill is quick.
 HANG_TIMEOUT_S = 5.0
@@ -117,7 +118,7 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def _is_resource_tracker(pid: int) -> bool:
+def is_multiprocessing_helper(pid: int) -> bool:
     """multiprocessing's resource tracker or fork server: one each per parent process, both exit with the parent.
 
     The fork server stays between launches so that later ones start ranks in under a second; the ranks it forks
@@ -125,9 +126,11 @@ def _is_resource_tracker(pid: int) -> bool:
     """
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        return b"resource_tracker" in cmdline or b"multiprocessing.forkserver" in cmdline
+        # A server forked from the launcher keeps the launcher's command line; it names itself instead.
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return False
+    return b"resource_tracker" in cmdline or b"multiprocessing.forkserver" in cmdline or comm == FORKED_SERVER_NAME
 
 
 def _wait_gone(marker: str, within_s: float = 10.0) -> list[int]:
@@ -235,7 +238,7 @@ def run_drill(drill: str, bound_s: float = DEFAULT_BOUND_S) -> dict[str, Any]:
         failed_at = time.time()
         injected_file = Path(directory, "injected")
         start = float(injected_file.read_text()) if injected_file.exists() else failed_at
-        leftover = [pid for pid in descendants(os.getpid()) if pid not in before and not _is_resource_tracker(pid)]
+        leftover = [pid for pid in descendants(os.getpid()) if pid not in before and not is_multiprocessing_helper(pid)]
         report.update(
             {
                 "observed": f"{type(error).__name__}: {error}" if error is not None else "the task succeeded",

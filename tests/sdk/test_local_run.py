@@ -22,7 +22,7 @@ from flytekit.models.core.identifier import WorkflowExecutionIdentifier
 
 from flytekitplugins_pytorch import PyTorch, _processes, launcher
 from flytekitplugins_pytorch.launcher import RankFailure
-from tests.faults.drills_local import descendants
+from tests.faults.drills_local import descendants, is_multiprocessing_helper
 from tests.sdk import local_tasks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -32,13 +32,9 @@ def _living_children() -> list[int]:
     """Descendants of this test process, without multiprocessing's shared resource tracker (it exits with us)."""
     out = []
     for pid in descendants(os.getpid()):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
         # multiprocessing's resource tracker and fork server are per-parent helpers that exit with the parent (the
         # server is kept so later launches start ranks in under a second); any rank it forked is still counted.
-        if b"resource_tracker" not in cmdline and b"multiprocessing.forkserver" not in cmdline:
+        if not is_multiprocessing_helper(pid):
             out.append(pid)
     return out
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from flytekitplugins_pytorch._failure import NESTED_LAUNCH_HEADLINE, RankOutcomes, find_root_cause
+from flytekitplugins_pytorch._forkserver import FRESH_FORKSERVER_ENV
 from flytekitplugins_pytorch._nested import (
     LAUNCHER_PID_ENV,
     NESTED_LAUNCH_EXIT_CODE,
@@ -115,10 +116,12 @@ def test_ranks_that_refused_while_bootstrapping_are_the_headline():
     assert GUARD in cause.headline
 
 
-def _run_snippet(tmp_path: Path, how: str):
+def _run_snippet(tmp_path: Path, how: str, *, fresh_server: bool):
     script = tmp_path / "file.py"
     script.write_text(UNGUARDED_SNIPPET, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLYTE_PYTORCH_")}
+    if fresh_server:
+        env[FRESH_FORKSERVER_ENV] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     if how == "python":
         cmd = [sys.executable, str(script)]
@@ -133,11 +136,35 @@ def _run_snippet(tmp_path: Path, how: str):
 @pytest.mark.timeout(BOUND_S + 60)
 @pytest.mark.parametrize("how", ["python", "pyflyte"])
 def test_module_level_workflow_call_is_refused_in_every_rank(tmp_path: Path, how: str):
-    result = _run_snippet(tmp_path, how)
+    """With a fork server started as a fresh interpreter, every rank (and the server) imports the file again."""
+    result = _run_snippet(tmp_path, how, fresh_server=True)
     assert result.killed_for == "", f"{how}: killed by the guard: {result.killed_for}\n{result.output[-3000:]}"
     assert result.returncode not in (0, None), result.output[-3000:]
     assert GUARD in result.output, result.output[-3000:]
     assert "bootstrapping phase" not in result.output  # multiprocessing's own error never shows
     assert "refused" in result.output
+    assert result.leftover == [], f"still running after the launcher ended: {result.leftover}"
+    assert result.peak_procs <= 6, result.peak_procs
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+@pytest.mark.timeout(BOUND_S + 60)
+@pytest.mark.parametrize("how", ["python", "pyflyte"])
+def test_module_level_workflow_call_runs_as_plain_python_with_a_forked_server(tmp_path: Path, how: str):
+    """A server forked from the launcher holds the file already: no rank imports it again, so nothing multiplies.
+
+    The call then behaves as it would for a plain flytekit task: ``python file.py`` runs the workflow once;
+    ``pyflyte run file.py wf`` runs it while importing the file and once more as asked.
+    """
+    result = _run_snippet(tmp_path, how, fresh_server=False)
+    assert result.killed_for == "", f"{how}: killed by the guard: {result.killed_for}\n{result.output[-3000:]}"
+    assert result.returncode == 0, result.output[-3000:]
+    assert "refused" not in result.output
+    expected = ["hello: rank 0 of 2, node 0", "hello: rank 1 of 2, node 1"]
+    # The module's own loop prints each line once; pyflyte then prints the outputs of its run as a list.
+    assert [line for line in result.output.splitlines() if line.startswith("hello: rank")] == expected
+    if how == "pyflyte":
+        assert str(expected) in result.output, result.output[-3000:]
     assert result.leftover == [], f"still running after the launcher ended: {result.leftover}"
     assert result.peak_procs <= 6, result.peak_procs

@@ -1,0 +1,37 @@
+"""A task for tests/sdk/test_forkserver.py; a module (not a test file) so a fresh fork server can import it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from flytekit import workflow
+
+from flytekitplugins_pytorch import pytorch_task
+
+#: A standard-library module nothing else here imports: present in a rank only when it was preloaded.
+PRELOADED = "xml.dom.minidom"
+
+
+@pytorch_task(workers_count=1, preload_modules=[PRELOADED])
+def report() -> list[dict]:
+    """Every rank's parent pid, process name and whether :data:`PRELOADED` was there before the task ran."""
+    import torch.distributed as dist
+
+    mine = {
+        "parent": os.getppid(),
+        "name": Path(f"/proc/{os.getpid()}/comm").read_text().strip(),
+        "preloaded": PRELOADED in sys.modules,
+    }
+    dist.init_process_group("gloo")
+    everyone: list[dict] = [{}] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    dist.destroy_process_group()
+    return everyone
+
+
+@workflow
+def report_wf() -> list[dict]:
+    """Run :func:`report` once."""
+    return report()

@@ -1,0 +1,140 @@
+"""The fork server forked from the launcher (``_forkserver.py``) and ``preload_modules``.
+
+The launches run in fresh interpreters: whether the launcher may be forked depends on the process's history (an
+OpenMP team, a fork server already running), which the test process must not carry into other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flytekitplugins_pytorch import Elastic, PyTorch, pytorch_task
+from flytekitplugins_pytorch._forkserver import FRESH_FORKSERVER_ENV, fork_refusal
+from flytekitplugins_pytorch._processes import import_preloads
+from flytekitplugins_pytorch.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+LINUX, SUPPORTED = "linux", (3, 11)
+
+
+@pytest.mark.parametrize(
+    ("environ", "platform", "version", "expected"),
+    [
+        pytest.param({}, LINUX, SUPPORTED, None, id="linux 3.11"),
+        pytest.param({}, LINUX, (3, 10), None, id="oldest supported"),
+        pytest.param({}, LINUX, (3, 13), None, id="newest supported"),
+        pytest.param({FRESH_FORKSERVER_ENV: "1"}, LINUX, SUPPORTED, FRESH_FORKSERVER_ENV, id="opted out"),
+        pytest.param({FRESH_FORKSERVER_ENV: "0"}, LINUX, SUPPORTED, None, id="opt-out off"),
+        pytest.param({}, "darwin", SUPPORTED, "not safe on darwin", id="macOS"),
+        pytest.param({}, LINUX, (3, 14), "Python 3.14", id="3.14 authenticates its clients"),
+    ],
+)
+def test_fork_refusal(environ, platform, version, expected) -> None:
+    reason = fork_refusal(environ, platform=platform, version=version)
+    if expected is None:
+        assert reason is None
+    else:
+        assert reason is not None and expected in reason
+
+
+# A fresh interpreter launches a 2-rank task (each rank reports its parent's pid and name, and whether a preloaded
+# module is already there), optionally after a parallel torch op, and prints what it saw as JSON.
+_PROBE = textwrap.dedent(
+    """
+    import json, multiprocessing.forkserver as mpf, os, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from tests.sdk.forkserver_tasks import report_wf
+    if sys.argv[2] == "openmp":
+        import torch
+        torch.set_num_threads(2)
+        a = torch.ones(1 << 20)
+        (a * 2).sum()  # a parallel region in the launcher: GNU OpenMP's team now exists here
+    first = report_wf()
+    server = mpf._forkserver._forkserver_pid
+    second = report_wf()
+    print(json.dumps({
+        "launcher": os.getpid(),
+        "launcher_cmdline": Path(f"/proc/{os.getpid()}/cmdline").read_bytes().decode(),
+        "server": server,
+        "server_comm": Path(f"/proc/{server}/comm").read_text().strip(),
+        "server_cmdline": Path(f"/proc/{server}/cmdline").read_bytes().decode(),
+        "first": first, "second": second,
+    }))
+    """
+)
+
+
+def _probe(mode: str, env_extra: dict[str, str] | None = None) -> dict:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLYTE_PYTORCH_")}
+    env.update(env_extra or {})
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(ROOT), mode],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not sys.platform.startswith("linux") or sys.version_info >= (3, 14), reason="forks on Linux only")
+def test_a_clean_launcher_is_forked_into_the_server_and_its_modules_are_shared() -> None:
+    seen = _probe("clean")
+    assert seen["server_comm"] == "pt-forkserver"
+    assert seen["server_cmdline"] == seen["launcher_cmdline"]  # a fork: the same command line, not a new `python -c`
+    for run in (seen["first"], seen["second"]):  # the second launch is served by the same server
+        assert [r["parent"] for r in run] == [seen["server"]] * 2
+        assert [r["name"] for r in run] == ["pt-rank-0", "pt-rank-1"]
+        assert all(r["preloaded"] for r in run), run  # imported by the launcher, inherited by every rank
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mode", ["openmp", "opt-out"])
+def test_a_launcher_that_cannot_be_forked_gets_a_fresh_server(mode: str) -> None:
+    """After a parallel op a forked rank would hang in its first one; the opt-out asks for a fresh server."""
+    seen = _probe("openmp" if mode == "openmp" else "clean", {FRESH_FORKSERVER_ENV: "1"} if mode == "opt-out" else {})
+    assert "multiprocessing.forkserver" in seen["server_cmdline"]  # multiprocessing's own: python -c '...main(...)'
+    assert seen["server_comm"] != "pt-forkserver"
+    for run in (seen["first"], seen["second"]):
+        assert [r["parent"] for r in run] == [seen["server"]] * 2
+        assert all(r["preloaded"] for r in run), run  # a fresh server preloads preload_modules itself
+
+
+def test_preload_modules_are_checked_at_decoration() -> None:
+    assert PyTorch(preload_modules=["json", "torch._dynamo", "json"]).preload_modules == ("json", "torch._dynamo")
+    assert Elastic(preload_modules=("json",)).preload_modules == ("json",)
+    cases = [
+        ("torch._dynamo", "one string, not a list"),
+        (7, "not a list of module names (int)"),
+        (["torch..dynamo"], "'torch..dynamo' is not a dotted module name"),
+        (["ok", 3], "3 is not a dotted module name"),
+        (["torch._dynamo\n"], "is not a dotted module name"),
+    ]
+    for value, says in cases:
+        with pytest.raises(ConfigError, match="preload_modules") as info:
+            pytorch_task(workers_count=1, preload_modules=value)
+        assert says in str(info.value) and 'e.g. ["torch._dynamo"]' in str(info.value)
+        assert info.value.field == "pytorch_task.preload_modules"  # the keyword as typed
+
+
+def test_a_preload_that_fails_to_import_names_the_module_and_the_error() -> None:
+    import_preloads(("json",))
+    with pytest.raises(ConfigError) as info:
+        import_preloads(("json", "no_such_module_for_this_test"))
+    message = str(info.value)
+    assert "importing 'no_such_module_for_this_test' failed (ModuleNotFoundError" in message
+    assert message.startswith("preload_modules=['json', 'no_such_module_for_this_test']")
