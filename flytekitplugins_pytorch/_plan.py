@@ -44,8 +44,10 @@ LOCAL_THREADS_ENV = "FLYTE_PYTORCH_LOCAL_THREADS"
 
 #: How often the agent checks its ranks in a local run or a non-elastic pod (an elastic task sets its own
 #: ``monitor_interval``). Small: the agent sleeps this long before its first check, so every launch lasts at least
-#: this long, and a dead rank is noticed within it; a check is a few system calls.
-LOCAL_MONITOR_INTERVAL_S = 0.05
+#: this long, and a dead rank is noticed within it. A check is a few system calls (about 0.2 ms, so 1% of a core at
+#: this interval); 50 ms instead made a warm 3-rank launch 1.9x the floor of ``benchmarks/plugin_overhead.py``
+#: rather than 1.5x.
+LOCAL_MONITOR_INTERVAL_S = 0.02
 #: Where a local run's ranks meet: loopback only, never a routable address.
 LOCAL_ADDR = "127.0.0.1"
 #: The rendezvous backend of local and elastic runs: torch's c10d store, which needs no etcd; the very value the
