@@ -27,7 +27,8 @@ flatters us: the script warns when the 1-minute load average is above 0.5 or oth
 starts, and when torch has no compiled bytecode (every process would compile it again). Report figures from a quiet
 machine.
 
-Usage: ``MNIST_DATA_DIR=../shared/data/mnist python benchmarks/mnist_time_to_accuracy.py [--runs 3] [--detail]``
+Usage: ``MNIST_DATA_DIR=../shared/data/mnist python benchmarks/mnist_time_to_accuracy.py [--runs 3] [--detail]
+[--json PATH]``
 (the data dir defaults to ``../shared/data/mnist`` relative to the repository root).
 """
 
@@ -459,6 +460,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="alternate the two runs this many times; print medians")
     parser.add_argument("--only", choices=("reference", "ours"), help="run only one side (no ratios)")
     parser.add_argument("--detail", action="store_true", help="print each process's peak PSS and RSS")
+    parser.add_argument("--json", metavar="PATH", help="also write the runs, medians and ratios to PATH as JSON")
     args = parser.parse_args()
     data_dir = os.environ.get("MNIST_DATA_DIR") or str((REPO / ".." / "shared" / "data" / "mnist").resolve())
     if args.reference_only:
@@ -466,6 +468,7 @@ def main() -> None:
         return
     if args.runs < 1:
         parser.error(f"--runs={args.runs} is not valid; use 1 or more")
+    load_before = os.getloadavg()[0]
     warnings = quiet_warnings()
     for warning in warnings:
         print(f"WARNING: {warning}; figures are distorted", file=sys.stderr)
@@ -521,6 +524,38 @@ def main() -> None:
         )
         met = wall <= WALL_GOAL and pss <= PSS_GOAL and ours.accuracy >= MIN_ACCURACY
         print("goals met" if met else "goals NOT met", "(with the warnings above)" if warnings else "")
+    if args.json:
+        Path(args.json).write_text(json.dumps(_as_json(results, medians, load_before, warnings), indent=1))
+
+
+def _as_json(
+    results: dict[str, list[Run]], medians: dict[str, Run], load_before: float, warnings: list[str]
+) -> dict[str, object]:
+    """What ``--json`` writes: every run and the median of each side (times in s, memory in MiB), and the ratios."""
+
+    def fields(run: Run) -> dict[str, float]:
+        return {
+            "wall_s": run.wall_s,
+            "exit_s": run.exit_s,
+            "start_s": run.to_train_s,
+            "train_s": run.to_accuracy_s - run.to_train_s,
+            "cpu_s": run.cpu_s,
+            "pss_mib": run.peak_pss / MIB,
+            "rss_mib": run.peak_rss / MIB,
+            "accuracy": run.accuracy,
+        }
+
+    out: dict[str, object] = {
+        "load_before": load_before,
+        "warnings": warnings,
+        "runs": {side: [fields(r) for r in runs] for side, runs in results.items()},
+        "medians": {side: fields(run) for side, run in medians.items()},
+        "goals": {"wall": WALL_GOAL, "pss": PSS_GOAL, "accuracy": MIN_ACCURACY},
+    }
+    if len(medians) == 2:
+        ref, ours = medians["reference"], medians["ours"]
+        out["ratios"] = {"wall": ours.wall_s / ref.wall_s, "pss": ours.peak_pss / ref.peak_pss}
+    return out
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 Usage::
 
     python benchmarks/plugin_overhead.py [--import-runs 7] [--serialize-runs 200] [--launch-runs 5] [--first-runs 3]
+                                         [--json PATH]
 
 The goals (issue 14): warm launch <= 2x the floor, first launch <= 1.5 s, on a quiet machine; the load average is
 printed first because a loaded machine changes these figures several-fold.
@@ -24,6 +25,7 @@ Figures on a shared or busy machine are noisy: compare columns of one run, not r
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -43,6 +45,10 @@ from flytekit.tools.translator import get_serializable  # noqa: E402
 from flytekitplugins_pytorch import pytorch_task  # noqa: E402
 
 SETTINGS = SerializationSettings(image_config=ImageConfig(default_image=Image(name="d", fqn="img", tag="1")))
+
+
+#: What ``--json`` writes: every figure printed, by name (milliseconds unless the name says otherwise).
+FIGURES: dict[str, float] = {}
 
 
 def _seed(batch_size: int, epochs: int, learning_rate: float) -> list[float]:
@@ -148,6 +154,7 @@ def bench_import(runs: int) -> None:
     print(f"(a) import, median of {runs} fresh interpreters")
     print(f"    {'import flytekit (plugins hidden)':<52} {fk * 1e3:8.1f} ms")
     print(f"    {'import flytekitplugins_pytorch on top':<52} {plugin * 1e3:8.1f} ms  (+{plugin / fk:.1%})")
+    FIGURES.update(import_flytekit_ms=fk * 1e3, import_plugin_ms=plugin * 1e3)
 
 
 def _per_call(fn: Callable[[], object], runs: int) -> float:
@@ -166,6 +173,7 @@ def bench_serialize(runs: int) -> None:
     print(f"(b) serialization (get_serializable), median of {runs}")
     print(f"    {'seed @pytorch_task':<52} {ours * 1e3:8.3f} ms")
     print(f"    {'same function as plain @task':<52} {plain * 1e3:8.3f} ms")
+    FIGURES.update(serialize_ms=ours * 1e3, serialize_plain_ms=plain * 1e3)
 
 
 def bench_launch(runs: int, first_runs: int) -> None:
@@ -212,6 +220,16 @@ def bench_launch(runs: int, first_runs: int) -> None:
     print(f"    {'same, the task module imports torch at the top':<52} {with_torch * 1e3:8.1f} ms")
     print(f"    {'trivial task, FLYTE_PYTORCH_INPROCESS=1 (world 1)':<52} {inprocess * 1e3:8.1f} ms")
     print(f"    {'same function as plain @task':<52} {plain * 1e3:8.1f} ms")
+    FIGURES.update(
+        floor_ms=floor * 1e3,
+        warm_ms=warm * 1e3,
+        warm_ratio=warm / floor,
+        first_ms=first * 1e3,
+        first_torch_import_ms=torch_s * 1e3,
+        first_module_imports_torch_ms=with_torch * 1e3,
+        inprocess_ms=inprocess * 1e3,
+        plain_task_ms=plain * 1e3,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -225,12 +243,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--serialize-runs", type=int, default=200)
     parser.add_argument("--launch-runs", type=int, default=5)
     parser.add_argument("--first-runs", type=int, default=3)
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     args = parser.parse_args(argv)
+    FIGURES["load_before"] = os.getloadavg()[0]
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"python {sys.version.split()[0]}, flytekit {flytekit.__version__}, {os.cpu_count()} CPUs, load {load}")
     bench_import(args.import_runs)
     bench_serialize(args.serialize_runs)
     bench_launch(args.launch_runs, args.first_runs)
+    if args.json:
+        Path(args.json).write_text(json.dumps(FIGURES, indent=1))
 
 
 if __name__ == "__main__":
