@@ -16,7 +16,7 @@ Forking the launcher is refused (and the fresh interpreter used, as before) when
 
 - the platform is not Linux (forking is unsafe on macOS), or Python's fork server is not the one this was written
   against (3.10 to 3.13; 3.14 authenticates its clients), or the fork server already runs;
-- CUDA is initialized in the launcher (a forked child cannot use it);
+- CUDA is initialized in the launcher, or its driver library is loaded there (a forked child cannot use CUDA);
 - the launcher has started an OpenMP thread team (it ran a parallel torch op): GNU OpenMP does not survive a fork, and
   a forked child hangs in its first parallel op. :func:`openmp_survives_fork` tests exactly that in a throwaway fork;
 - ``FLYTE_PYTORCH_FRESH_FORKSERVER=1`` is set (always start a fresh interpreter).
@@ -38,6 +38,7 @@ import threading
 import traceback
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Optional
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,30 @@ def fork_refusal(environ: Mapping[str, str], *, platform: str, version: tuple[in
     return None
 
 
+#: Shared libraries whose presence in the launcher means a GPU driver may be initialized there: the CUDA driver
+#: (``cuInit``, which ``torch.cuda.is_available()`` calls unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1``) and ROCm's HIP
+#: runtime. A forked child then fails its first CUDA call ("Cannot re-initialize CUDA in forked subprocess"). NVML
+#: (``libnvidia-ml``, what ``torch.cuda.device_count()`` reads) is safe to fork.
+GPU_DRIVER_LIBRARIES = ("libcuda.so", "libamdhip64.so")
+
+
+def gpu_driver_loaded(maps: str) -> Optional[str]:
+    """The GPU driver library mapped into a process, from the text of its ``/proc/<pid>/maps``. Pure.
+
+    Args:
+        maps: the text of ``/proc/<pid>/maps``.
+
+    Returns:
+        Optional[str]: the library's file name, or ``None``.
+    """
+    for line in maps.splitlines():
+        name = line.rsplit("/", 1)[-1] if "/" in line else ""
+        for library in GPU_DRIVER_LIBRARIES:
+            if name.startswith(library):
+                return name
+    return None
+
+
 def torch_refusal() -> Optional[str]:
     """Why the launcher must not be forked, from torch's state in it (``None``: it can be).
 
@@ -87,6 +112,12 @@ def torch_refusal() -> Optional[str]:
             return "CUDA is initialized in the launching process"
     except Exception:  # noqa: BLE001 - a torch without a working CUDA module has no CUDA state to inherit
         pass
+    try:
+        driver = gpu_driver_loaded(Path("/proc/self/maps").read_text())
+    except OSError:
+        driver = None
+    if driver is not None:
+        return f"a GPU driver is loaded in the launching process ({driver}: a CUDA call ran there)"
     if not openmp_survives_fork():
         return "the launching process started an OpenMP thread team (a forked child would hang in its next parallel op)"
     return None

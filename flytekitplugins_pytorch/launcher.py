@@ -149,12 +149,17 @@ def _is_local_execution() -> bool:
 
 
 def _machine() -> tuple[int, int]:
-    """(visible CUDA devices, usable CPUs) without initialising CUDA in this process when torch lacks it."""
+    """(visible CUDA devices, usable CPUs), without initialising CUDA in this process where NVML can count.
+
+    ``torch.cuda.device_count()`` asks NVML, which leaves the process safe to fork (0 without a CUDA build);
+    ``torch.cuda.is_available()`` would initialise the CUDA driver, and ranks forked from this process could then not
+    use CUDA (see ``_forkserver.py``).
+    """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
         import torch
 
-        cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        cuda = torch.cuda.device_count()
     except ImportError:
         cuda = 0
     return cuda, cpus

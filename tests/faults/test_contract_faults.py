@@ -17,15 +17,23 @@ LEADS_WITH = {
 }
 
 
-def _check(row: dict, case: str, worker: str) -> None:
-    """The phase, Flyte's retry, and a message that leads with the user's exception or names the killed replica."""
+def _check(row: dict, case: str, worker: str, *, others_may_be_unreported: bool = False) -> None:
+    """The phase, Flyte's retry, and a message that leads with the user's exception or names the killed replica.
+
+    ``others_may_be_unreported``: the replicas that lost their peer are real processes, and the job is failed (and
+    read) as soon as the killed replica is gone; whether their own error documents landed before that read is a race
+    the real operator has too. The phase and the root cause are the same either way; only the note differs.
+    """
     observed = row["observed"]
     assert observed["flyte_retries"] is RETRIED[case], observed["full_message"]
     assert observed["phase"] == ("RETRYABLE_FAILED" if RETRIED[case] else "FAILED")
     assert observed["message"].startswith(LEADS_WITH[case].format(worker=worker)), observed["full_message"]
     if case == "oom-killed":
         assert f"Root cause: {worker} (pytorch): OOMKilled, exit code 137" in observed["full_message"]
-        assert f"{worker} was stopped by the system before any task error" in observed["full_message"]
+        notes = [f"({worker} was stopped by the system before any task error, a retryable failure; the other replicas"]
+        if others_may_be_unreported:
+            notes.append("(no error document: the replicas stopped before the task could report one; a retryable")
+        assert any(note in observed["full_message"] for note in notes), observed["full_message"]
     assert row["leftover"] == 0
 
 
@@ -45,7 +53,7 @@ def test_drill_13_end_to_end(case: str, tmp_path) -> None:
     row = drills.drill_e2e(case, tmp_path)
     observed = row["observed"]
     assert "operator_errors" not in observed, observed["operator_errors"]
-    _check(row, case, "worker-0")  # rank 1 is the only worker
+    _check(row, case, "worker-0", others_may_be_unreported=True)  # rank 1 is the only worker
     text = {"non-recoverable": NON_RECOVERABLE, "recoverable": RECOVERABLE}.get(case)
     if text is not None:
         assert text in observed["message"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flytekitplugins_pytorch import Elastic, PyTorch, pytorch_task
-from flytekitplugins_pytorch._forkserver import FRESH_FORKSERVER_ENV, fork_refusal
+from flytekitplugins_pytorch._forkserver import FRESH_FORKSERVER_ENV, fork_refusal, gpu_driver_loaded
 from flytekitplugins_pytorch._processes import import_preloads
 from flytekitplugins_pytorch.config import ConfigError
 
@@ -41,6 +41,24 @@ def test_fork_refusal(environ, platform, version, expected) -> None:
         assert reason is None
     else:
         assert reason is not None and expected in reason
+
+
+_MAPS = """\
+7f1c2a000000-7f1c2a200000 r-xp 00000000 fe:00 123 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f1c2b000000-7f1c2b100000 r-xp 00000000 fe:00 456 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.104.05
+7f1c2c000000-7f1c2c100000 r-xp 00000000 fe:00 789 /opt/venv/lib/python3.11/site-packages/torch/lib/libcudart.so.12
+7ffd1c000000-7ffd1c021000 rw-p 00000000 00:00 0 [stack]
+"""
+
+
+def test_a_loaded_gpu_driver_is_found_in_the_maps() -> None:
+    # NVML and the CUDA runtime library alone (torch imported, devices counted through NVML) are safe to fork.
+    assert gpu_driver_loaded(_MAPS) is None
+    driver = "7f1c2d000000-7f1c2d900000 r-xp 00000000 fe:00 999 /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05\n"
+    assert gpu_driver_loaded(_MAPS + driver) == "libcuda.so.535.104.05"
+    hip = "7f1c2e000000-7f1c2e100000 r-xp 00000000 fe:00 998 /opt/rocm/lib/libamdhip64.so.6.2.0\n"
+    assert gpu_driver_loaded(hip + _MAPS) == "libamdhip64.so.6.2.0"
+    assert gpu_driver_loaded(Path("/proc/self/maps").read_text()) is None  # this machine's torch has no CUDA
 
 
 # A fresh interpreter launches a 2-rank task (each rank reports its parent's pid and name, and whether a preloaded
