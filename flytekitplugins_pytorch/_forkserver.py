@@ -127,8 +127,15 @@ def _fork_quietly() -> int:
     """``os.fork()``, without Python 3.12's warning that forking a multi-threaded process may deadlock the child.
 
     The children forked here run no code that could wait on a lock another thread of the parent held: the probe runs
-    one torch op, the fork server runs multiprocessing's loop (and is what the ranks are forked from).
+    one torch op, the fork server runs multiprocessing's loop (and is what the ranks are forked from). Python's
+    standard streams are flushed first, as multiprocessing does before a fork: text the launcher printed but had not
+    yet written (a pipe is block-buffered) would otherwise be written again by every rank.
     """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, ValueError, OSError):
+            pass  # no stream, or a closed one: nothing buffered to duplicate
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         return os.fork()

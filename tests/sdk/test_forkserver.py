@@ -74,6 +74,7 @@ _PROBE = textwrap.dedent(
         torch.set_num_threads(2)
         a = torch.ones(1 << 20)
         (a * 2).sum()  # a parallel region in the launcher: GNU OpenMP's team now exists here
+    print("printed once, before the first launch")  # stdout is a pipe here: block-buffered, not yet written
     first = report_wf()
     server = mpf._forkserver._forkserver_pid
     second = report_wf()
@@ -103,6 +104,9 @@ def _probe(mode: str, env_extra: dict[str, str] | None = None) -> dict:
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    # A forked process must not write the launcher's unwritten output again (every rank would, once per launch).
+    lines = out.stdout.splitlines()
+    assert lines.count("printed once, before the first launch") == 1, out.stdout[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
