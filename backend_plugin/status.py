@@ -110,17 +110,18 @@ def true_conditions(job: dict) -> list[dict]:
     return [c for _, c in sorted(indexed, key=key)]
 
 
-def deciding_condition(job: dict) -> dict | None:
+def deciding_condition(job: dict, terminal: Sequence[str] = TERMINAL_CONDITIONS) -> dict | None:
     """The condition that decides the phase: a true terminal one first, else the latest true one.
 
     Args:
-        job: the PyTorchJob as read from the API.
+        job: the PyTorchJob (or, with its `terminal` types, the TrainJob) as read from the API.
+        terminal: the terminal condition types, in the order they win.
 
     Returns:
         The deciding condition, or None when no condition is true.
     """
     conditions = true_conditions(job)
-    for ctype in TERMINAL_CONDITIONS:
+    for ctype in terminal:
         for c in reversed(conditions):
             if c.get("type") == ctype:
                 return c

@@ -29,9 +29,9 @@ from backend_plugin.status import (
     JobStatus,
     _fatal_waiting,
     _pending_reason,
+    deciding_condition,
     failed_job_status,
     replica_failures,
-    true_conditions,
 )
 from backend_plugin.task_errors import ErrorReport
 from backend_plugin.timestamps import parse_time
@@ -107,12 +107,7 @@ def node_status(job: dict) -> dict:
 
 
 def _deciding(job: dict) -> Optional[dict]:
-    conditions = true_conditions(job)
-    for ctype in TERMINAL_CONDITIONS:
-        for c in reversed(conditions):
-            if c.get("type") == ctype:
-                return c
-    return conditions[-1] if conditions else None
+    return deciding_condition(job, TERMINAL_CONDITIONS)
 
 
 def needs_pods(job: dict) -> bool:
