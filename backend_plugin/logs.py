@@ -80,6 +80,35 @@ def _templates(config: BackendConfig, task_config: Mapping[str, str] | None) -> 
     return [t for t in check_templates(config.log_links) if not t.link_type or t.link_type in wanted]
 
 
+def _values(
+    pod: dict | None,
+    pod_name: str,
+    namespace: str,
+    container: str,
+    job_name: str,
+    replica_type: str,
+    index: int,
+    start: datetime.datetime,
+    finish: datetime.datetime,
+) -> dict[str, str]:
+    """The template variables of one replica's (or node's) link; `pod` is None for a replica without a pod yet."""
+    return {
+        "podName": pod_name,
+        "namespace": namespace,
+        "containerName": container,
+        "podUID": str(((pod or {}).get("metadata") or {}).get("uid", "")),
+        "jobName": job_name,
+        "replicaName": f"{replica_type}-{index}",
+        "replicaType": replica_type,
+        "replicaIndex": str(index),
+        "hostname": str(((pod or {}).get("spec") or {}).get("nodeName", "")),
+        "podUnixStartTime": str(int(start.timestamp())),
+        "podUnixFinishTime": str(int(finish.timestamp())),
+        "podRFC3339StartTime": rfc3339(start),
+        "podRFC3339FinishTime": rfc3339(finish),
+    }
+
+
 def log_links(
     job: dict,
     pods: list[dict] | None,
@@ -117,21 +146,7 @@ def log_links(
             pod_name = f"{job_name}-{rtype.lower()}-{index}"
             pod = by_name.get(pod_name)
             start, finish = _pod_times(pod, job, now)
-            values = {
-                "podName": pod_name,
-                "namespace": namespace,
-                "containerName": PRIMARY_CONTAINER,
-                "podUID": str(((pod or {}).get("metadata") or {}).get("uid", "")),
-                "jobName": job_name,
-                "replicaName": f"{rtype.lower()}-{index}",
-                "replicaType": rtype.lower(),
-                "replicaIndex": str(index),
-                "hostname": str(((pod or {}).get("spec") or {}).get("nodeName", "")),
-                "podUnixStartTime": str(int(start.timestamp())),
-                "podUnixFinishTime": str(int(finish.timestamp())),
-                "podRFC3339StartTime": rfc3339(start),
-                "podRFC3339FinishTime": rfc3339(finish),
-            }
+            values = _values(pod, pod_name, namespace, PRIMARY_CONTAINER, job_name, rtype.lower(), index, start, finish)
             uri = render_template(template, values, task_config)
             if uri is not None:
                 links.append(TaskLog(uri=uri, name=f"{name} {rtype.lower()}-{index}"))
@@ -189,23 +204,9 @@ def node_log_links(
     links = []
     for name, template, _ in templates:
         for index, pod in sorted(newest.items()):
-            pmeta = pod.get("metadata") or {}
             start, finish = _pod_times(pod, job, now)
-            values = {
-                "podName": str(pmeta.get("name", "")),
-                "namespace": namespace,
-                "containerName": container,
-                "podUID": str(pmeta.get("uid", "")),
-                "jobName": job_name,
-                "replicaName": f"node-{index}",
-                "replicaType": "node",
-                "replicaIndex": str(index),
-                "hostname": str((pod.get("spec") or {}).get("nodeName", "")),
-                "podUnixStartTime": str(int(start.timestamp())),
-                "podUnixFinishTime": str(int(finish.timestamp())),
-                "podRFC3339StartTime": rfc3339(start),
-                "podRFC3339FinishTime": rfc3339(finish),
-            }
+            pod_name = str((pod.get("metadata") or {}).get("name", ""))
+            values = _values(pod, pod_name, namespace, container, job_name, "node", index, start, finish)
             uri = render_template(template, values, task_config)
             if uri is not None:
                 links.append(TaskLog(uri=uri, name=f"{name} node-{index}"))
