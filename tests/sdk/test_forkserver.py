@@ -7,7 +7,6 @@ OpenMP team, a fork server already running), which the test process must not car
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -18,6 +17,7 @@ from flytekitplugins_pytorch import Elastic, PyTorch, pytorch_task
 from flytekitplugins_pytorch._forkserver import FRESH_FORKSERVER_ENV, fork_refusal, gpu_driver_loaded
 from flytekitplugins_pytorch._processes import import_preloads
 from flytekitplugins_pytorch.config import ConfigError
+from tests.sdk.guarded_run import run_guarded
 
 ROOT = Path(__file__).resolve().parents[2]
 LINUX, SUPPORTED = "linux", (3, 11)
@@ -90,24 +90,25 @@ _PROBE = textwrap.dedent(
 )
 
 
+#: The probe's launcher, fork server, resource tracker and 2 ranks (plus the throwaway OpenMP check): a nested
+#: launch would exceed this at once.
+MAX_PROCS = 8
+
+
 def _probe(mode: str, env_extra: dict[str, str] | None = None) -> dict:
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLYTE_PYTORCH_")}
     env.update(env_extra or {})
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(ROOT), mode],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    cmd = [sys.executable, "-c", _PROBE, str(ROOT), mode]
+    result = run_guarded(cmd, max_procs=MAX_PROCS, timeout_s=120, cwd=str(ROOT), env=env)
+    assert result.killed_for == "", f"killed by the guard: {result.killed_for}\n{result.output[-3000:]}"
+    assert result.returncode == 0, result.output[-3000:]
+    assert result.leftover == [], f"still running after the launcher ended: {result.leftover}"
     # A forked process must not write the launcher's unwritten output again (every rank would, once per launch).
-    lines = out.stdout.splitlines()
-    assert lines.count("printed once, before the first launch") == 1, out.stdout[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    lines = result.output.splitlines()
+    assert lines.count("printed once, before the first launch") == 1, result.output[-3000:]
+    return json.loads([line for line in lines if line.startswith('{"launcher"')][-1])
 
 
 @pytest.mark.slow
