@@ -20,13 +20,15 @@ Reported (``--json`` writes the same figures by name):
 Usage::
 
     python benchmarks/connector_scale.py [--jobs 2000] [--pollers 32] [--latency-ms 20] [--seconds 15]
-                                         [--cache off|on] [--json PATH]
+                                         [--executor-threads N] [--cache off|on] [--json PATH]
 
 ``--cache on`` sets the connector's watch-cache setting (``PYTORCHJOB_<SETTING>=true``, the setting named by
 ``--cache-setting``) in the connector's environment; it stops with an error while the connector has no such setting.
 
 flytekit runs a sync connector method with ``loop.run_in_executor(None, ...)``: in the event loop's default
-thread pool of min(32, CPUs + 4) threads. The figure is printed with the results, because it caps concurrency.
+thread pool of min(32, CPUs + 4) threads (the ``--worker`` pool of ``pyflyte serve connector`` is grpc's, not
+this one). The size is printed with the results, because it caps concurrency; ``--executor-threads N`` sets the
+connector process's default executor to N threads, to measure a pool sized by configuration.
 
 The machine's load average is printed first and stored: on a shared machine the figures vary several-fold.
 """
@@ -116,7 +118,7 @@ def _serve_api(jobs: int, big_workers: int, latency_ms: float) -> None:
 
 
 # ----------------------------------------------------------------------------------------- the connector process
-def _serve_connector(api_host: str, cache: str, cache_setting: str) -> None:
+def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_threads: int) -> None:
     """Child process: serve the registered connector over gRPC like `pyflyte serve connector`, print the port."""
     from concurrent import futures
 
@@ -139,12 +141,15 @@ def _serve_connector(api_host: str, cache: str, cache_setting: str) -> None:
     connector_module.set_api_client_factory(lambda: api_client)
 
     async def serve() -> None:
+        threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor, where flytekit runs sync calls
+        if executor_threads:
+            asyncio.get_running_loop().set_default_executor(futures.ThreadPoolExecutor(executor_threads))
+            threads = executor_threads
         server = grpc.aio.server(futures.ThreadPoolExecutor(max_workers=10))  # `pyflyte serve connector` default
         add_AsyncAgentServiceServicer_to_server(AsyncConnectorService(), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor, where flytekit runs sync calls
-        print(json.dumps({"port": port, "cpus": os.cpu_count(), "default_executor_threads": threads}), flush=True)
+        print(json.dumps({"port": port, "cpus": os.cpu_count(), "executor_threads": threads}), flush=True)
         await server.wait_for_termination()
 
     asyncio.run(serve())
@@ -332,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-workers", type=int, default=1000, help="workers of the Created job (0: none)")
     parser.add_argument("--cache", choices=("off", "on"), default="off", help="the connector's watch cache")
     parser.add_argument("--cache-setting", default="watch_cache", help="the BackendConfig field that turns it on")
+    parser.add_argument(
+        "--executor-threads", type=int, default=0,
+        help="size the connector's default executor (where flytekit runs sync methods); 0: asyncio's default",
+    )  # fmt: skip
     parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     parser.add_argument("--role", choices=("api", "connector"), help=argparse.SUPPRESS)
     parser.add_argument("--api-host", help=argparse.SUPPRESS)
@@ -339,11 +348,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("jobs", "pollers"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}={getattr(args, name)} must be at least 1")
+    if args.executor_threads < 0:
+        parser.error(f"--executor-threads={args.executor_threads} must be 0 (asyncio's default) or more")
     if args.role == "api":
         _serve_api(args.jobs, args.big_workers, args.latency_ms)
         return 0
     if args.role == "connector":
-        _serve_connector(args.api_host, args.cache, args.cache_setting)
+        _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads)
         return 0
 
     load = os.getloadavg()
@@ -354,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         env = {f"PYTORCHJOB_{args.cache_setting.upper()}": "true"} if args.cache == "on" else {}
         conn = _Child(["--role", "connector", "--api-host", api.hello["host"], "--cache", args.cache,
-                       "--cache-setting", args.cache_setting], env=env)  # fmt: skip
+                       "--cache-setting", args.cache_setting, "--executor-threads", str(args.executor_threads)],
+                      env=env)  # fmt: skip
         figures = asyncio.run(_measure(args, api, conn))
     finally:
         if conn is not None:
@@ -368,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "jobs": args.jobs, "pollers": args.pollers, "latency_ms": args.latency_ms, "seconds": args.seconds,
         "cache": args.cache, "cpus": conn.hello["cpus"] if conn else None,
-        "default_executor_threads": conn.hello["default_executor_threads"] if conn else None,
+        "executor_threads": conn.hello["executor_threads"] if conn else None,
         "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in after], **figures,
     }  # fmt: skip
     for key, value in result.items():

@@ -38,7 +38,7 @@ def test_small_run_reports_one_get_per_poll_without_cache(tmp_path):
     assert set(figures["api_requests_by_verb"]) == {"get pytorchjobs"}
     assert figures["api_requests_per_gettask"] == 1.0 and figures["api_watch_requests_in_window"] == 0
     assert figures["big_job_gettask_s"]["workers"] == 5 and figures["staleness_s"]["max"] > 0
-    assert figures["default_executor_threads"] == min(32, (os.cpu_count() or 1) + 4)
+    assert figures["executor_threads"] == min(32, (os.cpu_count() or 1) + 4)
 
 
 def test_cache_on_needs_the_setting(tmp_path):

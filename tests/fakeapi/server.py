@@ -313,7 +313,7 @@ class FakeKubeApi:
         class Handler(_Handler):
             api = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _Listener(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-kube-api", daemon=True
@@ -877,6 +877,14 @@ def _dig(obj: dict, dotted: str) -> str | None:
 
 
 _VERBS = {"POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}
+
+
+class _Listener(ThreadingHTTPServer):
+    """The HTTP server with a listen backlog like a real API server's: socketserver's default of 5 drops the SYNs of
+    a burst of new connections (a client whose connection pool is smaller than its concurrency opens many), and
+    each dropped SYN costs the client a 1 s retransmission."""
+
+    request_queue_size = 1024
 
 
 class _Handler(BaseHTTPRequestHandler):
