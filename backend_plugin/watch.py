@@ -289,6 +289,7 @@ class _NamespaceInformer:
                     return
                 self._apply(event)
         finally:
+            response.close()  # not back into the pool half-read: the next request would read this stream's rest
             response.release_conn()
 
     def _apply(self, event: dict) -> None:
