@@ -186,6 +186,15 @@ def test_bookmarks_advance_the_resource_version_so_a_rewatch_needs_no_list(serve
     assert cache.stats(NS)["lists"] == 1
 
 
+def test_each_watch_is_bounded_and_renewed_without_a_list(server, make_cache):
+    server.put_job(job("a"))
+    cache = make_cache(WatchSettings(watch_timeout_s=1, max_staleness_s=0.5))
+    assert cache.wait_synced(NS, 5)
+    wait_for(lambda: cache.stats(NS)["watches"] >= 3, timeout=10)  # each ended by the server after 1-2 s
+    assert cache.stats(NS)["lists"] == 1 and cache.get(NS, "a") is not None
+    assert all(1 <= int(c.query["timeoutSeconds"][0]) <= 2 for c in server.calls(verb="watch"))
+
+
 def test_answers_stop_after_the_staleness_bound_and_resume_after_recovery(server, make_cache):
     server.put_job(job("a"))
     cache = make_cache()
