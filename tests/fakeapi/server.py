@@ -1,22 +1,31 @@
 """A local HTTP server that answers like the Kubernetes API server for the calls our backend makes.
 
-Covered: PyTorchJobs (`kubeflow.org/v1`) and TrainJobs (`trainer.kubeflow.org/v1alpha1`): create, get, list, delete
-with `propagationPolicy`; API discovery of both groups (`GET /apis/<group>/<version>`, only for the kinds in
-`served`); pods (list with a label selector, get) and events (list). Error responses carry the API server's
+Covered: PyTorchJobs (`kubeflow.org/v1`) and TrainJobs (`trainer.kubeflow.org/v1alpha1`): create, get, list, watch,
+delete with `propagationPolicy`; API discovery of both groups (`GET /apis/<group>/<version>`, only for the kinds in
+`served`); pods (list and watch with a label selector, get) and events (list). LIST answers a `<Kind>List` with
+`metadata.resourceVersion`, honours `labelSelector` and pages with `limit`/`continue`; WATCH (`?watch=true`) streams
+JSON lines of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events with chunked transfer encoding from a bounded event
+history (an older `resourceVersion` gets an ERROR event with a 410 Expired Status, as from the API server's watch
+cache). Error responses carry the API server's
 `Status` bodies (NotFound, AlreadyExists, Forbidden with the RBAC message, InternalError, ServiceUnavailable,
 Invalid).
 
 Tests drive it through a clean state API (`put_job`, `get_job`, `set_job_status`, `put_pod`, ...), hooks that run on
 create and delete (the e2e harness's fake operator uses them to start replica processes), fault rules (`fail`,
-`delay`, `forbid`) and a request log (`calls(...)`) to count what the client really sent.
+`delay`, `forbid`), watch faults (`compact`, `expire_watches`, `drop_watches`, `drop_next_watches`) and a request
+log (`calls(...)`) to count what the client really sent.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import collections
 import copy
 import datetime
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -188,6 +197,63 @@ class _Selector:
         return True
 
 
+@dataclass
+class _Change:
+    """One entry of the watch history: an object as stored at resourceVersion `rv`."""
+
+    rv: int
+    resource: str
+    namespace: str
+    type: str
+    obj: dict
+    old_labels: dict | None
+    """The labels before the change (None for ADDED): a watch with a label selector sees an object that leaves the
+    selection as DELETED and one that enters it as ADDED."""
+
+
+@dataclass(eq=False)
+class _OpenWatch:
+    """A watch being served: its filter, position, end and injected faults."""
+
+    resource: str
+    namespace: str
+    selector: _Selector
+    bookmarks: bool
+    rv: int
+    deadline: float
+    api_version: str
+    kind: str
+    drop_after: int | None = None
+    sent: int = 0
+    last_sent: float = field(default_factory=time.monotonic)
+    drop: bool = False
+    expire: bool = False
+
+    def event_for(self, change: _Change) -> dict | None:
+        """The event this watch sees for `change`, or None when it does not concern it."""
+        if change.resource != self.resource or change.namespace != self.namespace:
+            return None
+        now_in = self.selector.matches(change.obj["metadata"].get("labels") or {})
+        was_in = change.old_labels is not None and self.selector.matches(change.old_labels)
+        etype = change.type
+        if etype == "MODIFIED" and now_in != was_in:
+            etype = "ADDED" if now_in else "DELETED"
+        elif not now_in:
+            return None
+        return {"type": etype, "object": copy.deepcopy(change.obj)}
+
+
+def _param(rec: RequestRecord, name: str) -> str:
+    return rec.query.get(name, [""])[0]
+
+
+def _api_version_kind(resource: str) -> tuple[str, str]:
+    if resource in JOB_KINDS:
+        group, version, kind, _ = JOB_KINDS[resource]
+        return f"{group}/{version}", kind
+    return "v1", "Pod"
+
+
 class FakeKubeApi:
     """The fake API server: state, hooks, faults and the request log. Thread-safe.
 
@@ -196,6 +262,8 @@ class FakeKubeApi:
             raises turns the create into a 422 Invalid response and is recorded in `hook_errors`.
         on_delete: hooks called with (server, job) when a PyTorchJob is deleted.
         user: the user named in RBAC denials.
+        history_limit: how many changes the watch history keeps; a watch or continue token from a resourceVersion
+            older than the oldest kept change is answered 410 Expired (the API server's watch cache window).
     """
 
     def __init__(
@@ -203,6 +271,7 @@ class FakeKubeApi:
         on_create: list[JobHook] | None = None,
         on_delete: list[JobHook] | None = None,
         user: str = DEFAULT_USER,
+        history_limit: int = 1000,
     ) -> None:
         self.on_create: list[JobHook] = list(on_create or [])
         self.on_delete: list[JobHook] = list(on_delete or [])
@@ -220,6 +289,17 @@ class FakeKubeApi:
         self._rv = 0
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._changed = threading.Condition(self._lock)
+        self._history: collections.deque[_Change] = collections.deque(maxlen=history_limit)
+        self._expired_rv = 0
+        """Watches and continue tokens from a resourceVersion below this one are too old (410 Expired)."""
+        self._watches: list[_OpenWatch] = []
+        self._drop_plans: list[tuple[int, list[int | None]]] = []
+        self._stopping = False
+        self.bookmark_interval_s = 1.0
+        """How often an idle watch with `allowWatchBookmarks=true` gets a BOOKMARK (the API server: about 1 min)."""
+        self.watch_timeout_s = 1800.0
+        """How long a watch without `timeoutSeconds` is served (the API server: 30 to 60 min, randomised)."""
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> FakeKubeApi:
@@ -233,7 +313,7 @@ class FakeKubeApi:
         class Handler(_Handler):
             api = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _Listener(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-kube-api", daemon=True
@@ -242,7 +322,10 @@ class FakeKubeApi:
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving, end the open watches and close the socket."""
+        with self._lock:
+            self._stopping = True
+            self._changed.notify_all()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -299,7 +382,10 @@ class FakeKubeApi:
             meta.setdefault("creationTimestamp", now_rfc3339())
             meta.setdefault("generation", 1)
             meta["resourceVersion"] = self._next_rv()
-            self._store(plural)[(meta["namespace"], meta["name"])] = job
+            key = (meta["namespace"], meta["name"])
+            old = self._store(plural).get(key)
+            self._store(plural)[key] = job
+            self._record(plural, "MODIFIED" if old is not None else "ADDED", job, old)
             return copy.deepcopy(job)
 
     def get_job(self, namespace: str, name: str, plural: str = PLURAL) -> dict | None:
@@ -323,11 +409,15 @@ class FakeKubeApi:
             job = self._store(plural)[(namespace, name)]
             job["status"] = copy.deepcopy(status)
             job["metadata"]["resourceVersion"] = self._next_rv()
+            self._record(plural, "MODIFIED", job, job)
 
     def remove_job(self, namespace: str, name: str, plural: str = PLURAL) -> bool:
         """Delete a job behind the client's back (no hooks, pods kept). Returns whether it existed."""
         with self._lock:
-            return self._store(plural).pop((namespace, name), None) is not None
+            job = self._store(plural).pop((namespace, name), None)
+            if job is not None:
+                self._record_deleted(plural, job)
+            return job is not None
 
     def put_pod(self, pod: dict) -> dict:
         """Store or replace a pod (`metadata.name`, `metadata.namespace` required).
@@ -343,7 +433,10 @@ class FakeKubeApi:
             meta["resourceVersion"] = self._next_rv()
             pod.setdefault("apiVersion", "v1")
             pod.setdefault("kind", "Pod")
-            self._pods[(meta["namespace"], meta["name"])] = pod
+            key = (meta["namespace"], meta["name"])
+            old = self._pods.get(key)
+            self._pods[key] = pod
+            self._record("pods", "MODIFIED" if old is not None else "ADDED", pod, old)
             return copy.deepcopy(pod)
 
     def pods(self, namespace: str, selector: str = "") -> list[dict]:
@@ -359,12 +452,225 @@ class FakeKubeApi:
     def remove_pod(self, namespace: str, name: str) -> bool:
         """Delete a pod. Returns whether it existed."""
         with self._lock:
-            return self._pods.pop((namespace, name), None) is not None
+            pod = self._pods.pop((namespace, name), None)
+            if pod is not None:
+                self._record_deleted("pods", pod)
+            return pod is not None
 
     def add_event(self, namespace: str, event: dict) -> None:
         """Append a core/v1 Event to `namespace`."""
         with self._lock:
             self._events.setdefault(namespace, []).append(copy.deepcopy(event))
+
+    # ------------------------------------------------------------------ watch history and watch faults
+    def _record(self, resource: str, etype: str, obj: dict, old: dict | None) -> None:
+        """Append one change (the object as stored at its new resourceVersion) and wake the open watches."""
+        old_labels = None if old is None else dict(old["metadata"].get("labels") or {})
+        meta = obj["metadata"]
+        rv = int(meta["resourceVersion"])
+        change = _Change(rv, resource, meta["namespace"], etype, copy.deepcopy(obj), old_labels)
+        if len(self._history) == self._history.maxlen:
+            self._expired_rv = max(self._expired_rv, self._history[0].rv)
+        self._history.append(change)
+        self._changed.notify_all()
+
+    def _record_deleted(self, resource: str, obj: dict) -> dict:
+        """Record the deletion of `obj` (already removed from its store) at a new resourceVersion.
+
+        Returns:
+            The object as the DELETED event carries it (its last state, with the deletion's resourceVersion).
+        """
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._record(resource, "DELETED", obj, obj)
+        return obj
+
+    @property
+    def resource_version(self) -> str:
+        """The server's current resourceVersion (that of the latest change)."""
+        with self._lock:
+            return str(self._rv)
+
+    def compact(self) -> str:
+        """Forget the whole change history, as etcd compaction does: any watch or continue token from an older
+        resourceVersion is answered 410 Expired from now on. Open watches are left running.
+
+        Returns:
+            The current resourceVersion, the oldest one still accepted.
+        """
+        with self._lock:
+            self._history.clear()
+            self._expired_rv = self._rv
+            return str(self._rv)
+
+    def expire_watches(self, resource: str | None = None) -> int:
+        """Compact the history and end every open watch (of `resource`, None: any) with an ERROR event carrying a
+        410 Expired Status, as the API server does to a watcher whose resourceVersion fell out of its cache.
+
+        Returns:
+            How many open watches were ended.
+        """
+        with self._lock:
+            self.compact()
+            hit = [w for w in self._watches if resource is None or w.resource == resource]
+            for w in hit:
+                w.expire = True
+            self._changed.notify_all()
+            return len(hit)
+
+    def drop_watches(self, resource: str | None = None) -> int:
+        """Cut the connection of every open watch (of `resource`, None: any) mid-stream, without the final chunk,
+        as a load balancer or an API server restart does.
+
+        Returns:
+            How many open watches were cut.
+        """
+        with self._lock:
+            hit = [w for w in self._watches if resource is None or w.resource == resource]
+            for w in hit:
+                w.drop = True
+            self._changed.notify_all()
+            return len(hit)
+
+    def drop_next_watches(self, after_events: int, times: int = 1, resource: str | None = None) -> None:
+        """Cut each of the next `times` watches (of `resource`, None: any) after it has sent `after_events` events.
+
+        Args:
+            after_events: events (including BOOKMARKs) written before the connection is cut; 0 cuts it at once.
+            times: how many watch requests this applies to.
+            resource: the plural (`pytorchjobs`, `trainjobs`, `pods`); None: any.
+
+        Raises:
+            ValueError: when `after_events` is negative or `times` is below 1.
+        """
+        if after_events < 0 or times < 1:
+            raise ValueError(f"after_events={after_events} must be >= 0 and times={times} >= 1")
+        with self._lock:
+            self._drop_plans.append((after_events, [resource] * times))
+
+    def open_watches(self, resource: str | None = None) -> int:
+        """How many watches (of `resource`, None: any) are being served now."""
+        with self._lock:
+            return sum(1 for w in self._watches if resource is None or w.resource == resource)
+
+    # ------------------------------------------------------------------ list and watch
+    def _collection(self, resource: str) -> dict[tuple[str, str], dict]:
+        return self._pods if resource == "pods" else self._store(resource)
+
+    def _list(self, rec: RequestRecord, store: dict[tuple[str, str], dict], api_version: str, list_kind: str
+              ) -> tuple[int, dict]:  # fmt: skip
+        """Serve LIST: label selector, `resourceVersion` (not older than), `limit` and `continue` pages."""
+        selector = _Selector.parse(_param(rec, "labelSelector"))
+        try:
+            limit = int(_param(rec, "limit") or 0)
+            requested_rv = int(_param(rec, "resourceVersion") or 0)
+        except ValueError as e:
+            return 400, status_body(400, "BadRequest", f"invalid list parameter: {e}")
+        token = _param(rec, "continue")
+        with self._lock:
+            if requested_rv > self._rv:
+                msg = f"Too large resource version: {requested_rv}, current: {self._rv}"
+                return 504, status_body(504, "Timeout", msg, {"causes": [{"reason": "ResourceVersionTooLarge",
+                                                                          "message": "Too large resource version"}],
+                                                              "retryAfterSeconds": 1})  # fmt: skip
+            snapshot_rv, after = self._rv, ""
+            if token:
+                try:
+                    decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+                    snapshot_rv, after = int(decoded["rv"]), str(decoded["start"])
+                except (ValueError, KeyError, TypeError, binascii.Error):
+                    return 400, status_body(400, "BadRequest", f"continue key is not valid: {token!r}")
+                if snapshot_rv < self._expired_rv:
+                    msg = ("The provided continue parameter is too old to display a consistent list result. You can "
+                           "start a new list without the continue parameter.")  # fmt: skip
+                    return 410, status_body(410, "Expired", msg)
+            names = sorted(
+                name
+                for (ns, name), obj in store.items()
+                if ns == rec.namespace and name > after and selector.matches(obj["metadata"].get("labels") or {})
+            )
+            page = names[:limit] if limit > 0 else names
+            items = [copy.deepcopy(store[(rec.namespace, name)]) for name in page]
+        metadata: dict[str, Any] = {"resourceVersion": str(snapshot_rv)}
+        if len(page) < len(names):
+            next_token = json.dumps({"rv": snapshot_rv, "start": page[-1]}).encode()
+            metadata["continue"] = base64.urlsafe_b64encode(next_token).decode()
+            metadata["remainingItemCount"] = len(names) - len(page)
+        return 200, {"kind": list_kind, "apiVersion": api_version, "metadata": metadata, "items": items}
+
+    def _open_watch(self, rec: RequestRecord) -> tuple[_OpenWatch, list[dict]] | dict:
+        """Register a watch; returns it with its initial events, or the ERROR event that ends it at once."""
+        resource = rec.resource
+        api_version, kind = _api_version_kind(resource)
+        try:
+            start = _param(rec, "resourceVersion")
+            start_rv = int(start) if start not in ("", "0") else None
+            timeout = float(_param(rec, "timeoutSeconds") or self.watch_timeout_s)
+        except ValueError as e:
+            return {"type": "ERROR", "object": status_body(400, "BadRequest", f"invalid watch parameter: {e}")}
+        selector = _Selector.parse(_param(rec, "labelSelector"))
+        bookmarks = _param(rec, "allowWatchBookmarks") in ("true", "1")
+        with self._lock:
+            initial: list[dict] = []
+            if start_rv is None:
+                # No resourceVersion (or "0"): synthetic ADDED events for the current state, then the changes.
+                start_rv = self._rv
+                for (ns, _), obj in sorted(self._collection(resource).items()):
+                    if ns == rec.namespace and selector.matches(obj["metadata"].get("labels") or {}):
+                        initial.append({"type": "ADDED", "object": copy.deepcopy(obj)})
+            elif start_rv < self._expired_rv:
+                msg = f"too old resource version: {start_rv} ({self._expired_rv})"
+                return {"type": "ERROR", "object": status_body(410, "Expired", msg)}
+            drop_after = None
+            for after, remaining in self._drop_plans:
+                if remaining and remaining[0] in (None, resource):
+                    remaining.pop(0)
+                    drop_after = after
+                    break
+            watch = _OpenWatch(resource, rec.namespace, selector, bookmarks, start_rv, time.monotonic() + timeout,
+                               api_version, kind, drop_after)  # fmt: skip
+            self._watches.append(watch)
+        return watch, initial
+
+    def _next_events(self, watch: _OpenWatch) -> tuple[list[dict], str]:
+        """Block until `watch` has something to send. Returns (events, how the watch ends now: "" to go on,
+        "end", "drop")."""
+        with self._lock:
+            while True:
+                if watch.drop:
+                    return [], "drop"
+                if self._stopping:
+                    return [], "end"
+                if watch.expire or watch.rv < self._expired_rv:
+                    msg = f"too old resource version: {watch.rv} ({self._expired_rv})"
+                    return [{"type": "ERROR", "object": status_body(410, "Expired", msg)}], "end"
+                events = []
+                for change in self._history:
+                    if change.rv <= watch.rv:
+                        continue
+                    event = watch.event_for(change)
+                    watch.rv = change.rv
+                    if event is not None:
+                        events.append(event)
+                watch.rv = max(watch.rv, self._rv)
+                now = time.monotonic()
+                if events:
+                    return events, ""
+                if now >= watch.deadline:
+                    return [], "end"
+                if watch.bookmarks and now - watch.last_sent >= self.bookmark_interval_s:
+                    meta = {"resourceVersion": str(watch.rv)}
+                    bookmark = {"kind": watch.kind, "apiVersion": watch.api_version, "metadata": meta}
+                    return [{"type": "BOOKMARK", "object": bookmark}], ""
+                wake = watch.deadline
+                if watch.bookmarks:
+                    wake = min(wake, watch.last_sent + self.bookmark_interval_s)
+                self._changed.wait(max(0.0, wake - now))
+
+    def _close_watch(self, watch: _OpenWatch) -> None:
+        with self._lock:
+            if watch in self._watches:
+                self._watches.remove(watch)
 
     # ------------------------------------------------------------------ faults
     def fail(
@@ -521,11 +827,7 @@ class FakeKubeApi:
             job = self.get_job(*key, plural=plural)
             return (200, job) if job is not None else self._not_found(rec, group)
         if rec.verb == "list":
-            with self._lock:
-                items = [copy.deepcopy(j) for (ns, _), j in sorted(store.items()) if ns == rec.namespace]
-                rv = str(self._rv)
-            return 200, {"apiVersion": f"{group}/{version}", "kind": f"{kind}List", "items": items,
-                         "metadata": {"resourceVersion": rv}}  # fmt: skip
+            return self._list(rec, store, f"{group}/{version}", f"{kind}List")
         if rec.verb == "delete":
             return self._delete_job(rec, body)
         return 405, status_body(405, "MethodNotAllowed", f"the server does not allow this method on {plural}")
@@ -542,6 +844,8 @@ class FakeKubeApi:
                 for key, pod in list(self._pods.items()):
                     if key[0] == rec.namespace and selector.matches(pod["metadata"].get("labels", {})):
                         del self._pods[key]
+                        self._record_deleted("pods", pod)
+            job = self._record_deleted(rec.resource, job)
             hooks = list(self.on_delete)
         for hook in hooks:
             hook(self, copy.deepcopy(job))
@@ -556,9 +860,7 @@ class FakeKubeApi:
 
     def _handle_pods(self, rec: RequestRecord) -> tuple[int, dict]:
         if rec.verb == "list":
-            items = self.pods(rec.namespace, rec.query.get("labelSelector", [""])[0])
-            return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self._rv)},
-                         "items": items}  # fmt: skip
+            return self._list(rec, self._pods, "v1", "PodList")
         if rec.verb == "get":
             with self._lock:
                 pod = copy.deepcopy(self._pods.get((rec.namespace, rec.name or "")))
@@ -575,6 +877,14 @@ def _dig(obj: dict, dotted: str) -> str | None:
 
 
 _VERBS = {"POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}
+
+
+class _Listener(ThreadingHTTPServer):
+    """The HTTP server with a listen backlog like a real API server's: socketserver's default of 5 drops the SYNs of
+    a burst of new connections (a client whose connection pool is smaller than its concurrency opens many), and
+    each dropped SYN costs the client a 1 s retransmission."""
+
+    request_queue_size = 1024
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -605,8 +915,11 @@ class _Handler(BaseHTTPRequestHandler):
             ns, name, resource, group = m_core["ns"], m_core["name"], m_core["res"], ""
         else:
             ns, name, resource, group = "", None, "", ""
+        query = parse_qs(url.query)
         verb = _VERBS.get(self.command) or ("get" if name else "list")
-        rec = RequestRecord(self.command, url.path, parse_qs(url.query), verb, resource, ns, name, started=time.time())
+        if verb == "list" and query.get("watch", [""])[0] in ("true", "1") and resource != "discovery":
+            verb = "watch"
+        rec = RequestRecord(self.command, url.path, query, verb, resource, ns, name, started=time.time())
         with self.api._lock:
             self.api.requests.append(rec)
         try:
@@ -623,6 +936,9 @@ class _Handler(BaseHTTPRequestHandler):
         error = next((r for r in faults if r.status is not None), None)
         if error is not None:
             self._reply(rec, error.status, self._fault_body(rec, error, group))
+            return
+        if rec.verb == "watch" and (rec.resource in JOB_KINDS or rec.resource == "pods"):
+            self._stream_watch(rec)
             return
         code, payload = self.api.handle(rec, body)
         for rule in faults:
@@ -655,6 +971,68 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout); the request was still served
+
+    def _stream_watch(self, rec: RequestRecord) -> None:
+        """Serve a WATCH: status 200, then one JSON line per event in its own chunk until the watch ends."""
+        opened = self.api._open_watch(rec)
+        rec.status = 200
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if isinstance(opened, dict):
+            self._write_events(rec, [opened])
+            self._end_chunks(rec)
+            return
+        watch, events = opened
+        how = ""
+        try:
+            while True:
+                if watch.drop_after is not None and watch.sent + len(events) > watch.drop_after:
+                    events, how = events[: watch.drop_after - watch.sent], "drop"
+                if events and not self._write_events(rec, events):
+                    return  # the client went away
+                watch.sent += len(events)
+                watch.last_sent = time.monotonic()
+                if how == "drop":
+                    self._cut(rec)
+                    return
+                if how == "end":
+                    self._end_chunks(rec)
+                    return
+                events, how = self.api._next_events(watch)
+        finally:
+            self.api._close_watch(watch)
+
+    def _write_events(self, rec: RequestRecord, events: list[dict]) -> bool:
+        try:
+            for event in events:
+                line = json.dumps(event).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            rec.finished = time.time()
+            self.close_connection = True
+            return False
+
+    def _end_chunks(self, rec: RequestRecord) -> None:
+        rec.finished = time.time()
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+
+    def _cut(self, rec: RequestRecord) -> None:
+        """Close the connection mid-stream: no final chunk, the client sees the response end prematurely."""
+        self.close_connection = True
+        rec.finished = time.time()
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
 

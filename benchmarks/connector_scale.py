@@ -1,0 +1,394 @@
+"""How many GetTask calls one connector process answers, and what they cost the API server, with N tracked jobs.
+
+Three processes, as in a cluster: the fake API server (tests/fakeapi) with a fixed latency on every request and
+N Running PyTorchJobs (our golden CPU job, labelled as ours) plus one Created job with 1,000 workers (1,001 pods);
+the connector, served over gRPC exactly as ``pyflyte serve connector`` does (``grpc.aio`` server,
+flytekit's ``AsyncConnectorService``); and this driver, whose pollers call GetTask over round-robin jobs as
+flytepropeller would.
+
+Reported (``--json`` writes the same figures by name):
+
+- GetTask/s over the measured window, p50 and p99 latency (ms) as the pollers see them;
+- API requests per steady GetTask, from the fake API's request log: single GETs and LISTs, and watch requests
+  counted apart;
+- the connector process's RSS growth per 1,000 tracked jobs (after every job was polled once) and its CPU per
+  GetTask;
+- staleness: seconds from a condition change on the API to GetTask reporting it, polling one job back to back
+  after the window (so without the pollers' load), then again after a forced 410 and after dropped watches;
+- the GetTask time of the Created job with 1,000 workers.
+
+Usage::
+
+    python benchmarks/connector_scale.py [--jobs 2000] [--pollers 32] [--latency-ms 20] [--seconds 15]
+                                         [--executor-threads N] [--cache off|on] [--json PATH]
+
+``--cache on`` sets the connector's watch-cache setting (``PYTORCHJOB_<SETTING>=true``, the setting named by
+``--cache-setting``) in the connector's environment; it stops with an error while the connector has no such setting.
+
+flytekit runs a sync connector method with ``loop.run_in_executor(None, ...)``: in the event loop's default
+thread pool of min(32, CPUs + 4) threads (the ``--worker`` pool of ``pyflyte serve connector`` is grpc's, not
+this one). The size is printed with the results, because it caps concurrency; ``--executor-threads N`` sets the
+connector process's default executor to N threads, to measure a pool sized by configuration.
+
+The machine's load average is printed first and stored: on a shared machine the figures vary several-fold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+NAMESPACE = "bench"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "flytekitplugins-pytorch"}
+GOLDEN_JOB = ROOT / "tests" / "data" / "jobs" / "cpu_only.yaml"
+BIG_JOB = "big-created"
+STALE_JOB = "job-00000"
+
+
+# --------------------------------------------------------------------------------------------- the fake API process
+def _condition(ctype: str) -> dict:
+    stamp = "2025-01-01T00:00:00Z"
+    return {"type": ctype, "status": "True", "reason": f"PyTorchJob{ctype}", "message": f"job is {ctype.lower()}",
+            "lastTransitionTime": stamp, "lastUpdateTime": stamp}  # fmt: skip
+
+
+def _serve_api(jobs: int, big_workers: int, latency_ms: float) -> None:
+    """Child process: run the fake API with `jobs` Running jobs, answer control commands on stdin (JSON lines)."""
+    import yaml
+
+    from tests.fakeapi.objects import replica_pod
+    from tests.fakeapi.server import FakeKubeApi
+
+    base = yaml.safe_load(GOLDEN_JOB.read_text())
+    base["metadata"]["labels"] = {**(base["metadata"].get("labels") or {}), **MANAGED_BY}
+    api = FakeKubeApi(history_limit=10_000).start()
+    running = {"conditions": [_condition("Created"), _condition("Running")],
+               "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 2}},
+               "startTime": "2025-01-01T00:00:00Z"}  # fmt: skip
+    for i in range(jobs):
+        job = copy.deepcopy(base)
+        job["metadata"].update(name=f"job-{i:05d}", namespace=NAMESPACE)
+        job["status"] = running
+        api.put_job(job)
+    if big_workers:
+        big = copy.deepcopy(base)
+        big["metadata"].update(name=BIG_JOB, namespace=NAMESPACE, creationTimestamp="2025-01-01T00:00:00Z")
+        big["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = big_workers
+        big["status"] = {"conditions": [_condition("Created")]}
+        stored = api.put_job(big)
+        api.put_pod(replica_pod(stored, "Master", 0, phase="Pending", start_time=None))
+        for i in range(big_workers):
+            api.put_pod(replica_pod(stored, "Worker", i, phase="Pending", start_time=None))
+    if latency_ms:
+        api.delay(latency_ms / 1000, times=None, before=True)
+    print(json.dumps({"host": api.host}), flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        out: dict[str, Any] = {}
+        if cmd["cmd"] == "reset":
+            api.reset_log()
+        elif cmd["cmd"] == "counts":
+            for rec in api.calls():
+                key = f"{rec.verb} {rec.resource}"
+                out[key] = out.get(key, 0) + 1
+        elif cmd["cmd"] == "expire_watches":
+            out["expired"] = api.expire_watches()
+        elif cmd["cmd"] == "drop_watches":
+            out["dropped"] = api.drop_watches()
+        elif cmd["cmd"] == "set_conditions":
+            api.set_job_status(NAMESPACE, cmd["name"], {"conditions": [_condition(c) for c in cmd["conditions"]]})
+        elif cmd["cmd"] == "quit":
+            break
+        print(json.dumps(out), flush=True)
+    api.stop()
+
+
+# ----------------------------------------------------------------------------------------- the connector process
+def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_threads: int) -> None:
+    """Child process: serve the registered connector over gRPC like `pyflyte serve connector`, print the port."""
+    from concurrent import futures
+
+    import grpc
+    from flyteidl.service.agent_pb2_grpc import add_AsyncAgentServiceServicer_to_server
+    from flytekit.extend.backend.connector_service import AsyncConnectorService
+    from kubernetes import client
+
+    import backend_plugin.connector as connector_module
+    from backend_plugin.config import BackendConfig
+
+    if cache == "on" and cache_setting not in {f.name for f in dataclasses.fields(BackendConfig)}:
+        raise SystemExit(
+            f"--cache on: BackendConfig has no setting {cache_setting!r} yet; the connector does not use "
+            "backend_plugin/watch.py. Run with --cache off, or name the setting with --cache-setting."
+        )
+    configuration = client.Configuration()
+    configuration.host = api_host
+    api_client = client.ApiClient(configuration)
+    connector_module.set_api_client_factory(lambda: api_client)
+
+    async def serve() -> None:
+        threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor, where flytekit runs sync calls
+        if executor_threads:
+            asyncio.get_running_loop().set_default_executor(futures.ThreadPoolExecutor(executor_threads))
+            threads = executor_threads
+        server = grpc.aio.server(futures.ThreadPoolExecutor(max_workers=10))  # `pyflyte serve connector` default
+        add_AsyncAgentServiceServicer_to_server(AsyncConnectorService(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        print(json.dumps({"port": port, "cpus": os.cpu_count(), "executor_threads": threads}), flush=True)
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+# ------------------------------------------------------------------------------------------------------ the driver
+class _Child:
+    """A child process speaking JSON lines on stdin/stdout."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )  # fmt: skip
+        self.hello = self.read()
+
+    def read(self) -> dict:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"child {self.proc.args} ended (exit code {self.proc.wait(10)})")
+        return json.loads(line)
+
+    def ask(self, cmd: str, **kw: Any) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"cmd": cmd, **kw}) + "\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _request(name: str) -> Any:
+    from flyteidl.admin import agent_pb2
+
+    meta = json.dumps({"namespace": NAMESPACE, "name": name, "uid": ""}).encode()
+    return agent_pb2.GetTaskRequest(task_category=agent_pb2.TaskCategory(name="pytorch", version=1), resource_meta=meta)
+
+
+async def _poll(stub: Any, names: list[str], pollers: int, seconds: float | None) -> tuple[list[float], int]:
+    """`pollers` concurrent loops of GetTask over `names` round-robin, for `seconds` (None: each name once)."""
+    latencies: list[float] = []
+    errors = 0
+    nxt = 0
+    deadline = time.monotonic() + seconds if seconds else None
+
+    async def loop() -> None:
+        nonlocal nxt, errors
+        while True:
+            if deadline is None and nxt >= len(names):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            name = names[nxt % len(names)]
+            nxt += 1
+            started = time.perf_counter()
+            try:
+                await stub.GetTask(_request(name), timeout=30)
+            except Exception:  # noqa: BLE001 - counted; a benchmark goes on
+                errors += 1
+                continue
+            latencies.append(time.perf_counter() - started)
+
+    await asyncio.gather(*(loop() for _ in range(pollers)))
+    return latencies, errors
+
+
+async def _staleness(stub: Any, api: _Child, flips: int = 4) -> dict[str, float]:
+    """Seconds from a condition change on the API to GetTask reporting the new phase, polling back to back."""
+    from flyteidl.core import execution_pb2
+
+    delays = []
+    for i in range(flips):
+        ctype = ("Succeeded", "Running")[i % 2]
+        api.ask("set_conditions", name=STALE_JOB, conditions=["Created", ctype])
+        changed = time.monotonic()
+        while True:
+            response = await stub.GetTask(_request(STALE_JOB), timeout=30)
+            seen = execution_pb2.TaskExecution.Phase.Name(response.resource.phase)
+            if seen == ctype.upper():
+                break
+            if time.monotonic() - changed > 60:
+                raise RuntimeError(f"GetTask reported {seen}, never {ctype.upper()}, for {STALE_JOB} in 60 s")
+        delays.append(time.monotonic() - changed)
+    return {"max": round(max(delays), 3), "median": round(statistics.median(delays), 3)}
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[str, Any]:
+    import grpc
+    from flyteidl.service.agent_pb2_grpc import AsyncAgentServiceStub
+
+    figures: dict[str, Any] = {}
+    names = [f"job-{i:05d}" for i in range(args.jobs)]
+    pid = conn.proc.pid
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{conn.hello['port']}") as channel:
+        stub = AsyncAgentServiceStub(channel)
+        await stub.GetTask(_request(names[0]), timeout=60)  # imports, client, config: not counted
+        # Warm the thread pool, connections and allocator on a few jobs, so that what follows is per-job memory.
+        await _poll(stub, names[: args.pollers], args.pollers, 3.0)
+        rss_before = _rss_mib(pid)
+        started = time.monotonic()
+        _, errors = await _poll(stub, names, args.pollers, None)  # every job once: the cache (if any) holds them all
+        figures["first_pass_s"] = round(time.monotonic() - started, 2)
+        figures["rss_before_mib"] = round(rss_before, 1)
+        figures["rss_after_all_polled_mib"] = round(_rss_mib(pid), 1)
+        figures["rss_per_1000_jobs_mib"] = round((_rss_mib(pid) - rss_before) / args.jobs * 1000, 2)
+
+        api.ask("reset")
+        cpu0, t0 = _cpu_s(pid), time.monotonic()
+        latencies, window_errors = await _poll(stub, names, args.pollers, args.seconds)
+        elapsed, cpu = time.monotonic() - t0, _cpu_s(pid) - cpu0
+        counts = api.ask("counts")
+        errors += window_errors
+        calls = len(latencies)
+        figures["gettask_per_s"] = round(calls / elapsed, 1)
+        figures["p50_ms"] = round(_pct(latencies, 0.50) * 1000, 1)
+        figures["p99_ms"] = round(_pct(latencies, 0.99) * 1000, 1)
+        figures["connector_cores"] = round(cpu / elapsed, 2)
+        figures["connector_cpu_ms_per_gettask"] = round(cpu / max(calls, 1) * 1000, 3)
+        reads = sum(n for key, n in counts.items() if key.split()[0] in ("get", "list"))
+        watches = sum(n for key, n in counts.items() if key.split()[0] == "watch")
+        figures["api_requests_per_gettask"] = round(reads / max(calls, 1), 3)
+        figures["api_watch_requests_in_window"] = watches
+        figures["api_requests_by_verb"] = counts
+        figures["rss_end_mib"] = round(_rss_mib(pid), 1)
+
+        figures["staleness_s"] = await _staleness(stub, api)
+        # With a watch cache: after a forced 410 (the cache relists) and after a dropped watch (it resumes). Without
+        # one there is no watch to break and these equal the figure above.
+        figures["watches_expired"] = api.ask("expire_watches")["expired"]
+        figures["staleness_after_410_s"] = await _staleness(stub, api)
+        figures["watches_dropped"] = api.ask("drop_watches")["dropped"]
+        figures["staleness_after_drop_s"] = await _staleness(stub, api)
+
+        if args.big_workers:
+            big = []
+            for _ in range(5):
+                started = time.perf_counter()
+                await stub.GetTask(_request(BIG_JOB), timeout=60)
+                big.append(time.perf_counter() - started)
+            figures["big_job_gettask_s"] = {"workers": args.big_workers, "median": round(statistics.median(big), 3),
+                                            "max": round(max(big), 3)}  # fmt: skip
+        figures["errors"] = errors
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (or, with `--role`, one of its child processes).
+
+    Args:
+        argv: command-line arguments; `sys.argv[1:]` when None.
+
+    Returns:
+        The exit code.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2000, help="tracked Running jobs (default 2000)")
+    parser.add_argument("--pollers", type=int, default=32, help="concurrent GetTask callers (default 32)")
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="added to every API request (default 20)")
+    parser.add_argument("--seconds", type=float, default=15.0, help="measured window (default 15)")
+    parser.add_argument("--big-workers", type=int, default=1000, help="workers of the Created job (0: none)")
+    parser.add_argument("--cache", choices=("off", "on"), default="off", help="the connector's watch cache")
+    parser.add_argument("--cache-setting", default="watch_cache", help="the BackendConfig field that turns it on")
+    parser.add_argument(
+        "--executor-threads", type=int, default=0,
+        help="size the connector's default executor (where flytekit runs sync methods); 0: asyncio's default",
+    )  # fmt: skip
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
+    parser.add_argument("--role", choices=("api", "connector"), help=argparse.SUPPRESS)
+    parser.add_argument("--api-host", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for name in ("jobs", "pollers"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}={getattr(args, name)} must be at least 1")
+    if args.executor_threads < 0:
+        parser.error(f"--executor-threads={args.executor_threads} must be 0 (asyncio's default) or more")
+    if args.role == "api":
+        _serve_api(args.jobs, args.big_workers, args.latency_ms)
+        return 0
+    if args.role == "connector":
+        _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads)
+        return 0
+
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
+    common = ["--jobs", str(args.jobs), "--big-workers", str(args.big_workers), "--latency-ms", str(args.latency_ms)]
+    api = _Child(["--role", "api", *common])
+    conn = None
+    try:
+        env = {f"PYTORCHJOB_{args.cache_setting.upper()}": "true"} if args.cache == "on" else {}
+        conn = _Child(["--role", "connector", "--api-host", api.hello["host"], "--cache", args.cache,
+                       "--cache-setting", args.cache_setting, "--executor-threads", str(args.executor_threads)],
+                      env=env)  # fmt: skip
+        figures = asyncio.run(_measure(args, api, conn))
+    finally:
+        if conn is not None:
+            conn.stop()
+        try:
+            api.ask("quit")
+        except (RuntimeError, BrokenPipeError, ValueError):
+            pass
+        api.stop()
+    after = os.getloadavg()
+    result = {
+        "jobs": args.jobs, "pollers": args.pollers, "latency_ms": args.latency_ms, "seconds": args.seconds,
+        "cache": args.cache, "cpus": conn.hello["cpus"] if conn else None,
+        "executor_threads": conn.hello["executor_threads"] if conn else None,
+        "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in after], **figures,
+    }  # fmt: skip
+    for key, value in result.items():
+        print(f"{key:32} {value}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

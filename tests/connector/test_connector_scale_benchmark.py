@@ -1,0 +1,47 @@
+"""benchmarks/connector_scale.py on a few jobs: its figures are what the fake API and the connector really did."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.sdk.guarded_run import run_guarded
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARK = ROOT / "benchmarks" / "connector_scale.py"
+MAX_PROCS = 4  # the driver, the fake API, the connector (and a moment's slack)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
+
+
+def run(tmp_path: Path, *args: str):
+    cmd = [sys.executable, str(BENCHMARK), "--jobs", "20", "--pollers", "4", "--seconds", "1", "--big-workers", "5",
+           *args]  # fmt: skip
+    result = run_guarded(cmd, max_procs=MAX_PROCS, timeout_s=150, cwd=str(ROOT), env=dict(os.environ))
+    assert result.killed_for == "", f"killed by the guard: {result.killed_for}\n{result.output[-3000:]}"
+    assert result.leftover == [], result.leftover
+    return result
+
+
+def test_small_run_reports_one_get_per_poll_without_cache(tmp_path):
+    out = tmp_path / "figures.json"
+    result = run(tmp_path, "--json", str(out))
+    assert result.returncode == 0, result.output[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["errors"] == 0 and figures["cache"] == "off"
+    assert figures["gettask_per_s"] > 0 and 0 < figures["p50_ms"] <= figures["p99_ms"]
+    # Running jobs: one GET per GetTask, no pod lists, no watches (the connector has no cache yet).
+    assert set(figures["api_requests_by_verb"]) == {"get pytorchjobs"}
+    assert figures["api_requests_per_gettask"] == 1.0 and figures["api_watch_requests_in_window"] == 0
+    assert figures["big_job_gettask_s"]["workers"] == 5 and figures["staleness_s"]["max"] > 0
+    assert figures["executor_threads"] == min(32, (os.cpu_count() or 1) + 4)
+
+
+def test_cache_on_needs_the_setting(tmp_path):
+    result = run(tmp_path, "--cache", "on", "--cache-setting", "no_such_setting")
+    assert result.returncode != 0
+    assert "BackendConfig has no setting 'no_such_setting'" in result.output
