@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tarfile
@@ -361,11 +362,15 @@ def test_render_shows_the_contract_fixes(template: str, capsys):
         assert (policy["backoffLimit"], policy["ttlSecondsAfterFinished"]) == (0, 0)
 
 
-def test_missing_backend_extra_is_one_line_naming_the_extra(capsys, monkeypatch):
+def test_missing_backend_extra_is_one_line_naming_the_extra(tmp_path: Path, capsys, monkeypatch):
     """A pod-template task needs the kubernetes client (the `backend` extra); without it: one line, exit 3."""
     for name in [m for m in sys.modules if m == "kubernetes" or m.startswith("kubernetes.")] + ["kubernetes"]:
         monkeypatch.setitem(sys.modules, name, None)  # `import kubernetes...` now raises ModuleNotFoundError
-    code, out, err = run(["render", "--template", str(TEMPLATES / "official_pod_template.json")], capsys)
+    template = json.loads((TEMPLATES / "official_pod_template.json").read_text())
+    template["id"]["name"] = "not-read-before"  # the reader caches specs per content: this one is read afresh
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps(template))
+    code, out, err = run(["render", "--template", str(path)], capsys)
     assert (code, out) == (3, "")
     assert err == "pytorchjob render: needs 'kubernetes': pip install \"flytekitplugins-pytorch[backend]\"\n"
 
