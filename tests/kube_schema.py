@@ -17,7 +17,9 @@ import jsonschema
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CRD_PATH = ROOT.parent / "shared" / "schemas" / "kubeflow.org_pytorchjobs.yaml"
+#: The upstream CRDs, vendored unchanged (tests/data/schemas/PROVENANCE.md gives their source and sha256).
+SCHEMA_DIR = ROOT / "tests" / "data" / "schemas"
+CRD_PATH = SCHEMA_DIR / "kubeflow.org_pytorchjobs.yaml"
 KUBERNETES_VERSION = "1.37.0"
 RESTART_POLICIES = {"Always", "OnFailure", "Never", "ExitCode"}  # the operator's RestartPolicy type
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -88,8 +90,8 @@ def assert_valid_pytorchjob(job: dict) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # TrainJob (Kubeflow Trainer v2)
 
-TRAINJOB_CRD_PATH = ROOT.parent / "shared" / "schemas" / "trainer.kubeflow.org_trainjobs.yaml"
-RUNTIME_PATH = ROOT.parent / "shared" / "schemas" / "torch_distributed.yaml"
+TRAINJOB_CRD_PATH = SCHEMA_DIR / "trainer.kubeflow.org_trainjobs.yaml"
+RUNTIME_PATH = SCHEMA_DIR / "torch_distributed.yaml"
 TRAINJOB_RESERVED_ENV = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}
 TRAINJOB_POD_PATCH = {
     "serviceAccountName",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tarfile
@@ -359,3 +360,24 @@ def test_render_shows_the_contract_fixes(template: str, capsys):
     else:
         policy = job["spec"]["runPolicy"]
         assert (policy["backoffLimit"], policy["ttlSecondsAfterFinished"]) == (0, 0)
+
+
+def test_missing_backend_extra_is_one_line_naming_the_extra(tmp_path: Path, capsys, monkeypatch):
+    """A pod-template task needs the kubernetes client (the `backend` extra); without it: one line, exit 3."""
+    for name in [m for m in sys.modules if m == "kubernetes" or m.startswith("kubernetes.")] + ["kubernetes"]:
+        monkeypatch.setitem(sys.modules, name, None)  # `import kubernetes...` now raises ModuleNotFoundError
+    template = json.loads((TEMPLATES / "official_pod_template.json").read_text())
+    template["id"]["name"] = "not-read-before"  # the reader caches specs per content: this one is read afresh
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps(template))
+    code, out, err = run(["render", "--template", str(path)], capsys)
+    assert (code, out) == (3, "")
+    assert err == "pytorchjob render: needs 'kubernetes': pip install \"flytekitplugins-pytorch[backend]\"\n"
+
+
+def test_a_missing_module_of_no_extra_is_not_disguised(tmp_path: Path, capsys):
+    """Only modules an extra installs get the install hint; a user's own broken import keeps its error."""
+    source = tmp_path / "broken.py"
+    source.write_text("import no_such_module_anywhere\n")
+    with pytest.raises(ModuleNotFoundError, match="no_such_module_anywhere"):
+        main(["render", str(source), "train"])

@@ -23,6 +23,7 @@ from tests.connector.helpers import execution_metadata, make_connector
 from tests.e2e import harness
 from tests.e2e.harness import BlobStore, FakeOperator, JobRun
 from tests.fakeapi.fixtures import running_fake_api
+from tests.mnist_data import require_mnist
 
 pytestmark = pytest.mark.e2e
 
@@ -126,17 +127,13 @@ def test_seed_decorator_allreduce_over_master_and_two_workers(cluster: Cluster, 
     assert (env["RANK"], env["WORLD_SIZE"], env["PET_NODE_RANK"], env["PET_NNODES"]) == ("2", "3", "2", "3")
 
 
-MNIST_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "mnist"
-
-
-@pytest.mark.skipif(not MNIST_DATA.is_dir(), reason=f"no MNIST data at {MNIST_DATA}")
 def test_mnist_example_on_a_slice_of_real_data(cluster: Cluster, templates) -> None:
     from examples.mnist.workflow import train_mnist
 
     iface = train_mnist.python_interface
     inputs = {"epochs": 1, "batch_size": 64, "test_batch_size": 500, "train_limit": 1536, "test_limit": 500}
     inputs = {name: inputs.get(name, default) for name, (_, default) in iface.inputs_with_defaults.items()}
-    env = {"MNIST_DATA_DIR": str(MNIST_DATA)}
+    env = {"MNIST_DATA_DIR": str(require_mnist())}  # fails with how to provide the data when there is none
     seen, prefix, run = cluster.run(templates["train_mnist"], inputs, iface.inputs, "mnist1", env=env)
     assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
     # As in the seed test: a worker still shutting down when the master succeeds is cleaned up, never failed.

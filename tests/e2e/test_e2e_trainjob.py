@@ -21,12 +21,12 @@ from tests.e2e import harness
 from tests.e2e.harness import TRAINJOB_PET_ENV, BlobStore, FakeTrainer, JobRun
 from tests.fakeapi.fixtures import running_fake_api
 from tests.fakeapi.server import TRAINJOBS
+from tests.mnist_data import require_mnist
 
 pytestmark = pytest.mark.e2e
 
 NS = "flytesnacks-development"
 JOB_TIMEOUT_S = 120.0
-MNIST_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "mnist"
 
 
 @pytest.fixture(scope="module")
@@ -100,14 +100,13 @@ def test_seed_decorator_allreduce_over_three_nodes(cluster: TrainerCluster, temp
     assert job["spec"]["trainer"]["numNodes"] == 3 and job["spec"]["trainer"]["numProcPerNode"] == 1
 
 
-@pytest.mark.skipif(not MNIST_DATA.is_dir(), reason=f"no MNIST data at {MNIST_DATA}")
 def test_mnist_example_on_a_slice_of_real_data(cluster: TrainerCluster, templates) -> None:
     from examples.mnist.workflow import train_mnist
 
     iface = train_mnist.python_interface
     inputs = {"epochs": 1, "batch_size": 64, "test_batch_size": 500, "train_limit": 1536, "test_limit": 500}
     inputs = {name: inputs.get(name, default) for name, (_, default) in iface.inputs_with_defaults.items()}
-    env = {"MNIST_DATA_DIR": str(MNIST_DATA)}
+    env = {"MNIST_DATA_DIR": str(require_mnist())}  # fails with how to provide the data when there is none
     seen, prefix, run, _ = cluster.run(templates["train_mnist"], inputs, iface.inputs, "tjmnist", env=env)
     assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
     assert [r.exit_code for r in run.replicas] == [0, 0, 0]

@@ -1,4 +1,4 @@
-"""Shared fixtures for the MNIST example tests: the real data directory (tests skip without it)."""
+"""Shared fixtures for the MNIST example tests: the real data directory (see tests/mnist_data.py for where from)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-#: ../shared/data/mnist relative to the repository root (read-only, real MNIST IDX .gz files).
-DATA_DIR = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mnist").resolve()
+from tests.mnist_data import gzipped_copy, require_mnist
 
 
 @pytest.fixture(scope="session")
-def mnist_dir() -> Path:
-    """The real MNIST directory; the test is skipped when it is absent."""
-    if not (DATA_DIR / "train-images-idx3-ubyte.gz").is_file():
-        pytest.skip(f"MNIST data not found at {DATA_DIR}")
-    return DATA_DIR
+def mnist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A read-only directory with the four real MNIST files as ``<name>.gz`` (as the mirrors serve them).
+
+    The test fails with one line saying how to provide the data when it is found nowhere.
+    """
+    return gzipped_copy(require_mnist(), tmp_path_factory.mktemp("mnist-gz"))
 
 
 @pytest.fixture()

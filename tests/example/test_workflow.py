@@ -108,9 +108,8 @@ def test_deck_handles_degenerate_curves(loss: list[tuple[float, float]], accurac
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")  # before the data fixture is asked for
 def test_gpu_single_rank_uses_cuda(mnist_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
     from examples.mnist.train import TrainConfig, train
 
     monkeypatch.setenv("WORLD_SIZE", "1")

@@ -40,12 +40,15 @@ from typing import Any, Optional
 from flyteidl.core import errors_pb2
 from flytekit.core import utils
 
+from examples.mnist.data import default_cache_dir
 from tests.faults.drills_local import MARKER_ENV, _wait_gone
 from tests.faults.retry_tasks import FAIL_AT_EPOCH_ENV, FAIL_RANK_ENV, FAULT_MESSAGE
+from tests.mnist_data import HOW, find_mnist
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-MNIST_DIR = Path(os.environ.get("MNIST_DATA_DIR") or "/work/shared/data/mnist")
+#: The real MNIST files (tests/mnist_data.py: $MNIST_DATA_DIR or the cache); checked when a drill starts.
+MNIST_DIR = find_mnist(download=False) or default_cache_dir()
 IMAGE = "localhost/flytekitplugins-pytorch-drill:venv"
 TASK_MODULE = "tests.faults.retry_tasks"
 TASK_NAME = "train_with_fault"
@@ -260,14 +263,14 @@ def run_retry_drill(inputs: Optional[DrillInputs] = None, keep: Optional[Path] =
         (``baseline`` and ``attempt1`` output values), ``detect_s``, ``leftover_procs`` and ``inputs``.
 
     Raises:
-        FileNotFoundError: the MNIST files are not in ``$MNIST_DATA_DIR`` (or /work/shared/data/mnist).
+        FileNotFoundError: the MNIST files are neither in ``$MNIST_DATA_DIR`` nor in the cache.
     """
     from tests.e2e.harness import read_outputs, to_literal_map
     from tests.faults.retry_tasks import train_with_fault
 
     inputs = inputs or DrillInputs()
     if not (MNIST_DIR / "train-images-idx3-ubyte.gz").exists() and not (MNIST_DIR / "train-images-idx3-ubyte").exists():
-        raise FileNotFoundError(f"MNIST is not in {MNIST_DIR}; set MNIST_DATA_DIR to a directory with the IDX files")
+        raise FileNotFoundError(HOW)
     # Short: multiprocessing's AF_UNIX socket paths under it must stay below 108 bytes.
     work = keep if keep is not None else Path(tempfile.mkdtemp(prefix="retry-", dir="/tmp"))
     work.mkdir(parents=True, exist_ok=True)

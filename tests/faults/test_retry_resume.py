@@ -13,18 +13,27 @@ from typing import Any
 import pytest
 from flyteidl.core import errors_pb2, execution_pb2
 
-from tests.faults.drills_retry import MNIST_DIR, RESUME_LOG, DrillInputs, expected_fault_message, run_retry_drill
+from tests.faults.drills_retry import RESUME_LOG, DrillInputs, expected_fault_message, run_retry_drill
+from tests.mnist_data import HOW, find_mnist
 
 pytestmark = [
     pytest.mark.faults,
     pytest.mark.slow,
-    pytest.mark.skipif(not MNIST_DIR.is_dir(), reason=f"real MNIST not at {MNIST_DIR} (set MNIST_DATA_DIR)"),
+    # without the real MNIST files the drill fails with one line saying how to provide them (tests/mnist_data.py)
+    pytest.mark.usefixtures("mnist_present"),
 ]
 
 INPUTS = DrillInputs(epochs=3, fail_after_epoch=1)
 #: Seconds from rank 1's raise to attempt 0's exit; generous because the CI machine is shared (a few s idle).
 DETECT_BOUND_S = 30.0
 COMPARED = ["accuracies", "epoch_losses", "weights_sha256", "weights_file_bytes", "weights_tensors"]
+
+
+@pytest.fixture(scope="module")
+def mnist_present() -> None:
+    """The drill's data is there (``MNIST_DIR``); otherwise the test fails with how to provide it."""
+    if find_mnist(download=False) is None:
+        pytest.fail(HOW, pytrace=False)
 
 
 @pytest.fixture(scope="module")
