@@ -258,6 +258,11 @@ def test_placeholder_paths_warn_once_with_the_fixing_flags(task_file: Path, tmp_
     # both given: silent
     code, _, err = run(["render", str(task_file), "train", "--image", IMAGE, *REAL_PATHS], capsys)
     assert code == 0 and err == ""
+    # a TrainJob's one node template is checked the same way
+    code, out, err = run(["render", "--target", "trainjob", str(task_file), "train", "--image", IMAGE], capsys)
+    assert code == 0 and yaml.safe_load(out)["kind"] == "TrainJob"
+    (line,) = [line for line in err.splitlines() if "placeholder" in line]
+    assert "--input NAME=VALUE with --inputs-to" in line and "--output-prefix s3://" in line
 
 
 def test_invalid_template_is_reported(tmp_path: Path, capsys):
