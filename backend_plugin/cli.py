@@ -18,19 +18,25 @@ with the inputs found there.
 interface (flytekit's type engine, as `pyflyte run` does), the literal map is written to `--inputs-to` (a local folder,
 or a URL such as `s3://bucket/run-1` written through flytekit's data persistence; default: the `--output-prefix`), and
 the job's `{{.input}}` points at it. A job whose image is flytekit's default image (no torch, no plugin) gets a warning
-on stderr. `python -m backend_plugin render ...` is the same command.
+on stderr, and so does a job that still reads or writes under the placeholder bucket. Stdout holds only the job: what
+the user's module prints while it is imported and serialized goes to stderr. `--name`, `--image` and `--namespace` are
+checked with the rules the backend and the SDK apply to the same fields, before the module is imported.
+`python -m backend_plugin render ...` is the same command.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import io
 import json
+import os
 import sys
 import tarfile
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -42,6 +48,7 @@ from backend_plugin.execution import ExecutionIdentity, execution_metadata, job_
 from backend_plugin.targets import TRAINJOB, target_for_config
 from backend_plugin.template import read_template, template_to_dict
 from backend_plugin.trainjob import warnings as trainjob_warnings
+from pytorch_contract.k8s_names import DNS1035_LABEL, JOB_NAME_MAX_LENGTH, image_reference_problem
 from pytorch_contract.template_keys import PRIMARY_CONTAINER, TASK_TYPE
 
 __all__ = [
@@ -55,6 +62,9 @@ __all__ = [
     "input_literals",
     "write_inputs",
     "default_image_warnings",
+    "placeholder_warnings",
+    "check_job_options",
+    "user_output_to_stderr",
 ]
 
 DEFAULT_BUCKET = "s3://my-s3-bucket/pytorchjob-render"
@@ -64,6 +74,44 @@ FLYTEKIT_DEFAULT_IMAGE = "cr.flyte.org/flyteorg/flytekit:"
 
 class RenderError(Exception):
     """A problem with the command's inputs (file, task name); printed without a traceback."""
+
+
+@contextlib.contextmanager
+def user_output_to_stderr() -> Iterator[None]:
+    """Send whatever the user's code prints to stderr, so that stdout holds only the job.
+
+    Python's `sys.stdout` is redirected, and so is file descriptor 1 (a C extension's `printf`, a subprocess
+    started at import); C's stdio buffers are flushed before fd 1 is given back, so text a C library buffered
+    lands on stderr too.
+
+    Yields:
+        Nothing; stdout is restored on exit.
+    """
+    sys.stdout.flush()
+    try:
+        saved: Optional[int] = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no fd 1 (closed by the caller): only Python's stream can be redirected
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            _flush_c_stdio()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    """`fflush(NULL)`: write out what C code buffered for stdout while fd 1 was stderr."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to load (not on Linux or macOS): nothing to flush
+        pass
 
 
 def load_task_template(path: str, task_name: str, image: Optional[str] = None) -> dict[str, Any]:
@@ -101,7 +149,8 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
     else:
         image_config = ImageConfig.auto_default_image()
     settings = SerializationSettings(image_config=image_config)  # like `pyflyte package`: no project/domain yet
-    task_spec = get_serializable(OrderedDict(), settings, entity)
+    with user_output_to_stderr():  # serializing can run the user's code (pod templates, ImageSpec)
+        task_spec = get_serializable(OrderedDict(), settings, entity)
     return template_to_dict(task_spec.template)
 
 
@@ -133,7 +182,8 @@ def load_task(path: str, task_name: str) -> Any:
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        with user_output_to_stderr():  # a module-level print() must not end up in the YAML
+            spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(root))
     entity = getattr(module, task_name, None)
@@ -380,6 +430,94 @@ def default_image_warnings(job: dict[str, Any]) -> list[str]:
     return out
 
 
+_PATH_FLAGS = {
+    "--inputs": "--input NAME=VALUE with --inputs-to s3://<bucket>/<run> (or --inputs with the URL of an inputs.pb)",
+    "--output-prefix": "--output-prefix s3://<bucket>/<run>",
+    "--raw-output-data-prefix": "--raw-output-prefix (default: under --output-prefix)",
+    "--checkpoint-path": "--checkpoint-prefix (default: under --output-prefix)",
+}
+"""`pyflyte-execute` arguments that carry a Flyte path -> the render flags that set it."""
+
+
+def placeholder_warnings(job: dict[str, Any]) -> list[str]:
+    """One warning when the job reads or writes under the placeholder bucket `DEFAULT_BUCKET`.
+
+    Nothing writes `inputs.pb` there, so such a job fails in `pyflyte-execute` before the task's code runs.
+
+    Args:
+        job: the PyTorchJob or TrainJob.
+
+    Returns:
+        No line, or one line naming the placeholder paths and the flags that replace them.
+    """
+    if job.get("kind") == "TrainJob":
+        argvs = [list(job["spec"]["trainer"].get("command", [])) + list(job["spec"]["trainer"].get("args", []))]
+    else:
+        argvs = [
+            list(container.get("command", [])) + list(container.get("args", []))
+            for replica in job["spec"]["pytorchReplicaSpecs"].values()
+            for container in replica["template"]["spec"]["containers"]
+            if container.get("name") == PRIMARY_CONTAINER
+        ]
+    found: dict[str, str] = {}
+    for argv in argvs:
+        for flag, value in zip(argv, argv[1:], strict=False):  # each argument with the next
+            if flag in _PATH_FLAGS and str(value).startswith(DEFAULT_BUCKET):
+                found.setdefault(flag, str(value))
+    if not found:
+        return []
+    parts = []
+    if "--inputs" in found:
+        parts.append(
+            f"reads its inputs from the placeholder {found['--inputs']}, which nothing writes (it fails "
+            "before your code runs)"
+        )
+    writes = [f for f in found if f != "--inputs"]
+    if writes:
+        parts.append(f"writes its outputs under the placeholder {DEFAULT_BUCKET}/")
+    fixes = [_PATH_FLAGS[f] for f in found if f in ("--inputs", "--output-prefix")] or [_PATH_FLAGS[writes[0]]]
+    return [f"warning: the job {' and '.join(parts)}; pass {' and '.join(fixes)}"]
+
+
+def check_job_options(args: argparse.Namespace, config: BackendConfig) -> BackendConfig:
+    """Check `--name`, `--image` and `--namespace` with the rules the backend and the SDK apply to the same fields.
+
+    `--name` is a DNS-1035 label of at most `JOB_NAME_MAX_LENGTH` characters, the rule the connector's job names
+    follow (the operator names the job's pods and Services `<name>-worker-<i>`); `--image` is an image reference
+    the kubelet accepts (the SDK's `container_image` check); `--namespace` is checked by `BackendConfig`, as the
+    config's own `namespace` is.
+
+    Args:
+        args: parsed arguments.
+        config: backend config.
+
+    Returns:
+        `config`, with `--namespace` as its namespace when given.
+
+    Raises:
+        RenderError: a value no cluster would accept; the message names the flag and the value.
+    """
+    name = args.name
+    if name is not None and (not DNS1035_LABEL.match(name) or len(name) > JOB_NAME_MAX_LENGTH):
+        raise RenderError(
+            f"--name {name!r} is not a job name Kubernetes accepts: use at most {JOB_NAME_MAX_LENGTH} lower-case "
+            "letters, digits and '-', starting with a letter and ending with a letter or digit, e.g. 'mnist-1'"
+        )
+    if args.image is not None:
+        problem = image_reference_problem(args.image)
+        if problem is not None:
+            raise RenderError(
+                f"--image {args.image!r} is not an image reference the kubelet accepts ({problem}); "
+                "use e.g. 'ghcr.io/org/train:1.0'"
+            )
+    if args.namespace is not None:
+        try:
+            return dataclasses.replace(config, namespace=args.namespace)
+        except ConfigError as e:
+            raise RenderError(f"--namespace {args.namespace!r}: {e}") from e
+    return config
+
+
 def render(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> str:
     """Build the job for `template` with the command-line's metadata and return it as YAML.
 
@@ -492,7 +630,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        config = _load_config(args.config)
+        config = check_job_options(args, _load_config(args.config))
         given = parse_inputs(args.input)
         if given and not (args.inputs_to or args.output_prefix):
             raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")
@@ -517,7 +655,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 )
             args.inputs = args.inputs or written
         text = render(template, args, config)
-        for line in default_image_warnings(yaml.safe_load(text)):
+        job = yaml.safe_load(text)
+        for line in default_image_warnings(job) + placeholder_warnings(job):
             print(f"pytorchjob render: {line}", file=sys.stderr)
         sys.stdout.write(text)
     except (RenderError, TemplateError, ConfigError, OSError) as e:

@@ -32,6 +32,7 @@ from pytorch_contract.k8s_names import (
     is_label_value,
 )
 from pytorch_contract.quantity import is_quantity
+from pytorch_contract.suggest import did_you_mean
 from pytorch_contract.template_keys import CLEAN_POD_POLICIES, DEFAULT_RDZV_BACKEND, RDZV_BACKENDS
 
 __all__ = [
@@ -527,7 +528,7 @@ class BackendConfig:
         for key, value in data.items():
             name = str(key).replace("-", "_")
             if name not in names:
-                raise ConfigError(f"unknown backend config key {key!r}; allowed: {sorted(names)}")
+                raise ConfigError(f"unknown backend config key {key!r}; {did_you_mean(name, names)}")
             kwargs[name] = value
         return cls(**kwargs)
 

@@ -11,7 +11,6 @@ This module never imports torch: defining, serializing and registering a task wo
 from __future__ import annotations
 
 import datetime
-import difflib
 import re
 import warnings
 from collections.abc import Callable, Iterable
@@ -32,6 +31,7 @@ from pytorch_contract.k8s_names import (
     image_reference_problem,
 )
 from pytorch_contract.quantity import QuantityError, parse_quantity
+from pytorch_contract.suggest import did_you_mean
 from pytorch_contract.template_keys import NPROC_PER_NODE_WORDS, CleanPodPolicy, RestartPolicy
 
 __all__ = [
@@ -100,9 +100,7 @@ def unknown_option(owner: str, name: str, valid: Iterable[str]) -> UnknownOption
     Returns:
         The error to raise.
     """
-    valid = sorted(valid)
-    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else f"valid options: {', '.join(valid)}"
+    hint = did_you_mean(name, valid)
     return UnknownOptionError(f"{owner}.{name} is not an option; {hint}", field=f"{owner}.{name}", value=name)
 
 

@@ -254,6 +254,21 @@ def elastic_config(config: Elastic) -> dict[str, str]:
 # Task types.
 
 
+def _timeline_last(decks: list[Any]) -> None:
+    """Move flytekit's Timeline Deck behind the others, in place, keeping their order.
+
+    flytekit opens a Deck on its first tab, and the Timeline, made when the task process starts, would be that
+    tab; the task's own Decks only arrive from rank 0 when the ranks are done.
+
+    Args:
+        decks: the task context's Decks (`ExecutionParameters.decks`).
+    """
+    from flytekit.deck.deck import TimeLineDeck
+
+    timeline = [d for d in decks if isinstance(d, TimeLineDeck)]
+    decks[:] = [d for d in decks if not isinstance(d, TimeLineDeck)] + timeline
+
+
 class _DistributedFunctionTask(PythonFunctionTask):
     """What both task types share: the config-type check, the template's ``custom``/``config``, distributed execute.
 
@@ -323,10 +338,14 @@ class _DistributedFunctionTask(PythonFunctionTask):
         """flytekit's Deck writing; on a local run, the Deck's path is printed (flytekit logs it only at INFO).
 
         flytekit writes a local run's Deck to a new random directory of the context's file access; that directory is
-        recorded on the way, so the printed path is the file just written.
+        recorded on the way, so the printed path is the file just written. The task's own Decks (rank 0's, in the
+        order it left them) come before flytekit's Timeline: the Deck opens on its first tab.
         """
         from flytekit.core.context_manager import FlyteContextManager
         from flytekit.deck.deck import DECK_FILE_NAME
+
+        if new_user_params is not None:
+            _timeline_last(new_user_params.decks)
 
         local = bool(ctx.execution_state and ctx.execution_state.is_local_execution())
         if self._disable_deck is not False or not local:

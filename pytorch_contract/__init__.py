@@ -5,6 +5,7 @@
   container's name. The SDK writes these keys, the backend reads them; both import them from here.
 - `pytorch_contract.k8s_names`: Kubernetes name grammars (label keys and values, DNS-1123 names, resource names).
 - `pytorch_contract.quantity`: the exact Kubernetes quantity parser.
+- `pytorch_contract.suggest`: the "did you mean ...?" hint for a misspelled keyword or config key.
 
 This package imports nothing beyond the standard library. In particular not flytekit: flytekit loads our connector
 through its `flytekit.plugins` entry point while it is itself being imported, so a backend module that reached

@@ -4,6 +4,13 @@ Why an environment variable and not a task input: W&B needs an API key, which on
 task's secret requests are fixed when the task is defined. ``MNIST_TRACKING=wandb`` at registration time adds the
 ``wandb/api_key`` secret request and passes the variable to the pods; without it the task requests no secret at all,
 so clusters without that secret run the example unchanged. The key is never part of the image.
+
+The packages are the ``tracking`` extra (``pip install -c constraints.txt -e '.[tracking]'``). Locally, flytekit
+reads the secret from ``_FSEC_WANDB_API_KEY`` (else ``WANDB_API_KEY`` is used); ``WANDB_MODE=offline`` keeps the run
+on disk under ``$WANDB_DIR/wandb/offline-run-*`` (``wandb sync`` uploads it later). Both trackers get the loss and
+learning rate of every logged step and, at the step that ends each epoch, the test accuracy and the epoch's mean
+training loss; TensorBoard writes to ``$MNIST_TENSORBOARD_DIR``. ``tests/example/test_tracking.py`` runs both and
+reads back what they wrote.
 """
 
 from __future__ import annotations
@@ -16,6 +23,10 @@ logger = logging.getLogger(__name__)
 
 TRACKING_ENV = "MNIST_TRACKING"
 """Comma-separated trackers to enable: ``wandb``, ``tensorboard``. Empty (the default): no tracking."""
+
+TENSORBOARD_DIR_ENV = "MNIST_TENSORBOARD_DIR"
+"""Where TensorBoard's event files go. Unset: the task's working directory, which is gone when the task ends (a
+pod's disk, or a local run's temporary directory); set it to a directory that outlives the task to keep them."""
 
 KNOWN = ("wandb", "tensorboard")
 WANDB_SECRET_GROUP = "wandb"
@@ -57,7 +68,7 @@ def make_logger(run_name: str, config: dict, log_dir: str) -> tuple[Callable[[in
     Args:
         run_name: name of the run in the trackers.
         config: hyperparameters to record.
-        log_dir: directory for TensorBoard event files.
+        log_dir: directory for TensorBoard event files when ``$MNIST_TENSORBOARD_DIR`` is not set.
 
     Returns:
         ``(on_log, close)``: ``on_log(step, metrics)`` records metrics; ``close()`` flushes and ends the run.
@@ -71,7 +82,7 @@ def make_logger(run_name: str, config: dict, log_dir: str) -> tuple[Callable[[in
             except ImportError:
                 logger.warning("%s=tensorboard but the tensorboard package is not installed; skipping", TRACKING_ENV)
                 continue
-            writer = SummaryWriter(log_dir=log_dir)
+            writer = SummaryWriter(log_dir=os.environ.get(TENSORBOARD_DIR_ENV) or log_dir)
             sinks.append(lambda step, m, w=writer: [w.add_scalar(k, v, step) for k, v in m.items()])
             closers.append(writer.close)
         elif name == "wandb":

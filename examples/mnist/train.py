@@ -171,7 +171,10 @@ class TrainResult:
     Attributes:
         accuracies: test accuracy in percent after each epoch.
         epoch_losses: mean training loss of each epoch.
-        loss_curve: ``(fractional epoch, mean loss over the last log interval, all ranks)`` pairs.
+        loss_curve: ``(global step, mean loss over the last log interval, all ranks)`` pairs, one per logged step
+            (every ``log_interval`` steps and at the end of each epoch).
+        steps_per_epoch: optimizer steps in one epoch; epoch ``e`` (from 1) ends at global step
+            ``e * steps_per_epoch``.
         state_dict: the trained weights on CPU.
         resumed_from_epoch: epochs restored from a checkpoint (0: fresh start).
         world_size: number of ranks that trained.
@@ -184,6 +187,7 @@ class TrainResult:
     accuracies: list[float]
     epoch_losses: list[float]
     loss_curve: list[tuple[float, float]]
+    steps_per_epoch: int
     state_dict: dict[str, torch.Tensor]
     resumed_from_epoch: int
     world_size: int
@@ -510,16 +514,21 @@ def train(
                         steps_per_epoch,
                         global_interval,
                     )
-                loss_curve.append((epoch + done / steps_per_epoch, global_interval))
+                global_step = epoch * steps_per_epoch + done
+                loss_curve.append((global_step, global_interval))
                 if on_log is not None and info.rank == 0:
-                    on_log(epoch * steps_per_epoch + done, {"loss": global_interval, "lr": scheduler.get_last_lr()[0]})
+                    on_log(global_step, {"loss": global_interval, "lr": scheduler.get_last_lr()[0]})
         accuracy = evaluate(model, test_set, info, config.test_batch_size)
         (mean_loss,) = _all_sum([float(epoch_loss) / steps_per_epoch], info)
         accuracies.append(accuracy)
         epoch_losses.append(mean_loss)
         if info.rank == 0:
             logger.info(
-                "epoch %d/%d: test accuracy %.2f%%, mean loss %.4f", epoch + 1, config.epochs, accuracy, mean_loss
+                "epoch %d/%d: test accuracy %.2f%%, train loss %.4f (mean over the epoch)",
+                epoch + 1,
+                config.epochs,
+                accuracy,
+                mean_loss,
             )
             if on_log is not None:
                 on_log((epoch + 1) * steps_per_epoch, {"accuracy": accuracy, "epoch_loss": mean_loss})
@@ -549,6 +558,7 @@ def train(
         accuracies=accuracies,
         epoch_losses=epoch_losses,
         loss_curve=loss_curve,
+        steps_per_epoch=steps_per_epoch,
         state_dict=state_dict,
         resumed_from_epoch=start_epoch,
         world_size=w,

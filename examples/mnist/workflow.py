@@ -131,8 +131,17 @@ class EvaluationReport:
     text: str
 
 
-def _svg_panel(left: float, title: str, xlabel: str, ylabel: str, points: list[tuple[float, float]], color: str) -> str:
-    """One line chart, 400 x 240 px, whose top-left corner is at ``(left, 0)`` of the SVG."""
+def _svg_panel(
+    left: float,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    points: list[tuple[float, float]],
+    color: str,
+    x_range: tuple[float, float] | None = None,
+) -> str:
+    """One line chart, 400 x 240 px, whose top-left corner is at ``(left, 0)`` of the SVG; the x axis spans
+    `x_range` when given (so that two panels share one axis), else the points."""
     width, height, pad_l, pad_r, pad_t, pad_b = 400.0, 240.0, 56.0, 12.0, 28.0, 40.0
     plot_w, plot_h = width - pad_l - pad_r, height - pad_t - pad_b
     parts = [
@@ -144,7 +153,7 @@ def _svg_panel(left: float, title: str, xlabel: str, ylabel: str, points: list[t
     ]
     if points:
         xs, ys = [p[0] for p in points], [p[1] for p in points]
-        x_lo, x_hi = min(xs), max(xs)
+        x_lo, x_hi = x_range if x_range is not None else (min(xs), max(xs))
         y_lo, y_hi = min(ys), max(ys)
         if x_hi == x_lo:
             x_lo, x_hi = x_lo - 0.5, x_hi + 0.5
@@ -160,7 +169,8 @@ def _svg_panel(left: float, title: str, xlabel: str, ylabel: str, points: list[t
         for y in (y_lo, (y_lo + y_hi) / 2, y_hi):
             parts.append(f'<text x="{pad_l - 4}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.3g}</text>')
         for x in (x_lo, x_hi):
-            parts.append(f'<text x="{px(x):.1f}" y="{pad_t + plot_h + 16}" text-anchor="middle">{x:.3g}</text>')
+            label = f"{x:.0f}" if float(x).is_integer() else f"{x:.3g}"  # step counts in full: 1252, not 1.25e+03
+            parts.append(f'<text x="{px(x):.1f}" y="{pad_t + plot_h + 16}" text-anchor="middle">{label}</text>')
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in points)
         parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
         parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>' for x, y in points]
@@ -168,24 +178,33 @@ def _svg_panel(left: float, title: str, xlabel: str, ylabel: str, points: list[t
     return "".join(parts)
 
 
-def _plot_html(loss_curve: list[tuple[float, float]], accuracies: list[float]) -> str:
+def _plot_html(loss_curve: list[tuple[float, float]], accuracies: list[float], steps_per_epoch: int = 1) -> str:
     """Draw the loss and accuracy curves as one inline SVG (no plotting library: importing matplotlib in rank 0
-    costs more CPU time and memory than the rest of the Deck).
+    costs more CPU time and memory than the rest of the Deck). Both share the x axis: the optimizer step.
 
     Args:
-        loss_curve: ``(fractional epoch, mean training loss)`` pairs.
+        loss_curve: ``(global step, mean training loss)`` pairs, one per logged step.
         accuracies: test accuracy after each epoch, in percent.
+        steps_per_epoch: steps in one epoch; epoch ``e``'s accuracy is drawn at step ``e * steps_per_epoch``.
 
     Returns:
         An ``<svg>`` element, two charts side by side.
     """
-    loss = _svg_panel(0, "training loss (all ranks)", "epoch", "cross-entropy", list(loss_curve), "#1f77b4")
-    accuracy_points = [(float(i), a) for i, a in enumerate(accuracies, start=1)]
-    accuracy = _svg_panel(420, "test accuracy", "epoch", "%", accuracy_points, "#2ca02c")
+    accuracy_points = [(float(i * steps_per_epoch), a) for i, a in enumerate(accuracies, start=1)]
+    last = max([x for x, _ in loss_curve] + [x for x, _ in accuracy_points], default=0.0)
+    steps = (0.0, float(last)) if last > 0 else None
+    loss = _svg_panel(0, "training loss (all ranks)", "step", "cross-entropy", list(loss_curve), "#1f77b4", steps)
+    accuracy = _svg_panel(420, "test accuracy", "step (end of each epoch)", "%", accuracy_points, "#2ca02c", steps)
     return (
         '<svg xmlns="http://www.w3.org/2000/svg" width="820" height="240" viewBox="0 0 820 240" role="img" '
         f'aria-label="MNIST training curves">{loss}{accuracy}</svg>'
     )
+
+
+def _show_first(deck: Deck) -> None:
+    """Make `deck` the tab a Deck opens on: flytekit opens the first Deck of the task's context."""
+    decks = flytekit.current_context().decks
+    decks.insert(0, decks.pop(decks.index(deck)))
 
 
 #: The Decks of the training task: our "Training" curves plus flytekit's source code, timeline, inputs and outputs.
@@ -265,7 +284,7 @@ def train_mnist(
     path = os.path.join(ctx.working_directory, "mnist_cnn.pt")
     if rank == 0:
         torch.save(result.state_dict, path)
-        Deck("Training", _plot_html(result.loss_curve, result.accuracies))
+        _show_first(Deck("Training", _plot_html(result.loss_curve, result.accuracies, result.steps_per_epoch)))
     test_examples = test_limit or 10_000
     summary = TrainingSummary(
         final_accuracy=result.accuracies[-1],

@@ -17,6 +17,8 @@ from tests.kube_schema import assert_valid_pytorchjob
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 IMAGE = "ghcr.io/example/train:1.0"
+REAL_PATHS = ["--inputs", "s3://b/run-1/inputs.pb", "--output-prefix", "s3://b/run-1"]
+"""Paths a user gives for a job that runs (not the placeholder bucket): no placeholder warning."""
 
 TASK_FILE = textwrap.dedent(
     """
@@ -152,6 +154,118 @@ def test_errors_exit_2_with_a_message(argv, message, task_file: Path, tmp_path: 
     assert message in err
 
 
+USER_OUTPUT_TASK = textwrap.dedent(
+    """
+    import ctypes
+    import subprocess
+    import sys
+
+    from flytekitplugins_pytorch import pytorch_task
+
+    print("model: v1 loaded")  # a mapping-like line: in the YAML it would be a ScannerError
+    sys.stdout.write("epochs: 3\\n")
+    subprocess.run(["echo", "from a subprocess: yes"], check=True)
+    ctypes.CDLL(None).printf(b"from C: printf\\n")
+
+
+    @pytorch_task(workers_count=1)
+    def train(x: int) -> int:
+        print("inside the task: never runs at render")
+        return x
+    """
+)
+
+
+def test_render_stdout_holds_only_the_job(tmp_path: Path):
+    """The user's module prints through Python, a subprocess and C's stdio: all of it goes to stderr."""
+    (tmp_path / "wf.py").write_text(USER_OUTPUT_TASK)
+    out = subprocess.run(
+        [sys.executable, "-m", "backend_plugin", "render", "wf.py", "train", "--image", IMAGE, *REAL_PATHS],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    (job,) = list(yaml.safe_load_all(out.stdout))
+    assert_valid_pytorchjob(job)
+    assert out.stdout == yaml.safe_dump(job, sort_keys=False, width=120)
+    for line in ("model: v1 loaded", "epochs: 3", "from a subprocess: yes", "from C: printf"):
+        assert line in out.stderr.splitlines(), (line, out.stderr)
+    assert "inside the task" not in out.stderr + out.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--name", "My_Job", "--name 'My_Job' is not a job name Kubernetes accepts: use at most 50 lower-case"),
+        ("--name", "a" * 51, f"--name '{'a' * 51}' is not a job name Kubernetes accepts"),
+        ("--name", "1st-run", "--name '1st-run' is not a job name Kubernetes accepts"),
+        (
+            "--image",
+            "ghcr.io/MyOrg/x:1",
+            "--image 'ghcr.io/MyOrg/x:1' is not an image reference the kubelet accepts (repository path 'MyOrg/x' "
+            "has upper-case letters; it must be lower case)",
+        ),
+        ("--image", "ghcr.io/org/x:", "--image 'ghcr.io/org/x:' is not an image reference the kubelet accepts (tag ''"),
+        ("--namespace", "ML", "--namespace 'ML': namespace='ML' is not a DNS-1123 label"),
+        ("--namespace", "ml.team", "--namespace 'ml.team': namespace='ml.team' is not a DNS-1123 label"),
+    ],
+    ids=[
+        "name-upper-underscore",
+        "name-too-long",
+        "name-digit-first",
+        "image-upper",
+        "image-empty-tag",
+        "namespace-upper",
+        "namespace-dot",
+    ],
+)
+def test_job_options_get_the_backend_and_sdk_checks(flag: str, value: str, message: str, task_file: Path, capsys):
+    code, out, err = run(["render", str(task_file), "train", "--image", IMAGE, flag, value], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"pytorchjob render: {message}"), err
+
+
+def test_the_same_image_is_refused_by_the_sdk(capsys):
+    """`--image` is refused exactly when the SDK refuses the same reference as a task's `container_image`."""
+    from flytekitplugins_pytorch.config import ConfigError as SdkConfigError
+    from flytekitplugins_pytorch.config import check_image
+
+    for image in ("ghcr.io/MyOrg/x:1", "ghcr.io/org/x:1", "localhost:5000/x", "x@sha256:abc"):
+        try:
+            check_image("container_image", image)
+            sdk_ok = True
+        except SdkConfigError:
+            sdk_ok = False
+        code, _, _ = run(["render", "--template", str(TEMPLATES / "hand_cpu.json"), "--image", image], capsys)
+        assert (code == 0) == sdk_ok, image
+
+
+def test_placeholder_paths_warn_once_with_the_fixing_flags(task_file: Path, tmp_path: Path, capsys):
+    code, out, err = run(["render", str(task_file), "train", "--image", IMAGE, "--name", "mnist"], capsys)
+    assert code == 0 and yaml.safe_load(out)["kind"] == "PyTorchJob"
+    (line,) = err.splitlines()  # once, although three replicas and four paths use the placeholder
+    assert line.startswith(
+        "pytorchjob render: warning: the job reads its inputs from the placeholder "
+        "s3://my-s3-bucket/pytorchjob-render/mnist/inputs.pb, which nothing writes"
+    ), line
+    assert "--input NAME=VALUE with --inputs-to" in line and "--output-prefix s3://" in line
+    # real inputs, placeholder outputs: the warning names only --output-prefix
+    code, _, err = run(["render", str(task_file), "train", "--image", IMAGE, "--inputs", "s3://b/in.pb"], capsys)
+    (line,) = err.splitlines()
+    assert "reads its inputs" not in line and "writes its outputs under the placeholder" in line
+    assert line.endswith("pass --output-prefix s3://<bucket>/<run>"), line
+    # both given: silent
+    code, _, err = run(["render", str(task_file), "train", "--image", IMAGE, *REAL_PATHS], capsys)
+    assert code == 0 and err == ""
+    # a TrainJob's one node template is checked the same way
+    code, out, err = run(["render", "--target", "trainjob", str(task_file), "train", "--image", IMAGE], capsys)
+    assert code == 0 and yaml.safe_load(out)["kind"] == "TrainJob"
+    (line,) = [line for line in err.splitlines() if "placeholder" in line]
+    assert "--input NAME=VALUE with --inputs-to" in line and "--output-prefix s3://" in line
+
+
 def test_invalid_template_is_reported(tmp_path: Path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text((TEMPLATES / "hand_cpu.json").read_text().replace('"primary_container_name"', '"pytorch.typo"'))
@@ -260,7 +374,7 @@ def test_default_image_is_warned_about(inputs_file: Path, capsys):
     assert code == 0
     assert "Master image cr.flyte.org/flyteorg/flytekit:" in err and "Worker image" in err
     assert "neither torch nor flytekitplugins-pytorch" in err
-    code, out, err = run(["render", str(inputs_file), "train", "--image", IMAGE], capsys)
+    code, out, err = run(["render", str(inputs_file), "train", "--image", IMAGE, *REAL_PATHS], capsys)
     assert code == 0 and err == ""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -149,11 +150,28 @@ def test_env_errors(env: dict, message: str):
     assert message in str(info.value)
 
 
-def test_unknown_yaml_key_lists_allowed():
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("gpu_resource: amd.com/gpu\n", "unknown backend config key 'gpu_resource'; did you mean 'gpu_resource_name'"),
+        ("namepsace: ml\n", "unknown backend config key 'namepsace'; did you mean 'namespace'"),
+        ("job-name-prefx: x-\n", "unknown backend config key 'job-name-prefx'; did you mean 'job_name_prefix'"),
+    ],
+    ids=["missing-suffix", "swapped-letters", "dashes-and-dropped-letter"],
+)
+def test_unknown_yaml_key_suggests_the_nearest(yaml_text: str, message: str):
     with pytest.raises(ConfigError) as info:
-        BackendConfig.from_yaml("gpu_resource: amd.com/gpu\n")
-    assert "unknown backend config key 'gpu_resource'" in str(info.value)
-    assert "gpu_resource_name" in str(info.value)
+        BackendConfig.from_yaml(yaml_text)
+    assert message in str(info.value)  # the nearest key first
+
+
+def test_unknown_yaml_key_far_from_every_key_lists_them_all():
+    with pytest.raises(ConfigError) as info:
+        BackendConfig.from_yaml("colour: blue\n")
+    text = str(info.value)
+    assert "did you mean" not in text
+    assert "valid options: " in text
+    assert all(f.name in text for f in dataclasses.fields(BackendConfig))
 
 
 def test_unlisted_accelerator_uses_the_default_label():

@@ -295,7 +295,8 @@ def test_render_target_trainjob(tmp_path: Path, capsys):
     source.write_text(SEED_FILE)
     config = tmp_path / "backend.yaml"
     config.write_text("ttl_seconds_after_finished: null\n")
-    code = main(["render", "--target", "trainjob", "--config", str(config), str(source), "train", "--image", "img:1"])
+    argv = ["render", "--target", "trainjob", "--config", str(config), str(source), "train", "--image", "img:1"]
+    code = main([*argv, "--output-prefix", "s3://b/run-1"])  # real paths: no placeholder warning
     out, err = capsys.readouterr()
     assert code == 0, err
     job = yaml.safe_load(out)

@@ -8,6 +8,10 @@ A block's markers are the HTML comments directly above its opening fence (only b
 - ``<!-- pyflyte-run: WF -->``: the page also says to run it with ``pyflyte run file.py WF``: the test does both;
 - ``<!-- output -->`` on a ``text`` block: the exact standard output of the Python block just above it;
 - ``<!-- snippet:NAME -->``: run by a dedicated test elsewhere (``tests/test_readme.py``).
+
+A comment ``# prints OUTPUT with N real ranks`` (``python file.py``) or ``# prints OUTPUT under
+FLYTE_PYTORCH_INPROCESS=1`` is a claim about a line the snippet prints, which the tests check; a comment on a
+``print(...)`` line must be such a claim.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -126,3 +131,59 @@ def python_with_output() -> list[tuple[Block, Block | None]]:
             expected = nxt if nxt is not None and "output" in nxt.markers else None
             pairs.append((b, expected))
     return pairs
+
+
+_PRINT_COMMENT = re.compile(r"^\s*print\(.*\)\s*#\s*(?P<comment>.*?)\s*$")
+_CLAIM_LINE = re.compile(r"^\s*#\s*(?P<claim>prints .*?)\s*$")
+_CLAIM = re.compile(
+    r"prints (?P<output>.+?) (?:with (?P<ranks>\d+) real ranks?|under (?P<inprocess>FLYTE_PYTORCH_INPROCESS=1))\Z"
+)
+
+
+@dataclass(frozen=True)
+class PrintClaim:
+    """What a snippet says one of its ``print(...)`` lines prints.
+
+    Args:
+        line: the comment.
+        output: the printed line; None when the comment is not in the claim's shape.
+        ranks: the number of real ranks the claim is about; None for a claim about ``FLYTE_PYTORCH_INPROCESS=1``.
+    """
+
+    line: str
+    output: Optional[str]
+    ranks: Optional[int]
+
+    @property
+    def inprocess(self) -> bool:
+        """Whether the claim is about a run under ``FLYTE_PYTORCH_INPROCESS=1``.
+
+        Returns:
+            True for ``# prints ... under FLYTE_PYTORCH_INPROCESS=1``.
+        """
+        return self.output is not None and self.ranks is None
+
+
+def print_claims(body: str) -> list[PrintClaim]:
+    """The output claims of a snippet: comment lines ``# prints OUTPUT with N real ranks`` or ``# prints OUTPUT under
+    FLYTE_PYTORCH_INPROCESS=1``, and any comment on a ``print(...)`` line (which must be such a claim too).
+
+    Args:
+        body: the snippet's source.
+
+    Returns:
+        One claim per such comment; `output` is None when a comment on a ``print(...)`` line is not a claim.
+    """
+    out = []
+    for line in body.splitlines():
+        m = _CLAIM_LINE.match(line) or _PRINT_COMMENT.match(line)
+        if m is None:
+            continue
+        text = m.groupdict().get("claim") or m.groupdict().get("comment") or ""
+        claim = _CLAIM.match(text)
+        if claim is None:
+            out.append(PrintClaim(text, None, None))
+        else:
+            ranks = claim["ranks"]
+            out.append(PrintClaim(text, claim["output"], int(ranks) if ranks else None))
+    return out

@@ -6,7 +6,9 @@ marked ``<!-- inprocess -->``), and also with ``pyflyte run file.py WF`` when ma
 Launches run under a process-count guard and a timeout, so an unguarded module-level workflow call can only fail
 the test, never load the machine. A ``text`` block marked
 ``<!-- output -->`` right after a Python block is that block's exact standard output, so error messages quoted in
-the reference are the ones the code prints today. Markers are described in ``tests/docs/markdown_blocks.py``.
+the reference are the ones the code prints today. A ``# prints ...`` comment on a ``print(...)`` line is checked
+against the real-ranks run, and against a run under ``FLYTE_PYTORCH_INPROCESS=1`` when it names one. Markers are
+described in ``tests/docs/markdown_blocks.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.docs.markdown_blocks import ROOT, Block, all_blocks, python_with_output
+from tests.docs.markdown_blocks import ROOT, Block, all_blocks, print_claims, python_with_output
 from tests.sdk.guarded_run import run_guarded
 
 PY_CASES = python_with_output()
@@ -63,7 +65,29 @@ def _cases() -> list:
         workflow = _pyflyte_workflow(block)
         if workflow:
             params.append(pytest.param(block, None, workflow, id=f"{block.id}:pyflyte", marks=[pytest.mark.slow]))
+        if "inprocess" not in block.markers and any(c.inprocess for c in print_claims(block.body)):
+            params.append(
+                pytest.param(block, None, "python-inprocess", id=f"{block.id}:inprocess", marks=[pytest.mark.slow])
+            )
     return params
+
+
+def _checked_print_comments() -> list[pytest.param]:
+    return [
+        pytest.param(claim, id=f"{block.id}:{claim.line[:40]}")
+        for block in all_blocks()
+        if block.lang in ("python", "py") and "no-test" not in block.markers
+        for claim in print_claims(block.body)
+    ]
+
+
+@pytest.mark.parametrize("claim", _checked_print_comments())
+def test_print_comments_are_checkable_claims(claim):
+    """A comment saying what a line prints is one the snippet runs check; free text there would go stale unseen."""
+    assert claim.output is not None, (
+        f"{claim.line!r}: write the comment as '# prints OUTPUT with N real ranks' or '# prints OUTPUT under "
+        "FLYTE_PYTORCH_INPROCESS=1', or move the remark to its own line"
+    )
 
 
 def test_there_are_snippets_to_run():
@@ -74,8 +98,8 @@ def test_there_are_snippets_to_run():
 def test_python_snippet_runs(block: Block, expected: Block | None, how: str, tmp_path: Path):
     script = tmp_path / "file.py"
     script.write_text(block.body, encoding="utf-8")
-    env = _env("inprocess" in block.markers)
-    if how == "python":
+    env = _env("inprocess" in block.markers or how == "python-inprocess")
+    if how in ("python", "python-inprocess"):
         cmd = [sys.executable, str(script)]
     else:
         cmd = [str(Path(sys.executable).parent / "pyflyte"), "run", str(script), how]
@@ -93,6 +117,11 @@ def test_python_snippet_runs(block: Block, expected: Block | None, how: str, tmp
         assert stdout.strip() == expected.body.strip(), (
             f"{block.id}: the output shown at {expected.id} is not what the snippet prints today"
         )
+    lines = [line.strip() for line in stdout.splitlines()]
+    inprocess = "inprocess" in block.markers or how == "python-inprocess"
+    for claim in print_claims(block.body):
+        if how.startswith("python") and claim.output is not None and claim.inprocess == inprocess:
+            assert claim.output in lines, f"{block.id} ({how}): {claim.line!r} is not what it prints:\n{stdout}"
 
 
 @pytest.mark.parametrize("block", YAML_BLOCKS, ids=[b.id for b in YAML_BLOCKS])

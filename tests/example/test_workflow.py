@@ -86,8 +86,8 @@ def test_workflow_on_a_slice(mnist_dir: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_deck_draws_both_curves_as_inline_svg() -> None:
-    loss = [(0.25, 2.0), (0.5, 1.0), (0.75, 0.7), (1.0, 0.5), (1.5, 0.45), (2.0, 0.4)]
-    root = ET.fromstring(_plot_html(loss, [97.0, 98.5]))
+    loss = [(2.0, 2.0), (4.0, 1.0), (6.0, 0.7), (7.0, 0.5), (9.0, 0.45), (14.0, 0.4)]  # (global step, loss)
+    root = ET.fromstring(_plot_html(loss, [97.0, 98.5], steps_per_epoch=7))
     assert root.tag == f"{SVG}svg"
     lines = root.findall(f".//{SVG}polyline")
     assert [len(line.get("points", "").split()) for line in lines] == [len(loss), 2]
@@ -95,6 +95,13 @@ def test_deck_draws_both_curves_as_inline_svg() -> None:
     assert loss_y == sorted(loss_y)  # falling loss: y grows downwards in SVG
     titles = [t.text for t in root.iter(f"{SVG}text")]
     assert "training loss (all ranks)" in titles and "test accuracy" in titles
+    assert "step" in titles and "step (end of each epoch)" in titles
+    # both panels share the x axis 0..14 steps: the last loss point and the second epoch's accuracy line up
+    loss_x = [float(p.split(",")[0]) for p in lines[0].get("points", "").split()]
+    accuracy_x = [float(p.split(",")[0]) for p in lines[1].get("points", "").split()]
+    assert loss_x[-1] == pytest.approx(accuracy_x[-1])  # each panel is drawn in its own translated group
+    assert loss_x[3] == pytest.approx(accuracy_x[0])  # step 7: the end of epoch 1
+    assert titles.count("0") == 2 and titles.count("14") == 2
 
 
 @pytest.mark.parametrize(
