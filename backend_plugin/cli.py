@@ -1,11 +1,11 @@
-"""`pytorchjob render`: print the PyTorchJob a `pytorch` task becomes, with no cluster and no Flyte backend.
+"""`pytorchjob render`: print the job a `pytorch` task becomes, with no cluster and no Flyte backend.
 
 Two sources::
 
     pytorchjob render train.py train_mnist            # a task in a Python file, serialized like `pyflyte package`
     pytorchjob render --template task.pb              # a serialized TaskTemplate / TaskSpec (.pb), JSON, or
     pytorchjob render --template flyte-package.tgz train_mnist   # a `pyflyte package` archive (task picked by name)
-    pytorchjob render --target trainjob train.py train_mnist      # the Kubeflow Trainer v2 TrainJob instead
+    pytorchjob render --target trainjob train.py train_mnist      # another job kind than the config's target
 
 The output is the exact object the connector would create (the same reader, execution metadata and writer), ready
 for `kubectl apply -f -`. Flyte's placeholders (`{{.input}}`, `{{.outputPrefix}}`, ...) are filled with `--inputs`,
@@ -39,10 +39,9 @@ import yaml
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionIdentity, execution_metadata, job_name
-from backend_plugin.targets import TRAINJOB, target_for_config
+from backend_plugin.targets import BY_CONFIG, JobTarget, target_for_config
 from backend_plugin.template import read_template, template_to_dict
-from backend_plugin.trainjob import warnings as trainjob_warnings
-from pytorch_contract.template_keys import PRIMARY_CONTAINER, TASK_TYPE
+from pytorch_contract.template_keys import TASK_TYPE
 
 __all__ = [
     "main",
@@ -352,26 +351,18 @@ def write_inputs(literals: Any, prefix: str) -> str:
     return url
 
 
-def default_image_warnings(job: dict[str, Any]) -> list[str]:
-    """Warnings for replicas whose image is flytekit's default image (no torch, no flytekitplugins-pytorch).
+def default_image_warnings(job: dict[str, Any], target: JobTarget) -> list[str]:
+    """Warnings for primary containers whose image is flytekit's default image (no torch, no flytekitplugins-pytorch).
 
     Args:
-        job: the PyTorchJob or TrainJob.
+        job: the job `target` wrote.
+        target: its kind.
 
     Returns:
-        One line per role (PyTorchJob) or for the nodes (TrainJob) with that image.
+        One line per primary container (per role, or for the nodes) with that image.
     """
-    if job.get("kind") == "TrainJob":
-        images = [("node", str(job["spec"]["trainer"].get("image", "")))]
-    else:
-        images = [
-            (role, str(container.get("image", "")))
-            for role, replica in job["spec"]["pytorchReplicaSpecs"].items()
-            for container in replica["template"]["spec"]["containers"]
-            if container.get("name") == PRIMARY_CONTAINER
-        ]
     out = []
-    for role, image in images:
+    for role, _, image in target.primary_images(job):
         if image.startswith(FLYTEKIT_DEFAULT_IMAGE):
             out.append(
                 f"warning: {role} image {image} is flytekit's default image, which has neither torch nor "
@@ -381,7 +372,7 @@ def default_image_warnings(job: dict[str, Any]) -> list[str]:
 
 
 def render(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> str:
-    """Build the job for `template` with the command-line's metadata and return it as YAML.
+    """Build the job for `template` with the command-line's metadata and return it as YAML (warnings on stderr).
 
     Args:
         template: the TaskTemplate dict.
@@ -424,23 +415,24 @@ def render(template: dict[str, Any], args: argparse.Namespace, config: BackendCo
     target = target_for_config(choice)
     if target is None:
         raise ConfigError(
-            f"target={choice!r}: render needs no cluster and cannot ask one; pass --target pytorchjob or trainjob"
+            f"target={choice!r}: render needs no cluster and cannot ask one; pass --target, one of {list(BY_CONFIG)}"
         )
     job = target.write(spec, meta, config)
-    if target is TRAINJOB:
-        for warning in trainjob_warnings(spec, config):
-            print(f"pytorchjob render: warning: {warning}", file=sys.stderr)
+    for warning in target.warnings(spec, config):
+        print(f"pytorchjob render: warning: {warning}", file=sys.stderr)
+    for line in default_image_warnings(job, target):
+        print(f"pytorchjob render: {line}", file=sys.stderr)
     return yaml.safe_dump(job, sort_keys=False, width=120)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pytorchjob", description="Tools for the PyTorchJob backend of Flyte.")
+    parser = argparse.ArgumentParser(prog="pytorchjob", description="Tools for the Kubeflow job backend of Flyte.")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser(
         "render",
-        help="print the PyTorchJob YAML of a pytorch task",
-        description="Print the PyTorchJob a pytorch task becomes (the connector's exact object). "
-        "Either FILE.py TASK, or --template FILE [TASK].",
+        help="print the job YAML of a pytorch task (the kind --target or the config selects)",
+        description="Print the job a pytorch task becomes, of the kind --target (or the config's target) selects: "
+        "the connector's exact object. Either FILE.py TASK, or --template FILE [TASK].",
     )
     r.add_argument("source", nargs="?", help="Python file with the task (omit with --template)")
     r.add_argument("task", nargs="?", help="task name (attribute in the file, or in a pyflyte package archive)")
@@ -451,8 +443,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--config", help="backend config YAML (default: PYTORCHJOB_CONFIG / PYTORCHJOB_* env)")
     r.add_argument(
         "--target",
-        choices=("pytorchjob", "trainjob"),
-        help="job kind: a Kubeflow PyTorchJob or a Kubeflow Trainer v2 TrainJob (default: the config's target)",
+        choices=tuple(BY_CONFIG),
+        help="job kind: "
+        + "; ".join(f"{name}: {t.kind} ({t.description})" for name, t in BY_CONFIG.items())
+        + " (default: the config's target)",
     )
     r.add_argument("--inputs", help="value of {{.input}} (default: <bucket>/<name>/inputs.pb)")
     r.add_argument(
@@ -515,10 +509,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     file=sys.stderr,
                 )
             args.inputs = args.inputs or written
-        text = render(template, args, config)
-        for line in default_image_warnings(yaml.safe_load(text)):
-            print(f"pytorchjob render: {line}", file=sys.stderr)
-        sys.stdout.write(text)
+        sys.stdout.write(render(template, args, config))
     except (RenderError, TemplateError, ConfigError, OSError) as e:
         print(f"pytorchjob render: {e}", file=sys.stderr)
         return 2
