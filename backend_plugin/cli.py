@@ -1,11 +1,11 @@
-"""`pytorchjob render`: print the PyTorchJob a `pytorch` task becomes, with no cluster and no Flyte backend.
+"""`pytorchjob render`: print the job a `pytorch` task becomes, with no cluster and no Flyte backend.
 
 Two sources::
 
     pytorchjob render train.py train_mnist            # a task in a Python file, serialized like `pyflyte package`
     pytorchjob render --template task.pb              # a serialized TaskTemplate / TaskSpec (.pb), JSON, or
     pytorchjob render --template flyte-package.tgz train_mnist   # a `pyflyte package` archive (task picked by name)
-    pytorchjob render --target trainjob train.py train_mnist      # the Kubeflow Trainer v2 TrainJob instead
+    pytorchjob render --target trainjob train.py train_mnist      # another job kind than the config's target
 
 The output is the exact object the connector would create (the same reader, execution metadata and writer), ready
 for `kubectl apply -f -`. Flyte's placeholders (`{{.input}}`, `{{.outputPrefix}}`, ...) are filled with `--inputs`,
@@ -44,12 +44,11 @@ import yaml
 
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import ConfigError, TemplateError
-from backend_plugin.execution import ExecutionIdentity, execution_metadata, job_name
-from backend_plugin.targets import TRAINJOB, target_for_config
+from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execution_metadata, job_name
+from backend_plugin.targets import BY_CONFIG, JobTarget, target_for_config
 from backend_plugin.template import read_template, template_to_dict
-from backend_plugin.trainjob import warnings as trainjob_warnings
 from pytorch_contract.k8s_names import DNS1035_LABEL, JOB_NAME_MAX_LENGTH, image_reference_problem
-from pytorch_contract.template_keys import PRIMARY_CONTAINER, TASK_TYPE
+from pytorch_contract.template_keys import TASK_TYPE
 
 __all__ = [
     "main",
@@ -402,26 +401,18 @@ def write_inputs(literals: Any, prefix: str) -> str:
     return url
 
 
-def default_image_warnings(job: dict[str, Any]) -> list[str]:
-    """Warnings for replicas whose image is flytekit's default image (no torch, no flytekitplugins-pytorch).
+def default_image_warnings(job: dict[str, Any], target: JobTarget) -> list[str]:
+    """Warnings for primary containers whose image is flytekit's default image (no torch, no flytekitplugins-pytorch).
 
     Args:
-        job: the PyTorchJob or TrainJob.
+        job: the job `target` wrote.
+        target: its kind.
 
     Returns:
-        One line per role (PyTorchJob) or for the nodes (TrainJob) with that image.
+        One line per primary container (per role, or for the nodes) with that image.
     """
-    if job.get("kind") == "TrainJob":
-        images = [("node", str(job["spec"]["trainer"].get("image", "")))]
-    else:
-        images = [
-            (role, str(container.get("image", "")))
-            for role, replica in job["spec"]["pytorchReplicaSpecs"].items()
-            for container in replica["template"]["spec"]["containers"]
-            if container.get("name") == PRIMARY_CONTAINER
-        ]
     out = []
-    for role, image in images:
+    for role, _, image in target.primary_images(job):
         if image.startswith(FLYTEKIT_DEFAULT_IMAGE):
             out.append(
                 f"warning: {role} image {image} is flytekit's default image, which has neither torch nor "
@@ -431,51 +422,43 @@ def default_image_warnings(job: dict[str, Any]) -> list[str]:
 
 
 _PATH_FLAGS = {
-    "--inputs": "--input NAME=VALUE with --inputs-to s3://<bucket>/<run> (or --inputs with the URL of an inputs.pb)",
-    "--output-prefix": "--output-prefix s3://<bucket>/<run>",
-    "--raw-output-data-prefix": "--raw-output-prefix (default: under --output-prefix)",
-    "--checkpoint-path": "--checkpoint-prefix (default: under --output-prefix)",
+    "input_path": "--input NAME=VALUE with --inputs-to s3://<bucket>/<run> (or --inputs with the URL of an inputs.pb)",
+    "output_prefix": "--output-prefix s3://<bucket>/<run>",
+    "raw_output_prefix": "--raw-output-prefix (default: under --output-prefix)",
+    "checkpoint_prefix": "--checkpoint-prefix (default: under --output-prefix)",
 }
-"""`pyflyte-execute` arguments that carry a Flyte path -> the render flags that set it."""
+"""The execution metadata's Flyte paths -> the render flags that set them."""
 
 
-def placeholder_warnings(job: dict[str, Any]) -> list[str]:
+def placeholder_warnings(meta: ExecutionMetadata) -> list[str]:
     """One warning when the job reads or writes under the placeholder bucket `DEFAULT_BUCKET`.
 
-    Nothing writes `inputs.pb` there, so such a job fails in `pyflyte-execute` before the task's code runs.
+    Nothing writes `inputs.pb` there, so such a job fails in `pyflyte-execute` before the task's code runs. The
+    paths are read from the execution metadata the job was written from, the same for every job kind.
 
     Args:
-        job: the PyTorchJob or TrainJob.
+        meta: the execution metadata `render` wrote the job with.
 
     Returns:
         No line, or one line naming the placeholder paths and the flags that replace them.
     """
-    if job.get("kind") == "TrainJob":
-        argvs = [list(job["spec"]["trainer"].get("command", [])) + list(job["spec"]["trainer"].get("args", []))]
-    else:
-        argvs = [
-            list(container.get("command", [])) + list(container.get("args", []))
-            for replica in job["spec"]["pytorchReplicaSpecs"].values()
-            for container in replica["template"]["spec"]["containers"]
-            if container.get("name") == PRIMARY_CONTAINER
-        ]
-    found: dict[str, str] = {}
-    for argv in argvs:
-        for flag, value in zip(argv, argv[1:], strict=False):  # each argument with the next
-            if flag in _PATH_FLAGS and str(value).startswith(DEFAULT_BUCKET):
-                found.setdefault(flag, str(value))
+    found = {
+        field: str(getattr(meta, field))
+        for field in _PATH_FLAGS
+        if str(getattr(meta, field) or "").startswith(DEFAULT_BUCKET)
+    }
     if not found:
         return []
     parts = []
-    if "--inputs" in found:
+    if "input_path" in found:
         parts.append(
-            f"reads its inputs from the placeholder {found['--inputs']}, which nothing writes (it fails "
+            f"reads its inputs from the placeholder {found['input_path']}, which nothing writes (it fails "
             "before your code runs)"
         )
-    writes = [f for f in found if f != "--inputs"]
+    writes = [f for f in found if f != "input_path"]
     if writes:
         parts.append(f"writes its outputs under the placeholder {DEFAULT_BUCKET}/")
-    fixes = [_PATH_FLAGS[f] for f in found if f in ("--inputs", "--output-prefix")] or [_PATH_FLAGS[writes[0]]]
+    fixes = [_PATH_FLAGS[f] for f in found if f in ("input_path", "output_prefix")] or [_PATH_FLAGS[writes[0]]]
     return [f"warning: the job {' and '.join(parts)}; pass {' and '.join(fixes)}"]
 
 
@@ -519,7 +502,7 @@ def check_job_options(args: argparse.Namespace, config: BackendConfig) -> Backen
 
 
 def render(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> str:
-    """Build the job for `template` with the command-line's metadata and return it as YAML.
+    """Build the job for `template` with the command-line's metadata and return it as YAML (warnings on stderr).
 
     Args:
         template: the TaskTemplate dict.
@@ -562,23 +545,24 @@ def render(template: dict[str, Any], args: argparse.Namespace, config: BackendCo
     target = target_for_config(choice)
     if target is None:
         raise ConfigError(
-            f"target={choice!r}: render needs no cluster and cannot ask one; pass --target pytorchjob or trainjob"
+            f"target={choice!r}: render needs no cluster and cannot ask one; pass --target, one of {list(BY_CONFIG)}"
         )
     job = target.write(spec, meta, config)
-    if target is TRAINJOB:
-        for warning in trainjob_warnings(spec, config):
-            print(f"pytorchjob render: warning: {warning}", file=sys.stderr)
+    for warning in target.warnings(spec, config):
+        print(f"pytorchjob render: warning: {warning}", file=sys.stderr)
+    for line in default_image_warnings(job, target) + placeholder_warnings(meta):
+        print(f"pytorchjob render: {line}", file=sys.stderr)
     return yaml.safe_dump(job, sort_keys=False, width=120)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pytorchjob", description="Tools for the PyTorchJob backend of Flyte.")
+    parser = argparse.ArgumentParser(prog="pytorchjob", description="Tools for the Kubeflow job backend of Flyte.")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser(
         "render",
-        help="print the PyTorchJob YAML of a pytorch task",
-        description="Print the PyTorchJob a pytorch task becomes (the connector's exact object). "
-        "Either FILE.py TASK, or --template FILE [TASK].",
+        help="print the job YAML of a pytorch task (the kind --target or the config selects)",
+        description="Print the job a pytorch task becomes, of the kind --target (or the config's target) selects: "
+        "the connector's exact object. Either FILE.py TASK, or --template FILE [TASK].",
     )
     r.add_argument("source", nargs="?", help="Python file with the task (omit with --template)")
     r.add_argument("task", nargs="?", help="task name (attribute in the file, or in a pyflyte package archive)")
@@ -589,8 +573,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--config", help="backend config YAML (default: PYTORCHJOB_CONFIG / PYTORCHJOB_* env)")
     r.add_argument(
         "--target",
-        choices=("pytorchjob", "trainjob"),
-        help="job kind: a Kubeflow PyTorchJob or a Kubeflow Trainer v2 TrainJob (default: the config's target)",
+        choices=tuple(BY_CONFIG),
+        help="job kind: "
+        + "; ".join(f"{name}: {t.kind} ({t.description})" for name, t in BY_CONFIG.items())
+        + " (default: the config's target)",
     )
     r.add_argument("--inputs", help="value of {{.input}} (default: <bucket>/<name>/inputs.pb)")
     r.add_argument(
@@ -654,11 +640,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     file=sys.stderr,
                 )
             args.inputs = args.inputs or written
-        text = render(template, args, config)
-        job = yaml.safe_load(text)
-        for line in default_image_warnings(job) + placeholder_warnings(job):
-            print(f"pytorchjob render: {line}", file=sys.stderr)
-        sys.stdout.write(text)
+        sys.stdout.write(render(template, args, config))
     except (RenderError, TemplateError, ConfigError, OSError) as e:
         print(f"pytorchjob render: {e}", file=sys.stderr)
         return 2

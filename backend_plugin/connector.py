@@ -1,11 +1,11 @@
-"""flytekit connector for `pytorch` tasks: create / get / delete Kubeflow PyTorchJobs or Trainer v2 TrainJobs.
+"""flytekit connector for `pytorch` tasks: create / get / delete the Kubeflow job a task becomes.
 
 The connector only talks to the API; everything else is pure and lives elsewhere: the task from
 `template.read_template` (read once per create), the execution from `execution.execution_metadata` (shared with
-`pytorchjob render`), the job kind from `targets` (`BackendConfig.target`; `auto` asks the API server once), the
-job from that target's writer (`pytorchjob.to_pytorchjob`, `trainjob.to_trainjob`), the phase from its status table
-(`status.job_status`, `trainjob_status.trainjob_status`), log links from `logs`, errors from `errors.classify`,
-retries from `retry.retry`. Importing this module registers the
+`pytorchjob render`), the job kind from `targets` (`BackendConfig.target`; `auto` asks the API server once), and
+from that kind's `JobTarget` the job (`write`), which reads its status needs (`reads`), the phase (`status`) and
+log links (`links`); errors from `errors.classify`, retries from `retry.retry`. It never names or compares a kind:
+messages take the kind's name from the target. Importing this module registers the
 connector for task type "pytorch" versions 0 and 1 with flytekit's `ConnectorRegistry`; it loads neither the
 kubernetes client nor any kube config (the API client is built on first use by a replaceable factory, see
 `set_api_client_factory`).
@@ -47,18 +47,15 @@ from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import Conflict, InvalidJob, KubeApiError, NotFound, TemplateError, Unavailable, classify
 from backend_plugin.execution import ExecutionMetadata, execution_metadata, identity_of
-from backend_plugin.pytorchjob import GROUP, PLURAL
 from backend_plugin.retry import Backoff, retry
 from backend_plugin.status import failed_job_status
-from backend_plugin.targets import AUTO_ORDER, Target, target_for_config, target_for_kind
+from backend_plugin.targets import DEFAULT, KINDS, JobTarget, Observed, target_for_config, target_for_kind
 from backend_plugin.task_errors import MAX_ERROR_FILES, ErrorReport, is_error_file, report_of
 from backend_plugin.template import read_template, template_to_dict
-from backend_plugin.trainjob import warnings as trainjob_warnings
 from pytorch_contract.template_keys import CONFIG_PREFIX, TASK_TYPE
 
 logger = logging.getLogger(__name__)
 
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 T = TypeVar("T")
 
 ApiClientFactory = Callable[[], Any]
@@ -98,20 +95,8 @@ def set_api_client_factory(factory: Optional[ApiClientFactory]) -> None:
     _factory = factory or default_api_client
 
 
-def check_connector_settings(config: BackendConfig) -> None:
-    """Validate the connector section of `BackendConfig` (also done whenever a `BackendConfig` is built).
-
-    Args:
-        config: the backend config.
-
-    Raises:
-        ConfigError: a timeout, budget or backoff that is not a positive number, or a malformed log link template.
-    """
-    config._check_connector_settings()
-
-
 @dataclass
-class PyTorchJobMetadata(ResourceMeta):
+class JobMetadata(ResourceMeta):
     """What Flyte stores between calls: enough to find the job again, to notice a same-named replacement, and to
     read what the task itself reported. Metadata stored by an older connector (namespace, name, uid only) still
     decodes; `get` then reads no error document and renders no dynamic log links.
@@ -126,7 +111,8 @@ class PyTorchJobMetadata(ResourceMeta):
             `{{ .taskConfig.<key> }}` in log links).
         error: why the job can never run (a template that cannot be built, a spec the API server rejects); no job
             was created, and `get` reports FAILED with this message. "" for a created job.
-        kind: the job's kind (`PyTorchJob` or `TrainJob`); metadata stored before TrainJobs existed has none.
+        kind: the job's kind (a registered kind's `kind`); metadata stored before kinds were recorded has none and
+            is the default kind's (`targets.DEFAULT`).
     """
 
     namespace: str
@@ -135,16 +121,16 @@ class PyTorchJobMetadata(ResourceMeta):
     output_prefix: str = ""
     task_config: dict[str, str] = field(default_factory=dict)
     error: str = ""
-    kind: str = "PyTorchJob"
+    kind: str = DEFAULT.kind
 
     def encode(self) -> bytes:
-        """JSON of the fields; `kind` only when it is not PyTorchJob, so PyTorchJob metadata reads as before.
+        """JSON of the fields; `kind` only when it is not the default kind's, so such metadata reads as before.
 
         Returns:
             The encoded metadata.
         """
         fields = dataclasses.asdict(self)
-        if self.kind == "PyTorchJob":
+        if target_for_kind(self.kind) is DEFAULT:
             del fields["kind"]
         return json.dumps(fields).encode("utf-8")
 
@@ -183,8 +169,8 @@ def spec_differences(desired: Any, stored: Any, path: str = "spec") -> list[str]
     return [path]
 
 
-class PyTorchJobConnector(AsyncConnectorBase):
-    """Runs `pytorch` tasks as Kubeflow PyTorchJobs.
+class JobConnector(AsyncConnectorBase):
+    """Runs `pytorch` tasks as Kubeflow jobs of the configured kind (`BackendConfig.target`).
 
     Args:
         task_type_version: 1 for templates from this SDK and flytekit's kfpytorch plugin, 0 for legacy ones.
@@ -194,7 +180,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
         sleep: sleeps between retries (tests make it instant).
     """
 
-    name = "PyTorchJob Connector"
+    name = "Kubeflow Job Connector"
 
     def __init__(
         self,
@@ -204,25 +190,21 @@ class PyTorchJobConnector(AsyncConnectorBase):
         clock: Optional[Callable[[], datetime.datetime]] = None,
         sleep: Optional[Callable[[float], None]] = None,
     ) -> None:
-        super().__init__(
-            task_type_name=TASK_TYPE, task_type_version=task_type_version, metadata_type=PyTorchJobMetadata
-        )
+        super().__init__(task_type_name=TASK_TYPE, task_type_version=task_type_version, metadata_type=JobMetadata)
         self._config = config
         self._factory = api_client_factory
         self._clock = clock or (lambda: datetime.datetime.now(datetime.timezone.utc))
         self._sleep = sleep or time.sleep
         self._client: Optional[tuple[ApiClientFactory, Any]] = None
         self._lock = threading.Lock()
-        self._auto_target: Optional[Target] = None
+        self._auto_target: Optional[JobTarget] = None
 
     # ------------------------------------------------------------------ lazy dependencies
     @property
     def config(self) -> BackendConfig:
         """The backend config (loaded and checked on first use)."""
         if self._config is None:
-            config = load_config()
-            check_connector_settings(config)
-            self._config = config
+            self._config = load_config()  # checked when built
         return self._config
 
     def _apis(self) -> tuple[Any, Any]:
@@ -247,11 +229,11 @@ class PyTorchJobConnector(AsyncConnectorBase):
         self,
         fn: Callable[[], T],
         verb: str,
+        subject: str,
         namespace: str,
-        name: str,
         k8s_verb: str,
-        resource: str = PLURAL,
-        group: str = GROUP,
+        resource: str,
+        group: str,
         retry_transient: bool = True,
     ) -> T:
         """Run one API call; retry transient failures with backoff within the budget; raise classified errors."""
@@ -262,7 +244,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
             except Exception as e:  # noqa: BLE001 - classified here; the cause is chained
                 if not _is_api_failure(e):
                     raise
-                raise classify(e, verb, namespace, name, k8s_verb=k8s_verb, resource=resource, group=group) from e
+                raise classify(e, verb, subject, namespace, k8s_verb, resource, group) from e
 
         def gave_up(error: Exception, attempts: int, elapsed: float) -> Exception:
             assert isinstance(error, KubeApiError)
@@ -270,7 +252,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
             reason = (
                 f"{error.reason} (gave up after {attempts} attempts in {elapsed:.1f}s, api_retry_budget_s={budget:g})"
             )
-            return Unavailable(verb, namespace, name, reason, error.status)
+            return Unavailable(verb, subject, reason, error.status)
 
         return retry(
             attempt,
@@ -283,51 +265,49 @@ class PyTorchJobConnector(AsyncConnectorBase):
     def _timeout(self) -> float:
         return float(self.config.api_timeout_s)
 
-    def _read_job(self, namespace: str, name: str, verb: str = "get", target: Optional[Target] = None) -> dict:
+    def _read_job(self, namespace: str, name: str, target: JobTarget, verb: str = "get") -> dict:
         custom, _ = self._apis()
-        t = target or target_for_kind("PyTorchJob")
         return self._call(
             lambda: custom.get_namespaced_custom_object(
-                t.group, t.version, namespace, t.plural, name, _request_timeout=self._timeout()
+                target.group, target.version, namespace, target.plural, name, _request_timeout=self._timeout()
             ),
             verb,
+            f"{target.kind} {namespace}/{name}",
             namespace,
-            name,
             "get",
-            resource=t.plural,
-            group=t.group,
+            resource=target.plural,
+            group=target.group,
         )
 
-    def _list_pods(self, namespace: str, name: str, target: Optional[Target] = None) -> list[dict]:
+    def _list(self, what: str, namespace: str, name: str, target: JobTarget) -> list[dict]:
+        """The core/v1 pods or events of one job (`what`: "pods" or "events"), by the target's selector."""
         _, core = self._apis()
-        selector = target.pod_selector(name) if target is not None else f"{JOB_NAME_LABEL}={name}"
+        if what == "pods":
+            list_call, selector = core.list_namespaced_pod, {"label_selector": target.pod_selector(name)}
+        else:
+            list_call, selector = core.list_namespaced_event, {"field_selector": target.events_selector(name)}
         response = self._call(
-            lambda: core.list_namespaced_pod(
-                namespace,
-                label_selector=selector,
-                _request_timeout=self._timeout(),
-                _preload_content=False,
-            ),
-            "list pods of",
+            lambda: list_call(namespace, **selector, _request_timeout=self._timeout(), _preload_content=False),
+            f"list {what} of",
+            f"{target.kind} {namespace}/{name}",
             namespace,
-            name,
             "list",
-            resource="pods",
+            resource=what,
             group="",
         )
         return list(json.loads(response.data).get("items") or [])
 
     # ------------------------------------------------------------------ target
-    def target(self) -> Target:
-        """The job kind this connector creates: `BackendConfig.target`, or for `auto` the first kind whose CRD the
-        API server serves (asked once per connector, and logged).
+    def target(self) -> JobTarget:
+        """The job kind this connector creates: `BackendConfig.target`, or for `auto` the first registered kind whose
+        CRD the API server serves (asked once per connector, and logged).
 
         Returns:
             The target.
 
         Raises:
             KubeApiError: the API server could not be asked (after retries); the next create asks again.
-            NotFound: `auto` and the API server serves neither CRD.
+            NotFound: `auto` and the API server serves no registered kind.
         """
         chosen = target_for_config(self.config.target)
         if chosen is not None:
@@ -336,59 +316,37 @@ class PyTorchJobConnector(AsyncConnectorBase):
             self._auto_target = self._discover_target()
         return self._auto_target
 
-    def _discover_target(self) -> Target:
-        """Ask the API server which CRD it serves (`GET /apis/<group>/<version>`), PyTorchJob first."""
+    def _discover_target(self) -> JobTarget:
+        """Ask the API server which CRD it serves (`GET /apis/<group>/<version>`), in registry order."""
         custom, _ = self._apis()
 
-        def resources_of(t: Target) -> Callable[[], Any]:
+        def resources_of(t: JobTarget) -> Callable[[], Any]:
             return lambda: custom.get_api_resources(
                 t.group, t.version, _preload_content=False, _request_timeout=self._timeout()
             )
 
-        for t in AUTO_ORDER:
+        for t in KINDS:
             try:
                 response = self._call(
                     resources_of(t),
                     "discover",
+                    f"API group {t.api_version}",
                     "",
-                    t.api_version,
                     "get",
                     resource=t.plural,
                     group=t.group,
                 )
             except NotFound:
                 continue
-            resources = json.loads(response.data).get("resources") or []
-            names = {r.get("name") for r in resources if isinstance(r, dict)}
-            if t.plural in names:
+            if t.serves(json.loads(response.data).get("resources") or []):
                 logger.info("target auto: the API server serves %s.%s; creating %ss", t.plural, t.group, t.kind)
                 return t
+        served = " nor ".join(t.description for t in KINDS)
         raise NotFound(
             "discover",
-            "",
-            "target",
-            "target: auto, but the API server serves neither pytorchjobs.kubeflow.org (Kubeflow training operator) "
-            "nor trainjobs.trainer.kubeflow.org (Kubeflow Trainer v2); install one, or set target explicitly",
+            "the job kind (target: auto)",
+            f"the API server serves neither {served}; install one, or set target explicitly",
         )
-
-    def _list_events(self, namespace: str, name: str, kind: str) -> list[dict]:
-        """The core/v1 Events about one job (field selector on the involved object's kind and name)."""
-        _, core = self._apis()
-        response = self._call(
-            lambda: core.list_namespaced_event(
-                namespace,
-                field_selector=f"involvedObject.kind={kind},involvedObject.name={name}",
-                _request_timeout=self._timeout(),
-                _preload_content=False,
-            ),
-            "list events of",
-            namespace,
-            name,
-            "list",
-            resource="events",
-            group="",
-        )
-        return list(json.loads(response.data).get("items") or [])
 
     # ------------------------------------------------------------------ the output prefix (blob storage)
     def read_error_report(self, output_prefix: str) -> ErrorReport:
@@ -456,7 +414,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
             task_execution_metadata: from the create request; None for local runs.
 
         Returns:
-            The execution metadata for `to_pytorchjob`.
+            The execution metadata for the target's writer.
         """
         identity = identity_of(task_execution_metadata, template.get("id") or {}, output_prefix)
         return execution_metadata(identity, output_prefix, self.config, task_execution_metadata)
@@ -468,8 +426,8 @@ class PyTorchJobConnector(AsyncConnectorBase):
         inputs: Optional[LiteralMap] = None,
         task_execution_metadata: Optional[TaskExecutionMetadata] = None,
         **kwargs: Any,
-    ) -> PyTorchJobMetadata:
-        """Write the inputs, build the PyTorchJob and create it (or adopt the identical job that already exists).
+    ) -> JobMetadata:
+        """Write the inputs, build the job and create it (or adopt the identical job that already exists).
 
         Args:
             task_template: the task's template.
@@ -485,7 +443,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
 
         Raises:
             Conflict: a different job with the same name exists.
-            Forbidden: RBAC denies creating PyTorchJobs (the message names the permission).
+            Forbidden: RBAC denies creating the job (the message names the permission).
             KubeApiError: any other API failure, after retries for transient ones.
         """
         template = template_to_dict(task_template)
@@ -497,7 +455,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
             if not str(k).startswith(CONFIG_PREFIX)
         }
         target = self.target()
-        base = PyTorchJobMetadata(
+        base = JobMetadata(
             meta.namespace or self.config.namespace,
             meta.job_name,
             kind=target.kind,
@@ -510,9 +468,8 @@ class PyTorchJobConnector(AsyncConnectorBase):
         except TemplateError as e:
             logger.warning("task template for %s/%s cannot run as a %s: %s", base.namespace, base.name, target.kind, e)
             return replace(base, error=f"the task template cannot run: {e}")
-        if target.kind == "TrainJob":
-            for warning in trainjob_warnings(spec, self.config):
-                logger.warning("TrainJob %s/%s: %s", job["metadata"]["namespace"], job["metadata"]["name"], warning)
+        for warning in target.warnings(spec, self.config):
+            logger.warning("%s %s/%s: %s", target.kind, job["metadata"]["namespace"], job["metadata"]["name"], warning)
         _write_inputs(inputs, meta.input_path)
         try:
             created = self.create_job(job)
@@ -521,11 +478,11 @@ class PyTorchJobConnector(AsyncConnectorBase):
             return replace(base, error=f"the API server rejected the job: {e}")
         return replace(base, namespace=created.namespace, name=created.name, uid=created.uid, kind=created.kind)
 
-    def create_job(self, job: dict) -> PyTorchJobMetadata:
-        """POST a built PyTorchJob, never creating a second copy (see the module docstring).
+    def create_job(self, job: dict) -> JobMetadata:
+        """POST a built job, never creating a second copy (see the module docstring).
 
         Args:
-            job: the PyTorchJob dict.
+            job: the job dict (its `kind` picks the target).
 
         Returns:
             The job's namespace, name and uid.
@@ -536,17 +493,18 @@ class PyTorchJobConnector(AsyncConnectorBase):
         """
         custom, _ = self._apis()
         namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
-        target = target_for_kind(str(job.get("kind", "PyTorchJob")))
+        target = target_for_kind(str(job.get("kind") or ""))
+        subject = f"{target.kind} {namespace}/{name}"
 
-        def attempt() -> PyTorchJobMetadata:
+        def attempt() -> JobMetadata:
             try:
                 created = self._call(
                     lambda: custom.create_namespaced_custom_object(
                         target.group, target.version, namespace, target.plural, job, _request_timeout=self._timeout()
                     ),
                     "create",
+                    subject,
                     namespace,
-                    name,
                     "create",
                     resource=target.plural,
                     group=target.group,
@@ -562,13 +520,13 @@ class PyTorchJobConnector(AsyncConnectorBase):
                     pass  # not there (or unknown): a repeated POST is safe, the name is deterministic (409)
                 raise e
             logger.info("created %s %s/%s", target.kind, namespace, name)
-            return PyTorchJobMetadata(namespace, name, str(created["metadata"].get("uid", "")), kind=target.kind)
+            return JobMetadata(namespace, name, str(created["metadata"].get("uid", "")), kind=target.kind)
 
         def gave_up(error: Exception, attempts: int, elapsed: float) -> Exception:
             assert isinstance(error, Unavailable)
             budget = self.config.api_retry_budget_s
             reason = f"{error.reason} (gave up after {attempts} attempts, api_retry_budget_s={budget:g})"
-            return Unavailable("create", namespace, name, reason, error.status)
+            return Unavailable("create", subject, reason, error.status)
 
         return retry(
             attempt,
@@ -578,29 +536,27 @@ class PyTorchJobConnector(AsyncConnectorBase):
             lambda e, n, delay: logger.info("%s; job not found, retrying create in %.2fs", e, delay),
         )
 
-    def _adopt(self, job: dict, namespace: str, name: str) -> PyTorchJobMetadata:
+    def _adopt(self, job: dict, namespace: str, name: str) -> JobMetadata:
         """Take over an existing job of this name when it is the one we would create; else raise Conflict."""
-        target = target_for_kind(str(job.get("kind", "PyTorchJob")))
-        stored = self._read_job(namespace, name, verb="create", target=target)
+        target = target_for_kind(str(job.get("kind") or ""))
+        subject = f"{target.kind} {namespace}/{name}"
+        stored = self._read_job(namespace, name, target, verb="create")
         if (stored.get("metadata") or {}).get("deletionTimestamp"):
-            raise Conflict(
-                "create", namespace, name, "a job with this name exists and is being deleted; retry once it is gone"
-            )
+            raise Conflict("create", subject, "a job with this name exists and is being deleted; retry once it is gone")
         diffs = spec_differences(job.get("spec"), stored.get("spec"))
         if diffs:
             shown = ", ".join(diffs[:5]) + (f" and {len(diffs) - 5} more" if len(diffs) > 5 else "")
             raise Conflict(
                 "create",
-                namespace,
-                name,
+                subject,
                 f"a different {target.kind} with this name already exists (differs in {shown}); delete it with "
                 f"`kubectl delete {target.kind.lower()} -n {namespace} {name}` or rerun under a new execution",
             )
         logger.info("adopted existing %s %s/%s with the same spec", target.kind, namespace, name)
-        return PyTorchJobMetadata(namespace, name, str(stored["metadata"].get("uid", "")), kind=target.kind)
+        return JobMetadata(namespace, name, str(stored["metadata"].get("uid", "")), kind=target.kind)
 
     # ------------------------------------------------------------------ get
-    def get(self, resource_meta: PyTorchJobMetadata, **kwargs: Any) -> Resource:
+    def get(self, resource_meta: JobMetadata, **kwargs: Any) -> Resource:
         """Read the job (and its pods only when needed to explain it) and report phase, message and log links.
 
         Args:
@@ -615,13 +571,13 @@ class PyTorchJobConnector(AsyncConnectorBase):
             KubeApiError: the job could not be read (after retries); Flyte polls again.
         """
         ns, name = resource_meta.namespace, resource_meta.name
-        target = target_for_kind(getattr(resource_meta, "kind", "") or "PyTorchJob")
+        target = target_for_kind(getattr(resource_meta, "kind", "") or "")
         kind = target.kind
         identity = {"namespace": ns, "name": name, "uid": resource_meta.uid}
         if resource_meta.error:
             return Resource(phase=TaskExecution.FAILED, message=resource_meta.error, custom_info=identity)
         try:
-            job = self._read_job(ns, name, target=target)
+            job = self._read_job(ns, name, target)
         except NotFound:
             return self._gone(resource_meta)
         uid = str((job.get("metadata") or {}).get("uid", ""))
@@ -633,37 +589,36 @@ class PyTorchJobConnector(AsyncConnectorBase):
                 custom_info={**identity, "replaced_by": uid},
             )
         now = self._clock()
+        reads = target.reads(job, self.config, now)
         pods: Optional[list[dict]] = None
         note = ""
-        # A TrainJob's pod names are the JobSet's (random suffix): its log links need the pods.
-        wants_links = target.kind == "TrainJob" and bool(self.config.log_links)
-        if target.needs_pods(job) or wants_links:
+        if reads.pods:
             try:
-                pods = self._list_pods(ns, name, target)
+                pods = self._list("pods", ns, name, target)
             except KubeApiError as e:
                 # The job's own conditions still decide the phase; only the explanation is poorer.
                 logger.warning("%s", e)
                 note = f" (replica details unavailable: {e.reason})"
         errors: Optional[ErrorReport] = None
-        if target.needs_error_report(job) and resource_meta.output_prefix:
+        if reads.error_report and resource_meta.output_prefix:
             errors = self.read_error_report(resource_meta.output_prefix)
         events: Optional[list[dict]] = None
         events_problem = ""
-        if target.needs_events(job, self.config, now):
+        if reads.events:
             try:
-                events = self._list_events(ns, name, kind)
+                events = self._list("events", ns, name, target)
             except KubeApiError as e:
                 logger.warning("%s", e)
                 events_problem = e.reason
-        status = target.status(job, pods, self.config, now, errors=errors, events=events, events_problem=events_problem)
+        status = target.status(job, Observed(pods, errors, events, events_problem), self.config, now)
         return Resource(
             phase=status.phase,
             message=status.message + note,
             log_links=target.links(job, pods, self.config, now, resource_meta.task_config),
-            custom_info=_custom_info(job, target.status_keys),
+            custom_info=_custom_info(job, target),
         )
 
-    def _gone(self, meta: PyTorchJobMetadata) -> Resource:
+    def _gone(self, meta: JobMetadata) -> Resource:
         """The job is not there: what the task wrote before it went decides (a TTL of 0 deletes a finished job)."""
         ns, name = meta.namespace, meta.name
         info = {"namespace": ns, "name": name, "uid": meta.uid, "deleted": True}
@@ -690,7 +645,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
         )
 
     # ------------------------------------------------------------------ delete
-    def delete(self, resource_meta: PyTorchJobMetadata, **kwargs: Any) -> None:
+    def delete(self, resource_meta: JobMetadata, **kwargs: Any) -> None:
         """Delete the job and, in the foreground, its pods; a job that is already gone is success.
 
         Args:
@@ -706,7 +661,7 @@ class PyTorchJobConnector(AsyncConnectorBase):
 
         custom, _ = self._apis()
         ns, name = resource_meta.namespace, resource_meta.name
-        target = target_for_kind(getattr(resource_meta, "kind", "") or "PyTorchJob")
+        target = target_for_kind(getattr(resource_meta, "kind", "") or "")
         try:
             self._call(
                 lambda: custom.delete_namespaced_custom_object(
@@ -719,8 +674,8 @@ class PyTorchJobConnector(AsyncConnectorBase):
                     _request_timeout=self._timeout(),
                 ),
                 "delete",
+                f"{target.kind} {ns}/{name}",
                 ns,
-                name,
                 "delete",
                 resource=target.plural,
                 group=target.group,
@@ -757,18 +712,16 @@ def _write_inputs(inputs: Optional[LiteralMap], path: str) -> None:
     ctx.file_access.put_data(local, path)
 
 
-def _custom_info(
-    job: dict,
-    keys: tuple[str, ...] = ("conditions", "replicaStatuses", "startTime", "completionTime", "lastReconcileTime"),
-) -> dict[str, Any]:
-    """The job's identity and status as a JSON-able dict (shown in Flyte's task details)."""
+def _custom_info(job: dict, target: JobTarget) -> dict[str, Any]:
+    """The job's identity and status as a JSON-able dict (shown in Flyte's task details); the kind only when it is
+    not the default kind's, so that kind's info reads as before."""
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
     info: dict[str, Any] = {"namespace": meta.get("namespace", ""), "name": meta.get("name", "")}
     info["uid"] = meta.get("uid", "")
-    if job.get("kind") and job.get("kind") != "PyTorchJob":
-        info["kind"] = job["kind"]
-    for key in keys:
+    if target is not DEFAULT:
+        info["kind"] = target.kind
+    for key in target.status_keys:
         if key in status:
             info[key] = status[key]
     return info
@@ -778,11 +731,11 @@ def register() -> None:
     """Register the connector for `pytorch` task versions 0 and 1 (idempotent)."""
     for version in (0, 1):
         try:
-            if isinstance(ConnectorRegistry.get_connector(TASK_TYPE, version), PyTorchJobConnector):
+            if isinstance(ConnectorRegistry.get_connector(TASK_TYPE, version), JobConnector):
                 continue
         except Exception:  # noqa: BLE001 - FlyteConnectorNotFound: not registered yet
             pass
-        ConnectorRegistry.register(PyTorchJobConnector(task_type_version=version), override=True)
+        ConnectorRegistry.register(JobConnector(task_type_version=version), override=True)
 
 
 register()

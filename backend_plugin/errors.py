@@ -3,10 +3,11 @@
 Bad input is a `ValueError` whose message names the field, the value and what is allowed: `TemplateError` for a
 task template the backend cannot run, `ConfigError` for a backend setting.
 
-Every infrastructure fault the connector raises reads "<verb> PyTorchJob <namespace>/<name> failed: <reason>" and
-chains the client's exception (`raise ... from e`). The API server's `Status` body is parsed for its reason,
-message and code; raw response bodies (which may echo the whole job spec, including environment variables) are
-never logged nor put into messages.
+Every infrastructure fault the connector raises reads "<verb> <subject> failed: <reason>", where the subject names
+what the call was about in the caller's words (`<kind> <namespace>/<name>`, `API group <group>/<version>`); nothing
+here knows a job kind. It chains the client's exception (`raise ... from e`). The API server's `Status` body is
+parsed for its reason, message and code; raw response bodies (which may echo the whole job spec, including
+environment variables) are never logged nor put into messages.
 
 A failed *training job* is not an exception: it is a FAILED phase with the root cause (see `status.py`).
 """
@@ -79,32 +80,30 @@ def parse_status(exc: BaseException) -> ApiStatus:
 
 
 class KubeApiError(Exception):
-    """A Kubernetes API call about one PyTorchJob failed.
+    """A Kubernetes API call failed.
 
     Args:
-        verb: what was attempted (create, get, delete, list pods of).
-        namespace: the job's namespace.
-        name: the job's name.
+        verb: what was attempted (create, get, delete, list pods of, discover).
+        subject: what the call was about, as the caller names it (`<kind> <namespace>/<name>`).
         reason: why, in words (the API server's message, or a hint).
         status: the parsed API status, when there was a response.
 
     Attributes:
-        verb, namespace, name, reason, status: as given.
+        verb, subject, reason, status: as given.
     """
 
     retryable = False
 
-    def __init__(self, verb: str, namespace: str, name: str, reason: str, status: ApiStatus | None = None) -> None:
+    def __init__(self, verb: str, subject: str, reason: str, status: ApiStatus | None = None) -> None:
         self.verb = verb
-        self.namespace = namespace
-        self.name = name
+        self.subject = subject
         self.reason = reason
         self.status = status
-        super().__init__(f"{verb} PyTorchJob {namespace}/{name} failed: {reason}")
+        super().__init__(f"{verb} {subject} failed: {reason}")
 
 
 class NotFound(KubeApiError):
-    """404: the job (or its namespace) does not exist."""
+    """404: the object (or its namespace, or its API group) does not exist."""
 
 
 class Conflict(KubeApiError):
@@ -130,7 +129,7 @@ def forbidden_reason(verb: str, resource: str, group: str, namespace: str, messa
 
     Args:
         verb: the Kubernetes verb that was denied (create, get, list, delete).
-        resource: the plural resource (pytorchjobs, pods).
+        resource: the plural resource (the job kind's, pods, events).
         group: its API group ("" for core).
         namespace: the namespace of the request.
         message: the API server's message (names the user).
@@ -139,30 +138,31 @@ def forbidden_reason(verb: str, resource: str, group: str, namespace: str, messa
         A message naming the missing permission and pointing at the RBAC manifest.
     """
     api_group = group or '"" (core)'
+    where = f"in namespace {namespace}" if namespace else "cluster-wide"
     return (
         f"{message or 'forbidden'}. The connector's service account needs permission to {verb} {resource} "
-        f"(apiGroup {api_group}) in namespace {namespace}; apply the Role/ClusterRole in {RBAC_MANIFEST} and bind "
-        "it to that service account."
+        f"(apiGroup {api_group}) {where}; apply the Role/ClusterRole in {RBAC_MANIFEST} and bind it to that "
+        "service account."
     )
 
 
 def classify(
     exc: BaseException,
     verb: str,
+    subject: str,
     namespace: str,
-    name: str,
-    k8s_verb: str = "",
-    resource: str = "pytorchjobs",
-    group: str = "kubeflow.org",
+    k8s_verb: str,
+    resource: str,
+    group: str,
 ) -> KubeApiError:
     """Turn a kubernetes-client exception into the matching `KubeApiError` subclass (to be raised `from exc`).
 
     Args:
         exc: the exception the client raised (ApiException, urllib3 timeout, connection error, ...).
         verb: the connector's verb for the message ("create", "get", "delete", "list pods of").
-        namespace: the job's namespace.
-        name: the job's name.
-        k8s_verb: the Kubernetes verb for RBAC hints (defaults to `verb`).
+        subject: what the call was about, for the message (`<kind> <namespace>/<name>`).
+        namespace: the request's namespace (for RBAC hints; "" for cluster-scoped calls).
+        k8s_verb: the Kubernetes verb (for RBAC hints).
         resource: the resource the request was about (for RBAC hints).
         group: that resource's API group.
 
@@ -173,19 +173,19 @@ def classify(
     code = status.code
     message = status.message or status.reason or "no message"
     if code == 404:
-        return NotFound(verb, namespace, name, message, status)
+        return NotFound(verb, subject, message, status)
     if code == 409:
-        return Conflict(verb, namespace, name, message, status)
+        return Conflict(verb, subject, message, status)
     if code == 403:
-        reason = forbidden_reason(k8s_verb or verb, resource, group, namespace, status.message)
-        return Forbidden(verb, namespace, name, reason, status)
+        reason = forbidden_reason(k8s_verb, resource, group, namespace, status.message)
+        return Forbidden(verb, subject, reason, status)
     if code in (400, 422):
-        return InvalidJob(verb, namespace, name, message, status)
+        return InvalidJob(verb, subject, message, status)
     if code == 0:
-        return Unavailable(verb, namespace, name, f"no answer from the Kubernetes API ({message})", status)
+        return Unavailable(verb, subject, f"no answer from the Kubernetes API ({message})", status)
     if code in RETRYABLE_STATUSES:
-        return Unavailable(verb, namespace, name, f"HTTP {code} {status.reason}: {message}", status)
+        return Unavailable(verb, subject, f"HTTP {code} {status.reason}: {message}", status)
     if code == 401:
         hint = "the API server rejected the connector's credentials (expired token or wrong kubeconfig)"
-        return KubeApiError(verb, namespace, name, f"{message}; {hint}", status)
-    return KubeApiError(verb, namespace, name, f"HTTP {code} {status.reason}: {message}", status)
+        return KubeApiError(verb, subject, f"{message}; {hint}", status)
+    return KubeApiError(verb, subject, f"HTTP {code} {status.reason}: {message}", status)

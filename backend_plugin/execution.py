@@ -14,18 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from backend_plugin.config import BackendConfig
+from pytorch_contract.k8s_names import JOB_NAME_MAX_LENGTH
 
 __all__ = [
     "ExecutionMetadata",
     "ExecutionIdentity",
-    "MAX_JOB_NAME_LENGTH",
     "job_name",
     "identity_of",
     "execution_metadata",
 ]
-
-MAX_JOB_NAME_LENGTH = 50
-"""63 (DNS label) - len("-worker-") - 5 index digits: pod and service names `<job>-worker-<i>` stay valid."""
 
 _DNS1035_INVALID = re.compile(r"[^a-z0-9-]+")
 
@@ -106,7 +103,7 @@ def job_name(
     """A job name for one attempt of one node of one execution.
 
     Deterministic (a retried `create` of the same attempt hits AlreadyExists instead of starting a second job),
-    a valid DNS-1035 label, at most `MAX_JOB_NAME_LENGTH` characters so that replica pods `<name>-worker-<i>`
+    a valid DNS-1035 label, at most `JOB_NAME_MAX_LENGTH` characters so that replica pods `<name>-worker-<i>`
     stay valid with up to 5-digit indices. It always ends with 8 hex characters hashing the full identity, so
     two projects sharing one namespace never collide even when their readable parts do (or get truncated).
 
@@ -125,7 +122,7 @@ def job_name(
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
     readable = _DNS1035_INVALID.sub("-", f"{prefix}{execution_name}-{node_id}-{retry_attempt}".lower())
     readable = re.sub(r"-+", "-", readable).strip("-")
-    room = MAX_JOB_NAME_LENGTH - len(digest) - 1
+    room = JOB_NAME_MAX_LENGTH - len(digest) - 1
     readable = readable[:room].rstrip("-")
     if not readable or not readable[0].isalpha():
         readable = ("j" + readable)[:room].rstrip("-")

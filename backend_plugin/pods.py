@@ -18,8 +18,9 @@ from typing import Any, Optional
 from backend_plugin.config import AcceleratorPlacement, BackendConfig
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.frozen import thaw
 from backend_plugin.secrets import SECRETS_LABEL, secret_annotations
-from backend_plugin.template import FLYTEKIT_GPU, PodTemplateSpec, ReplicaGroup, TaskSpec, thaw
+from backend_plugin.spec import FLYTEKIT_GPU, PodTemplateSpec, ReplicaGroup, TaskSpec
 from pytorch_contract.k8s_names import QUALIFIED_NAME
 from pytorch_contract.quantity import is_quantity, parse_quantity
 from pytorch_contract.template_keys import PRIMARY_CONTAINER

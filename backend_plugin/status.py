@@ -1,15 +1,12 @@
-"""Job status -> Flyte phase and a message that says why.
+"""What every job kind's status reader shares: job status -> Flyte phase, the pieces of it that do not depend on
+the kind, and the rule for a job that failed.
 
-Two layers:
-
-- **Target-neutral rules** (any Kubeflow job, PyTorchJob or TrainJob): `replica_failures` reads pods into failure
-  facts; `failed_job_status` decides whether a job that ran and failed is retried (the rule below) and writes the
-  message from the task's own error document; `never_started_status` and `start_explanation` fail a job whose
-  pods were never created, saying why.
-- **The PyTorchJob table** (`CONDITION_PHASES`): the training operator's condition types -> Flyte phases. Only
-  conditions whose status is "True" count; a terminal one (Failed, Succeeded) wins, otherwise the latest by
-  lastTransitionTime (list order breaks ties). An unknown condition type means "still running" plus a log line,
-  never an error.
+Each kind reads its own conditions with its own table (`backend_plugin.targets.<kind>.status`) and calls these
+public pieces: `deciding_condition` (a true terminal condition wins, else the latest true one), `replica_failures`
+(pods into failure facts), `failed_job_status` (retryable or permanent, and the message, from the task's own error
+document), `never_started_status` and `start_explanation` (a job whose pods were never created), `fatal_waiting`
+and `pending_reason` (pods stuck or waiting), `not_picked_up` (a job its controller never answered). Pods are named
+in messages by the kind's `ReplicaNamer` (`worker-1`, `node-0`); without one, by the pod's name.
 
 Retryable or permanent (what Flyte's `retries` apply to: `RETRYABLE_FAILED` is retried, `FAILED` is not):
 
@@ -21,25 +18,22 @@ Retryable or permanent (what Flyte's `retries` apply to: `RETRYABLE_FAILED` is r
 | the job failed and no error document can be read (none written, or unreadable) | RETRYABLE_FAILED |
 | an image or container-config error outlasted `image_pull_grace_s` | FAILED |
 | the pods were never created within `job_start_timeout_s` (invalid pod, quota, webhook) | FAILED |
-| the operator never picked the job up within `operator_pickup_timeout_s` | FAILED |
+| the job's controller never picked the job up within its pickup timeout | FAILED |
 
 Flyte's Go plugin reports every `Failed` job as retryable; for a job whose replicas exit 0 after writing an error
 document it follows the document's kind (propeller reads it). We read the document for a failed job too, so the
 user's exception is the message and a non-recoverable one is not retried in vain.
 
 Everything here is pure: (job, pods, config, now, and what the connector read: error documents, events).
-`needs_pods`, `needs_error_report` and `needs_events` say when the caller must read more, so a steady running job
-costs one API call per poll.
 """
 
 from __future__ import annotations
 
 import datetime
-import logging
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from flyteidl.core.execution_pb2 import TaskExecution
 
@@ -47,20 +41,37 @@ from backend_plugin.config import BackendConfig
 from backend_plugin.task_errors import ErrorReport, TaskError
 from backend_plugin.timestamps import EPOCH, parse_time
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "Phase",
+    "JobStatus",
+    "ReplicaNamer",
+    "ReplicaFailure",
+    "pod_name",
+    "true_conditions",
+    "deciding_condition",
+    "deciding_type",
+    "condition_text",
+    "job_age",
+    "failure_phase",
+    "replica_failures",
+    "earliest_failure",
+    "failed_job_status",
+    "never_started_status",
+    "start_explanation",
+    "warning_events",
+    "fatal_waiting",
+    "pending_reason",
+    "not_picked_up",
+    "FATAL_WAITING_REASONS",
+    "SYSTEM_POD_REASONS",
+    "MESSAGE_LIMIT",
+]
 
-Phase = int  # a flyteidl TaskExecution.Phase value
+Phase = int
+"""A flyteidl `TaskExecution.Phase` value."""
 
-# PyTorchJob condition type (kubeflow training operator, `JobConditionType`) -> Flyte phase.
-CONDITION_PHASES: dict[str, Phase] = {
-    "Created": TaskExecution.QUEUED,  # accepted by the operator; pods created but not all running yet
-    "Suspended": TaskExecution.QUEUED,  # runPolicy.suspend (Kueue, admin hold): waits for admission, no pods
-    "Running": TaskExecution.RUNNING,  # replicas running (the operator's own definition, master first)
-    "Restarting": TaskExecution.RUNNING,  # replicas being restarted under OnFailure/ExitCode within backoffLimit
-    "Succeeded": TaskExecution.SUCCEEDED,  # master (or all workers, master-less) exited 0
-    "Failed": TaskExecution.FAILED,  # a replica failed past its restart policy / backoffLimit / deadline
-}
-TERMINAL_CONDITIONS = ("Failed", "Succeeded")  # checked first: a terminal condition wins over any later one
+ReplicaNamer = Callable[[Mapping[str, Any]], str]
+"""A kind's name of one of its pods in messages (`worker-1`, `node-0`), from the pod's labels."""
 
 # Container waiting reasons that never heal by waiting (after the grace period the job fails).
 FATAL_WAITING_REASONS = frozenset(
@@ -70,8 +81,6 @@ MESSAGE_LIMIT = 1000  # characters of a container termination message kept in a 
 
 # Pod status reasons for a pod the system stopped (not the task): eviction, preemption, node shutdown or loss.
 SYSTEM_POD_REASONS = frozenset({"Evicted", "Preempted", "NodeLost", "Shutdown", "Terminated", "NodeShutdown"})
-# Kubelet / scheduler event reasons that explain a job whose pods were never created or never started.
-_START_EVENT_REASONS = ("FailedCreatePod", "FailedCreateService", "FailedCreate", "FailedScheduling")
 _EVENTS_SHOWN = 3
 # Seconds of clock slack when comparing a replica's termination time (whole seconds) with an error's timestamp.
 _CLOCK_SLACK_S = 1.0
@@ -92,16 +101,30 @@ class JobStatus:
     condition: str = ""
 
 
-def true_conditions(job: dict) -> list[dict]:
+def pod_name(pod: Mapping[str, Any]) -> str:
+    """The default `ReplicaNamer`: the pod's own name.
+
+    Args:
+        pod: a pod dict as read from the API.
+
+    Returns:
+        `metadata.name`, or "?".
+    """
+    return str((pod.get("metadata") or {}).get("name", "?"))
+
+
+def true_conditions(job: Mapping[str, Any]) -> list[dict]:
     """The job's conditions with status "True", oldest first (by lastTransitionTime, then list order).
 
     Args:
-        job: the PyTorchJob as read from the API.
+        job: the job as read from the API.
 
     Returns:
         The true conditions, sorted.
     """
     conditions = (job.get("status") or {}).get("conditions") or []
+    if not isinstance(conditions, list):
+        return []
     indexed = [(i, c) for i, c in enumerate(conditions) if isinstance(c, dict) and c.get("status") == "True"]
 
     def key(item: tuple[int, dict]) -> tuple[datetime.datetime, int]:
@@ -110,12 +133,12 @@ def true_conditions(job: dict) -> list[dict]:
     return [c for _, c in sorted(indexed, key=key)]
 
 
-def deciding_condition(job: dict, terminal: Sequence[str] = TERMINAL_CONDITIONS) -> dict | None:
+def deciding_condition(job: Mapping[str, Any], terminal: Sequence[str]) -> dict | None:
     """The condition that decides the phase: a true terminal one first, else the latest true one.
 
     Args:
-        job: the PyTorchJob (or, with its `terminal` types, the TrainJob) as read from the API.
-        terminal: the terminal condition types, in the order they win.
+        job: the job as read from the API.
+        terminal: the kind's terminal condition types, in the order they win.
 
     Returns:
         The deciding condition, or None when no condition is true.
@@ -128,158 +151,83 @@ def deciding_condition(job: dict, terminal: Sequence[str] = TERMINAL_CONDITIONS)
     return conditions[-1] if conditions else None
 
 
-def expected_replicas(job: dict) -> int:
-    """Total replicas the spec asks for (Master + Worker).
+def deciding_type(job: Mapping[str, Any], terminal: Sequence[str]) -> Optional[str]:
+    """The type of `deciding_condition`, or None when no condition is true.
 
     Args:
-        job: the PyTorchJob.
+        job: the job as read from the API.
+        terminal: the kind's terminal condition types, in the order they win.
 
     Returns:
-        The sum of `replicas` over the replica specs (1 where a spec omits it).
+        The condition type.
     """
-    specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    return sum(int((s or {}).get("replicas", 1)) for s in specs.values())
+    condition = deciding_condition(job, terminal)
+    return None if condition is None else str(condition.get("type"))
 
 
-def active_replicas(job: dict) -> int:
-    """Replicas the operator reports as active in `status.replicaStatuses`.
+def condition_text(condition: Mapping[str, Any]) -> str:
+    """A condition's message, else its reason ("" when it has neither).
 
     Args:
-        job: the PyTorchJob as read from the API.
+        condition: one condition.
 
     Returns:
-        The sum of `active` over the replica statuses.
+        The text.
     """
-    statuses = (job.get("status") or {}).get("replicaStatuses") or {}
-    return sum(int((s or {}).get("active") or 0) for s in statuses.values())
+    return str(condition.get("message") or condition.get("reason") or "")
 
 
-def needs_pods(job: dict) -> bool:
-    """Whether `job_status` needs the job's pods to explain the state (else one GET per poll is enough).
+def job_age(job: Mapping[str, Any], now: datetime.datetime) -> float:
+    """Seconds since the job was created (0 when its creation time is unknown).
 
     Args:
-        job: the PyTorchJob as read from the API.
-
-    Returns:
-        True for Failed, Restarting and Created jobs and for Running jobs with fewer active replicas than
-        requested; False for succeeded, suspended, steady running jobs and jobs without conditions.
-    """
-    condition = deciding_condition(job)
-    if condition is None:
-        return False
-    ctype = condition.get("type")
-    if ctype in ("Failed", "Restarting", "Created"):
-        return True
-    if ctype == "Running":
-        return active_replicas(job) < expected_replicas(job)
-    return False
-
-
-def needs_error_report(job: dict) -> bool:
-    """Whether `job_status` needs the task's error documents (the job failed: they decide retryable or not).
-
-    Args:
-        job: the PyTorchJob as read from the API.
-
-    Returns:
-        True when the deciding condition is Failed.
-    """
-    condition = deciding_condition(job)
-    return condition is not None and condition.get("type") == "Failed"
-
-
-def needs_events(job: dict, config: BackendConfig, now: datetime.datetime) -> bool:
-    """Whether the job has not started past `job_start_timeout_s`, so `job_status` needs its events to say why.
-
-    Args:
-        job: the PyTorchJob as read from the API.
-        config: supplies `job_start_timeout_s`.
+        job: the job as read from the API.
         now: the current time (timezone-aware).
 
     Returns:
-        True for a job whose deciding condition is Created, without `status.startTime`, created at least
-        `job_start_timeout_s` ago (a suspended job never is: it waits for admission on purpose).
+        The age, never negative.
     """
-    if config.job_start_timeout_s is None:
-        return False
-    condition = deciding_condition(job)
-    if condition is None or condition.get("type") != "Created":
-        return False
-    if (job.get("status") or {}).get("startTime"):
-        return False
-    return _age(job, now) >= config.job_start_timeout_s
+    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    return max(0.0, (now - created).total_seconds()) if created else 0.0
 
 
-def job_status(
-    job: dict,
-    pods: Optional[list[dict]],
-    config: BackendConfig,
-    now: datetime.datetime,
-    errors: Optional[ErrorReport] = None,
-    events: Optional[list[dict]] = None,
-    events_problem: str = "",
+def failure_phase(ran: bool) -> Phase:
+    """The rule for failed jobs (the contract's, the same for every kind): retryable when it ran, permanent when it
+    cannot.
+
+    A job that ran and failed (user code, OOMKilled, a lost node, a deadline) may succeed on another attempt, so it
+    is RETRYABLE_FAILED and Flyte's retry budget decides. A job that can never run (invalid spec, an image that does
+    not exist past the grace period, a runtime that cannot be rendered) would fail the same way every time, so it is
+    a permanent FAILED and no retry is spent on it.
+
+    Args:
+        ran: whether the job's pods ran.
+
+    Returns:
+        `TaskExecution.RETRYABLE_FAILED` or `TaskExecution.FAILED`.
+    """
+    return TaskExecution.RETRYABLE_FAILED if ran else TaskExecution.FAILED
+
+
+def not_picked_up(
+    job: Mapping[str, Any], now: datetime.datetime, timeout_s: float, waiting: str, gave_up: Callable[[float], str]
 ) -> JobStatus:
-    """Flyte phase and message of a PyTorchJob.
+    """A job its controller has not answered yet (no status): QUEUED, then a permanent FAILED past `timeout_s`.
 
     Args:
-        job: the PyTorchJob as read from the API.
-        pods: its pods (label `training.kubeflow.org/job-name`), or None when they were not listed.
-        config: supplies `operator_pickup_timeout_s`, `image_pull_grace_s` and `job_start_timeout_s`.
-        now: the current time (timezone-aware).
-        errors: the task's error documents when the job failed (`needs_error_report`); None when not read.
-        events: the job's events when it has not started in time (`needs_events`); None when not read.
-        events_problem: why the events could not be read (e.g. RBAC), "" when they could or were not needed.
+        job: the job as read from the API.
+        now: the current time.
+        timeout_s: the kind's pickup timeout.
+        waiting: the QUEUED message (the age is appended).
+        gave_up: the FAILED message for an age in seconds.
 
     Returns:
-        The phase, a message saying why, and the deciding condition type.
+        The status.
     """
-    meta = job.get("metadata") or {}
-    name = f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"
-    pods = pods or []
-    condition = deciding_condition(job)
-    if condition is None:
-        return _not_picked_up(job, name, config, now)
-    ctype = str(condition.get("type"))
-    phase = CONDITION_PHASES.get(ctype)
-    if phase is None:
-        logger.warning("PyTorchJob %s has unknown condition %r; reporting it as running", name, ctype)
-        return JobStatus(TaskExecution.RUNNING, f"running (unknown condition {ctype!r}: {_text(condition)})", ctype)
-    if ctype == "Failed":
-        headline = _text(condition) or f"PyTorchJob {name} failed"
-        return failed_job_status(headline, replica_failures(pods), errors, condition=ctype)
-    if ctype == "Succeeded":
-        return JobStatus(phase, _text(condition) or "succeeded", ctype)
-    if ctype == "Suspended":
-        return JobStatus(phase, f"suspended, waiting for admission: {_text(condition) or 'runPolicy.suspend'}", ctype)
-    stuck = _fatal_waiting(pods, job, config, now)
-    if stuck is not None:
-        return JobStatus(TaskExecution.FAILED, stuck, ctype)
-    pending = _pending_reason(pods)
-    if ctype == "Restarting":
-        restart = _earliest_failure(pods, last_state=True)
-        why = f": {restart}" if restart else ""
-        return JobStatus(phase, f"restarting replicas{why}", ctype)
-    if ctype == "Created":
-        if needs_events(job, config, now):
-            explanation = start_explanation(events, pods, events_problem)
-            gang = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy"))
-            if gang and not _has_failure_evidence(events, pods):
-                return JobStatus(
-                    phase,
-                    f"waiting for the gang scheduler to admit the job's PodGroup ({_age(job, now):.0f}s, no pods "
-                    f"yet; {explanation})",
-                    ctype,
-                )
-            return never_started_status(
-                f"PyTorchJob {name}", _age(job, now), float(config.job_start_timeout_s or 0), explanation, ctype
-            )
-        return JobStatus(phase, f"waiting for replicas to start: {pending}" if pending else "pods created", ctype)
-    counts = f"{active_replicas(job)}/{expected_replicas(job)} replicas active"
-    return JobStatus(phase, f"running ({counts}); {pending}" if pending else f"running ({counts})", ctype)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Target-neutral rules: a job that ran and failed, a job that never started
+    age = job_age(job, now)
+    if age >= timeout_s:
+        return JobStatus(failure_phase(ran=False), gave_up(age))
+    return JobStatus(TaskExecution.QUEUED, f"{waiting} ({age:.0f}s)")
 
 
 @dataclass(frozen=True)
@@ -302,18 +250,23 @@ class ReplicaFailure:
     system: bool
 
 
-def replica_failures(pods: Sequence[Mapping], last_state: bool = False) -> list[ReplicaFailure]:
+def replica_failures(
+    pods: Sequence[Mapping], namer: ReplicaNamer = pod_name, last_state: bool = False
+) -> list[ReplicaFailure]:
     """The failed replicas among `pods`, earliest first (those without a time last).
 
     Args:
-        pods: pod dicts as read from the API (any target: PyTorchJob or TrainJob replicas).
+        pods: pod dicts as read from the API (any kind's replicas; items that are not dicts are passed over).
+        namer: the kind's name of a pod in messages.
         last_state: read the containers' previous termination (a restarted container) instead of the current one.
 
     Returns:
         One `ReplicaFailure` per failed pod, system kills first within the same second; pods being deleted do not
         count as killed by the system.
     """
-    failures = [f for f in (_pod_failure(p, last_state) for p in pods) if f is not None]
+    failures = [
+        f for f in (_pod_failure(p, namer, last_state) for p in pods if isinstance(p, Mapping)) if f is not None
+    ]
     latest = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
     # Termination times have whole seconds: within one, a replica the system killed goes first (its peers' errors
     # are the consequence of losing it).
@@ -392,7 +345,7 @@ def never_started_status(what: str, age_s: float, timeout_s: float, explanation:
     """FAILED (not retried: a new attempt would hit the same wall) for a job whose pods were never created.
 
     Args:
-        what: the job, e.g. `PyTorchJob ns/name`.
+        what: the job, as its kind names it (`<kind> <namespace>/<name>`).
         age_s: seconds since it was created.
         timeout_s: the configured limit (`job_start_timeout_s`).
         explanation: why, from `start_explanation`.
@@ -409,24 +362,30 @@ def never_started_status(what: str, age_s: float, timeout_s: float, explanation:
     )
 
 
-def start_explanation(events: Optional[Sequence[Mapping]], pods: Sequence[Mapping], events_problem: str = "") -> str:
+def start_explanation(
+    events: Optional[Sequence[Mapping]],
+    pods: Sequence[Mapping],
+    events_problem: str = "",
+    namer: ReplicaNamer = pod_name,
+) -> str:
     """Why a job's pods were not created or did not start, from its events and pods.
 
     Args:
         events: core/v1 Events whose involvedObject is the job (None: not read).
         pods: the job's pods.
         events_problem: why the events could not be read (an RBAC denial, ...), "" when they could.
+        namer: the kind's name of a pod in messages.
 
     Returns:
         A sentence or two for a phase message.
     """
     parts = []
-    warnings = _warning_events(events or ())
+    warnings = warning_events(events or ())
     if warnings:
         shown = "; ".join(f"{e.get('reason', '?')}: {_event_message(e)}" for e in warnings[:_EVENTS_SHOWN])
         more = f" (and {len(warnings) - _EVENTS_SHOWN} more)" if len(warnings) > _EVENTS_SHOWN else ""
         parts.append(f"Events: {shown}{more}")
-    pending = _pending_reason(list(pods))
+    pending = pending_reason(pods, namer)
     if pending:
         parts.append(f"Pods: {pending}")
     if events_problem:
@@ -440,43 +399,6 @@ def start_explanation(events: Optional[Sequence[Mapping]], pods: Sequence[Mappin
             "the namespace's ResourceQuotas and admission webhooks"
         )
     return ". ".join(parts) + "." if parts else "No events were read."
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Helpers
-
-
-def _text(condition: dict) -> str:
-    return str(condition.get("message") or condition.get("reason") or "")
-
-
-def _age(job: dict, now: datetime.datetime) -> float:
-    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
-    return max(0.0, (now - created).total_seconds()) if created else 0.0
-
-
-def _not_picked_up(job: dict, name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:
-    age = _age(job, now)
-    if age >= config.operator_pickup_timeout_s:
-        ns = (job.get("metadata") or {}).get("namespace", "?")
-        return JobStatus(
-            TaskExecution.FAILED,
-            f"PyTorchJob {name} has no status {age:.0f}s after creation (operator_pickup_timeout_s="
-            f"{config.operator_pickup_timeout_s:g}): the Kubeflow training operator may not be installed, or it does "
-            f"not watch namespace {ns!r}. Check `kubectl get deployment -A -l "
-            "control-plane=kubeflow-training-operator`.",
-        )
-    return JobStatus(
-        TaskExecution.QUEUED, f"waiting for the Kubeflow training operator to pick up the job ({age:.0f}s)"
-    )
-
-
-def _replica(pod: Mapping) -> str:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    rtype, index = labels.get("training.kubeflow.org/replica-type"), labels.get("training.kubeflow.org/replica-index")
-    if rtype is not None and index is not None:
-        return f"{rtype.lower()}-{index}"
-    return str((pod.get("metadata") or {}).get("name", "?"))
 
 
 def _containers(pod: Mapping) -> list[dict]:
@@ -512,10 +434,11 @@ def _describe_termination(term: dict) -> str:
     return text
 
 
-def _pod_failure(pod: Mapping, last_state: bool) -> Optional[ReplicaFailure]:
+def _pod_failure(pod: Mapping, namer: ReplicaNamer, last_state: bool) -> Optional[ReplicaFailure]:
     """The pod's failure, or None if it did not fail."""
     meta = pod.get("metadata") or {}
-    pod_name = str(meta.get("name", "?"))
+    name = str(meta.get("name", "?"))
+    replica = namer(pod)
     deleting = bool(meta.get("deletionTimestamp"))
     for c in _containers(pod):
         state = (c.get("lastState") if last_state else c.get("state")) or {}
@@ -523,15 +446,15 @@ def _pod_failure(pod: Mapping, last_state: bool) -> Optional[ReplicaFailure]:
         if term and (term.get("exitCode") not in (0, None) or term.get("reason") == "OOMKilled"):
             when = parse_time(term.get("finishedAt")) or parse_time(term.get("startedAt"))
             system = term.get("reason") == "OOMKilled" or (bool(_signal_of(term)) and not deleting)
-            description = f"{_replica(pod)} ({c.get('name', '?')}): {_describe_termination(term)}"
-            return ReplicaFailure(_replica(pod), pod_name, when, description, system)
+            description = f"{replica} ({c.get('name', '?')}): {_describe_termination(term)}"
+            return ReplicaFailure(replica, name, when, description, system)
     status = pod.get("status") or {}
     if not last_state and status.get("phase") == "Failed":
         why = status.get("reason") or "Failed"
         detail = f": {status['message']}" if status.get("message") else ""
         system = why in SYSTEM_POD_REASONS
         when = parse_time(status.get("startTime"))
-        return ReplicaFailure(_replica(pod), pod_name, when, f"{_replica(pod)}: pod {why}{detail}", system)
+        return ReplicaFailure(replica, name, when, f"{replica}: pod {why}{detail}", system)
     return None
 
 
@@ -544,8 +467,18 @@ def _replica_line(failures: Sequence[ReplicaFailure]) -> str:
     return first
 
 
-def _earliest_failure(pods: list[dict], last_state: bool = False) -> str:
-    return _replica_line(replica_failures(pods, last_state))
+def earliest_failure(pods: Sequence[Mapping], namer: ReplicaNamer = pod_name, last_state: bool = False) -> str:
+    """The earliest failing replica, described for a message ("" when none failed).
+
+    Args:
+        pods: the job's pods.
+        namer: the kind's name of a pod in messages.
+        last_state: read the containers' previous termination (restarted containers).
+
+    Returns:
+        `worker-1 (pytorch): OOMKilled, exit code 137 ...`, with how many failed when several did.
+    """
+    return _replica_line(replica_failures(pods, namer, last_state))
 
 
 def _killed_before(failures: Sequence[ReplicaFailure], error: Optional[TaskError]) -> Optional[ReplicaFailure]:
@@ -575,8 +508,15 @@ def _worker_name(
     return known.get(error.worker, error.worker)
 
 
-def _warning_events(events: Sequence[Mapping]) -> list[Mapping]:
-    """Warning events, most recent first, one per (reason, message)."""
+def warning_events(events: Sequence[Mapping]) -> list[Mapping]:
+    """Warning events, most recent first, one per (reason, message).
+
+    Args:
+        events: core/v1 Events (items that are not dicts are passed over).
+
+    Returns:
+        The warnings.
+    """
     seen = set()
     out = []
 
@@ -584,8 +524,8 @@ def _warning_events(events: Sequence[Mapping]) -> list[Mapping]:
         stamp = e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp")
         return parse_time(stamp) or EPOCH
 
-    for event in sorted(events, key=when, reverse=True):
-        if not isinstance(event, Mapping) or event.get("type") != "Warning":
+    for event in sorted((e for e in events if isinstance(e, Mapping)), key=when, reverse=True):
+        if event.get("type") != "Warning":
             continue
         key = (event.get("reason"), _event_message(event))
         if key not in seen:
@@ -599,11 +539,6 @@ def _event_message(event: Mapping) -> str:
     return text[:MESSAGE_LIMIT]
 
 
-def _has_failure_evidence(events: Optional[Sequence[Mapping]], pods: Sequence[Mapping]) -> bool:
-    warnings = _warning_events(events or ())
-    return any(str(e.get("reason", "")).startswith("FailedCreate") for e in warnings) or bool(replica_failures(pods))
-
-
 def _waiting(pod: Mapping) -> Optional[tuple[str, str]]:
     for c in _containers(pod):
         waiting = (c.get("state") or {}).get("waiting")
@@ -612,7 +547,25 @@ def _waiting(pod: Mapping) -> Optional[tuple[str, str]]:
     return None
 
 
-def _fatal_waiting(pods: list[dict], job: dict, config: BackendConfig, now: datetime.datetime) -> Optional[str]:
+def fatal_waiting(
+    pods: Sequence[Mapping],
+    job: Mapping[str, Any],
+    config: BackendConfig,
+    now: datetime.datetime,
+    namer: ReplicaNamer = pod_name,
+) -> Optional[str]:
+    """Why a replica can never start (an image or container-config error past `image_pull_grace_s`), or None.
+
+    Args:
+        pods: the job's pods.
+        job: the job (its creation time stands in for a pod's unknown one).
+        config: supplies `image_pull_grace_s`.
+        now: the current time.
+        namer: the kind's name of a pod in messages.
+
+    Returns:
+        The message of a permanent failure, or None while every replica may still start.
+    """
     job_created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
     for pod in pods:
         waiting = _waiting(pod)
@@ -624,23 +577,32 @@ def _fatal_waiting(pods: list[dict], job: dict, config: BackendConfig, now: date
             reason, message = waiting
             detail = f": {message}" if message else ""
             return (
-                f"replica {_replica(pod)} cannot start: {reason}{detail} (still failing {age:.0f}s after the pod "
+                f"replica {namer(pod)} cannot start: {reason}{detail} (still failing {age:.0f}s after the pod "
                 f"was created, image_pull_grace_s={config.image_pull_grace_s:g}); check the image name and tag, "
                 "the registry credentials (imagePullSecrets) and referenced Secrets/ConfigMaps"
             )
     return None
 
 
-def _pending_reason(pods: list) -> str:
+def pending_reason(pods: Sequence[Mapping], namer: ReplicaNamer = pod_name) -> str:
+    """What the job's waiting pods wait for (unschedulable, a container waiting reason), "" when none waits.
+
+    Args:
+        pods: the job's pods.
+        namer: the kind's name of a pod in messages.
+
+    Returns:
+        `; `-separated reasons, one per waiting pod.
+    """
     reasons = []
     for pod in pods:
         for cond in (pod.get("status") or {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                reasons.append(f"{_replica(pod)} {cond.get('reason') or 'unschedulable'}: {cond.get('message', '')}")
+                reasons.append(f"{namer(pod)} {cond.get('reason') or 'unschedulable'}: {cond.get('message', '')}")
                 break
         else:
             waiting = _waiting(pod)
             if waiting is not None:
                 detail = f": {waiting[1]}" if waiting[1] else ""
-                reasons.append(f"{_replica(pod)} {waiting[0]}{detail}")
+                reasons.append(f"{namer(pod)} {waiting[0]}{detail}")
     return "; ".join(reasons)

@@ -2,18 +2,19 @@
 
 Every read of the template (`custom`, `config`, the container or pod template, metadata, extended resources,
 secrets) happens here, and every check of what the template says: a problem is a `TemplateError` naming the field,
-the value and what is allowed. What comes out is a frozen, typed, target-neutral `TaskSpec`: replicas per role,
-run policy, scheduling, elastic settings, the pod template, accelerator, shared memory, timeout and secrets, with
-nothing decided yet that belongs to a backend config or to one execution. The writers (`pytorchjob.to_pytorchjob`,
-and a TrainJob writer next to it) turn a `TaskSpec` into a job.
+the value and what is allowed. What comes out is a frozen, typed, target-neutral `TaskSpec` (`backend_plugin.spec`):
+replicas per role, run policy, scheduling, elastic settings, the pod template, accelerator, shared memory, timeout
+and secrets, with nothing decided yet that belongs to a backend config or to one execution. The writers of each
+target (`backend_plugin.targets.<kind>.writer`) turn a `TaskSpec` into a job. Pod templates (a role's own, and the
+core/v1 check of every pod spec) are read by `backend_plugin.pod_templates`.
 
 Three template dialects are read (docs/template-format.md): ours (task type version 1 plus `pytorch.*` config keys),
 the legacy version 0 (`custom = {"workers": N}`, optionally with `elasticConfig`) and flytekit's kfpytorch plugin
 (container or pod template).
 
 Reading is pure, so results are cached per template content (the connector and `pytorchjob render` read the same
-templates over and over): a `TaskSpec` is shared between callers and deeply read-only (mappings are
-`MappingProxyType`s, lists are tuples); use `thaw` for a mutable copy.
+templates over and over): a `TaskSpec` is shared between callers and deeply read-only; `frozen.thaw` gives a mutable
+copy.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Optional
 
@@ -36,47 +36,33 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from backend_plugin.errors import TemplateError
+from backend_plugin.frozen import freeze, thaw
+from backend_plugin.pod_templates import check_pod_spec, merge_role_pod, read_role_pod, whole_numbers_as_ints
+from backend_plugin.spec import (
+    FLYTEKIT_GPU,
+    SHM_PATH,
+    ElasticSpec,
+    PodTemplateSpec,
+    ReplicaGroup,
+    RunPolicySpec,
+    SchedulingSpec,
+    SharedMemorySpec,
+    TaskId,
+    TaskSpec,
+)
 from pytorch_contract import template_keys as keys
 from pytorch_contract.k8s_names import (
     DNS1123_SUBDOMAIN,
     EXTENDED_RESOURCE_NAME,
     LABEL_VALUE,
     MAX_REPLICAS_PER_ROLE,
-    NVIDIA_GPU,
     env_var_name_problem,
 )
 from pytorch_contract.quantity import is_quantity, parse_quantity
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "TaskSpec",
-    "TaskId",
-    "ReplicaGroup",
-    "ElasticSpec",
-    "RunPolicySpec",
-    "SchedulingSpec",
-    "SharedMemorySpec",
-    "PodTemplateSpec",
-    "read_template",
-    "clear_cache",
-    "template_to_dict",
-    "check_pod_spec",
-    "thaw",
-    "freeze",
-    "check_task_template",
-    "read_role_pod",
-    "merge_role_pod",
-    "FLYTEKIT_GPU",
-    "SHM_PATH",
-]
-
-FLYTEKIT_GPU = NVIDIA_GPU
-"""The resource name flytekit writes for `Resources(gpu=...)` in pod templates; the reader writes a flyteidl `GPU`
-request under it too, and the writers rename it to the cluster's GPU resource."""
-
-SHM_PATH = "/dev/shm"
-"""Where the memory-backed volume is mounted unless `extendedResources.sharedMemory.mountPath` says otherwise."""
+__all__ = ["read_template", "clear_cache", "template_to_dict", "check_task_template"]
 
 _RESOURCE_NAMES = {
     "CPU": "cpu",
@@ -96,216 +82,6 @@ _PROTO_CLEAN = {
 }
 _DURATION = re.compile(r"^([0-9]+)(\.[0-9]{1,9})?s\Z")  # protobuf JSON Duration, non-negative
 _PARTITION = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*\Z")  # a MIG partition size such as "1g.5gb"
-_QUANTITY_MAPS = ("limits", "requests")
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The spec
-
-
-@dataclass(frozen=True)
-class TaskId:
-    """`TaskTemplate.id`; empty strings where the template has none (e.g. `pytorchjob render` of a hand-made JSON).
-
-    Attributes:
-        project, domain, name, version: the task identifier's fields.
-    """
-
-    project: str = ""
-    domain: str = ""
-    name: str = ""
-    version: str = ""
-
-
-@dataclass(frozen=True)
-class ReplicaGroup:
-    """One role's replicas: a `PyTorchJob` replica spec, a group of TrainJob nodes.
-
-    Attributes:
-        role: `"Master"` or `"Worker"`.
-        replicas: how many (>= 1: a role with none is left out of `TaskSpec.replicas`).
-        image: the role's own image; "" means the execution's image override, else the container's image.
-        resources: core/v1 `ResourceRequirements` (`requests`/`limits` name -> quantity string) of the role, with a
-            GPU request under `FLYTEKIT_GPU`; None means the primary container's own resources.
-        restart_policy: one of `RESTART_POLICIES` (the `pytorch.<role>.restart_policy` key wins over the proto).
-        path: where the role is in the template (`custom.workerReplicas`), for messages.
-        pod_template: the role's own pod template (`pytorch.<role>.pod_template`, from `Master(pod_template=...)`),
-            already merged over the task's pod (`TaskSpec.pod`), the role's values winning; None when the role has
-            none and starts from `TaskSpec.pod`. A target without roles (TrainJob) refuses a task where it is set.
-    """
-
-    role: str
-    replicas: int
-    image: str
-    resources: Optional[Mapping[str, Mapping[str, str]]]
-    restart_policy: str
-    path: str
-    pod_template: Optional[PodTemplateSpec] = None
-
-
-@dataclass(frozen=True)
-class ElasticSpec:
-    """`custom.elasticConfig`: torchrun-style rendezvous of `min_replicas`..`max_replicas` nodes.
-
-    Attributes:
-        min_replicas: fewest nodes the job runs with (>= 1).
-        max_replicas: most nodes (>= min_replicas); the Worker replica count.
-        rdzv_backend: the template's rendezvous backend; "" means the backend config's default.
-        max_restarts: restarts of the worker group before the job fails (>= 0).
-        nproc_per_node: ranks per node, 0 when the template leaves it to `TaskSpec.nproc_per_node`.
-    """
-
-    min_replicas: int
-    max_replicas: int
-    rdzv_backend: str
-    max_restarts: int
-    nproc_per_node: int
-
-
-@dataclass(frozen=True)
-class RunPolicySpec:
-    """Job-level policy as the template states it; None means "not in the template" (a backend default applies).
-
-    The integers are the values of `custom.runPolicy` exactly as written, zeros included (the SDK writes an explicit
-    0 because proto3 JSON would drop it), and every writer sets what the task states, 0 included. An explicit
-    `activeDeadlineSeconds: 0` is rejected: the operator would fail the job the moment it starts.
-
-    Attributes:
-        clean_pod_policy: one of `CLEAN_POD_POLICIES` (`pytorch.clean_pod_policy` wins over the proto).
-        backoff_limit: `runPolicy.backoffLimit`.
-        active_deadline_seconds: `runPolicy.activeDeadlineSeconds`.
-        ttl_seconds_after_finished: `runPolicy.ttlSecondsAfterFinished`.
-    """
-
-    clean_pod_policy: Optional[str] = None
-    backoff_limit: Optional[int] = None
-    active_deadline_seconds: Optional[int] = None
-    ttl_seconds_after_finished: Optional[int] = None
-
-
-@dataclass(frozen=True)
-class SchedulingSpec:
-    """Queueing and gang scheduling (`pytorch.queue`, `priority_class`, `gang_scheduling`, `min_available`,
-    `suspend`); None means "not in the template".
-
-    Attributes:
-        queue: Kueue / Volcano queue name (a non-empty label value).
-        priority_class: PriorityClass name (a DNS-1123 subdomain).
-        gang_scheduling: whether all replicas must be scheduled together.
-        min_available: replicas that must be schedulable together (1..total replicas).
-        suspend: create the job suspended.
-    """
-
-    queue: Optional[str] = None
-    priority_class: Optional[str] = None
-    gang_scheduling: Optional[bool] = None
-    min_available: Optional[int] = None
-    suspend: Optional[bool] = None
-
-
-@dataclass(frozen=True)
-class SharedMemorySpec:
-    """The memory-backed `/dev/shm` volume as the template asks for it.
-
-    Attributes:
-        enabled: True/False when the template says (`pytorch.shm_size`, `extendedResources.sharedMemory`); None
-            leaves it to `BackendConfig.shm_enabled`.
-        size_limit: the volume's `sizeLimit`, None for none (or for the backend default when `enabled` is None).
-        mount_path: where to mount it.
-    """
-
-    enabled: Optional[bool] = None
-    size_limit: Optional[str] = None
-    mount_path: str = SHM_PATH
-
-
-@dataclass(frozen=True)
-class PodTemplateSpec:
-    """The pod every replica starts from: the task's container, or its pod template with the primary container.
-
-    Attributes:
-        labels: pod template labels.
-        annotations: pod template annotations.
-        spec: a core/v1 PodSpec (read-only) whose primary container is named `PRIMARY_CONTAINER`; Flyte's
-            placeholders (`{{.input}}`, ...) are still in its command and args.
-        spec_json: `spec` as JSON text: `json.loads` of it is the fastest fresh, mutable copy for a writer.
-        fill_args: (container index, `"command"` or `"args"`, item index) of every command/args item a writer must
-            fill placeholders in (or turn into a string); the others are copied as they are.
-    """
-
-    labels: Mapping[str, str]
-    annotations: Mapping[str, str]
-    spec: Mapping[str, Any]
-    spec_json: str = field(default="", repr=False, compare=False)
-    fill_args: tuple[tuple[int, str, int], ...] = field(default=(), repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if not self.spec_json:
-            object.__setattr__(self, "spec_json", json.dumps(thaw(self.spec), separators=(",", ":")))
-        if not self.fill_args:
-            where = [
-                (i, key, j)
-                for i, container in enumerate(self.spec.get("containers") or ())
-                for key in ("command", "args")
-                for j, item in enumerate(container.get(key) or ())
-                if not isinstance(item, str) or "{{" in item
-            ]
-            object.__setattr__(self, "fill_args", tuple(where))
-
-    def fresh_spec(self) -> dict[str, Any]:
-        """A new mutable copy of `spec` (no object shared with the spec or with earlier copies).
-
-        Returns:
-            The pod spec as plain dicts and lists.
-        """
-        return json.loads(self.spec_json)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """What a `pytorch` task template asks for, validated and target-neutral.
-
-    Attributes:
-        task_id: the template's identifier.
-        task_type_version: 0 (legacy) or 1.
-        replicas: the roles that run, master first; an elastic task has only `Worker`. A role with its own pod
-            template carries it, merged over `pod`, in `ReplicaGroup.pod_template`.
-        elastic: the elastic settings, None for a fixed-size job.
-        nproc_per_node: `pytorch.nproc_per_node` (a positive integer or `auto`/`cpu`/`gpu`), None when absent.
-        run_policy: restart budget, deadline, TTL and clean-pod policy.
-        scheduling: queue, priority class, gang scheduling, suspend.
-        pod: the pod template every replica starts from.
-        accelerator: accelerator type (`pytorch.accelerator`, else flytekit's `gpuAccelerator.device`), or None.
-        mig_partition: flytekit's `gpuAccelerator.partitionSize` (`1g.5gb`), or None.
-        gpu_resource: `pytorch.gpu_resource` (an extended resource name), or None for the backend's.
-        shared_memory: the `/dev/shm` request.
-        timeout_seconds: `metadata.timeout` in whole seconds rounded up, None when the task has none.
-        interruptible: `metadata.interruptible` (an execution may override it).
-        secrets: `securityContext.secrets`, parsed.
-        config: the validated `pytorch.*` config entries as written.
-    """
-
-    task_id: TaskId
-    task_type_version: int
-    replicas: tuple[ReplicaGroup, ...]
-    elastic: Optional[ElasticSpec]
-    nproc_per_node: Optional[str]
-    run_policy: RunPolicySpec
-    scheduling: SchedulingSpec
-    pod: PodTemplateSpec
-    accelerator: Optional[str]
-    mig_partition: Optional[str]
-    gpu_resource: Optional[str]
-    shared_memory: SharedMemorySpec
-    timeout_seconds: Optional[int]
-    interruptible: bool
-    secrets: tuple[security_pb2.Secret, ...]
-    config: Mapping[str, str]
-
-    @property
-    def total_replicas(self) -> int:
-        """Pods the job asks for (all roles; an elastic job's maximum)."""
-        return sum(r.replicas for r in self.replicas)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -424,12 +200,10 @@ def _read(t: dict[str, Any]) -> TaskSpec:
     timeout = _timeout_seconds(t)
     total = sum(r.replicas for r in replicas)
     nproc = cfg.get(keys.NPROC_PER_NODE)
-    if (
-        nproc is not None
-        and nproc not in keys.NPROC_PER_NODE_WORDS
-        and not (nproc.isascii() and nproc.isdigit() and int(nproc) > 0)
-    ):
-        raise _err(f"config[{keys.NPROC_PER_NODE!r}]", nproc, "must be a positive integer, 'auto', 'cpu' or 'gpu'")
+    if nproc is not None:
+        message = keys.nproc_per_node_message(f"config[{keys.NPROC_PER_NODE!r}]", nproc)
+        if message is not None:
+            raise TemplateError(message)
     task_id = t.get("id") or {}
     return TaskSpec(
         task_id=TaskId(*(str(task_id.get(k) or "") for k in ("project", "domain", "name", "version"))),
@@ -472,51 +246,6 @@ def _bool(config: Mapping[str, str], key: str) -> Optional[bool]:
     if value not in ("true", "false"):
         raise _err(f"config[{key!r}]", config[key], "must be 'true' or 'false'")
     return value == "true"
-
-
-def freeze(value: Any) -> Any:
-    """A read-only copy of JSON-like data: dicts become `MappingProxyType`s, lists become tuples.
-
-    Args:
-        value: JSON-like data.
-
-    Returns:
-        The frozen copy (scalars as they are).
-    """
-    if isinstance(value, Mapping):
-        return MappingProxyType({k: freeze(v) for k, v in value.items()})
-    if isinstance(value, (list, tuple)):
-        return tuple(freeze(v) for v in value)
-    return value
-
-
-def thaw(value: Any) -> Any:
-    """A fresh mutable copy of JSON-like (or frozen) data: mappings become dicts, tuples and lists become lists.
-
-    Faster than `copy.deepcopy` for JSON data, and every dict in the result is new: shared objects would turn into
-    YAML anchors in `pytorchjob render` output.
-
-    Args:
-        value: JSON-like or `freeze`d data.
-
-    Returns:
-        The copy.
-    """
-    kind = type(value)
-    if kind is dict or kind is MappingProxyType:  # exact types first: this runs for every field of every job
-        return {k: thaw(v) for k, v in value.items()}
-    if kind is list or kind is tuple:
-        return [thaw(v) for v in value]
-    if kind in _SCALARS:
-        return value
-    if isinstance(value, Mapping):
-        return {k: thaw(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [thaw(v) for v in value]
-    return value
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -811,7 +540,7 @@ def _read_pod(template: Mapping[str, Any]) -> PodTemplateSpec:
     primary_name = keys.PRIMARY_CONTAINER
     if "k8sPod" in template:
         pod = template["k8sPod"] or {}
-        spec = check_pod_spec(_ints(thaw(pod.get("podSpec") or {})), "k8sPod.podSpec")
+        spec = check_pod_spec(whole_numbers_as_ints(thaw(pod.get("podSpec") or {})), "k8sPod.podSpec")
         containers = spec.get("containers") or []
         name = config.get(keys.PRIMARY_CONTAINER_NAME_KEY) or ""
         if not name:
@@ -880,220 +609,6 @@ def _role_pods(
             group = dataclasses.replace(group, pod_template=merge_role_pod(pod, read_role_pod(cfg[key], key)))
         out.append(group)
     return tuple(out)
-
-
-def read_role_pod(text: str, key: str) -> dict[str, Any]:
-    """Parse and check the JSON of a `pytorch.<role>.pod_template` config value.
-
-    Args:
-        text: the config value.
-        key: its key, for messages.
-
-    Returns:
-        `{"labels", "annotations", "primary", "spec"}`: the pod's metadata, its primary container's name, and a
-        checked core/v1 PodSpec (`containers` may be empty).
-
-    Raises:
-        TemplateError: not JSON, unknown keys, a bad pod spec, or a primary container with a command or args.
-    """
-    where = f"config[{key!r}]"
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise _err(where, text[:80], f"is not JSON ({e})") from None
-    allowed = {"metadata", "primaryContainerName", "podSpec"}
-    if not isinstance(doc, dict) or set(doc) - allowed:
-        extra = sorted(set(doc) - allowed) if isinstance(doc, dict) else type(doc).__name__
-        raise _err(where, extra, f"must be a JSON object with keys {sorted(allowed)}")
-    meta = doc.get("metadata") or {}
-    if not isinstance(meta, dict) or set(meta) - {"labels", "annotations"}:
-        raise _err(f"{where}.metadata", meta, "must be {'labels': {...}, 'annotations': {...}}")
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    for name, mapping in (("labels", labels), ("annotations", annotations)):
-        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
-            raise _err(f"{where}.metadata.{name}", mapping, "must map strings to strings")
-    primary = doc.get("primaryContainerName") or "primary"
-    spec = doc.get("podSpec") or {}
-    if isinstance(spec, dict) and "containers" not in spec:
-        spec = {**spec, "containers": []}
-    spec = check_pod_spec(_ints(spec), f"{where}.podSpec")
-    for i, container in enumerate(spec["containers"]):
-        if container.get("name") == primary:
-            for field_name in ("command", "args"):
-                if container.get(field_name):
-                    raise _err(
-                        f"{where}.podSpec.containers[{i}].{field_name}",
-                        container[field_name],
-                        "the task's own command (pyflyte-execute) runs in every replica; remove it",
-                    )
-        elif not container.get("image"):
-            raise _err(f"{where}.podSpec.containers[{i}].image", container.get("image"), "a sidecar needs an image")
-        elif container.get("name") == keys.PRIMARY_CONTAINER:
-            raise _err(
-                f"{where}.podSpec.containers[{i}].name",
-                keys.PRIMARY_CONTAINER,
-                f"is the primary container's name; name the primary {primary!r} or rename the sidecar",
-            )
-    return {"labels": labels, "annotations": annotations, "primary": primary, "spec": spec}
-
-
-_BY_NAME = {"containers": "name", "initContainers": "name", "volumes": "name", "ephemeralContainers": "name"}
-"""PodSpec lists whose items a role's pod template replaces by this key (others are appended to)."""
-
-
-def merge_role_pod(base: PodTemplateSpec, role: Mapping[str, Any]) -> PodTemplateSpec:
-    """A role's pod template merged over the task's pod; the role's values win.
-
-    Labels and annotations: the role's keys win. PodSpec fields: a list of named items (containers, init
-    containers, volumes) replaces an item of the same name and appends the others; other lists (tolerations,
-    image pull secrets, ...) are appended to, without duplicates; a mapping (nodeSelector, securityContext,
-    affinity, ...) gets the role's keys; a scalar is the role's. The role's primary container (named by
-    `primaryContainerName`) merges into the task's `pytorch` container the same way: `env` by name,
-    `volumeMounts` by mount path, `resources` per request and limit.
-
-    Args:
-        base: the task's pod (`TaskSpec.pod`).
-        role: `read_role_pod`'s result.
-
-    Returns:
-        The merged pod, as frozen as `base`.
-    """
-    spec = thaw(base.spec)
-    for key, value in role["spec"].items():
-        if key == "containers":
-            primary = next(c for c in spec["containers"] if c.get("name") == keys.PRIMARY_CONTAINER)
-            for container in value:
-                if container.get("name") == role["primary"]:
-                    _merge_container(primary, container)
-                else:
-                    _merge_named(spec, key, [container])
-        elif key in _BY_NAME:
-            _merge_named(spec, key, value)
-        elif isinstance(value, list):
-            items = spec.setdefault(key, [])
-            items.extend(v for v in value if v not in items)
-        elif isinstance(value, dict) and isinstance(spec.get(key), dict):
-            spec[key] = {**spec[key], **value}
-        else:
-            spec[key] = value
-    return PodTemplateSpec(
-        labels=freeze({**base.labels, **role["labels"]}),
-        annotations=freeze({**base.annotations, **role["annotations"]}),
-        spec=freeze(spec),
-    )
-
-
-def _merge_named(spec: dict[str, Any], key: str, items: list[dict[str, Any]]) -> None:
-    current = spec.setdefault(key, [])
-    for item in items:
-        index = next((i for i, c in enumerate(current) if c.get(_BY_NAME[key]) == item.get(_BY_NAME[key])), None)
-        if index is None:
-            current.append(item)
-        else:
-            current[index] = item
-
-
-def _merge_container(primary: dict[str, Any], role: Mapping[str, Any]) -> None:
-    for key, value in role.items():
-        if key == "name":
-            continue
-        if key in ("env", "envFrom", "volumeMounts", "ports", "volumeDevices"):
-            by = {"env": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath"}.get(key)
-            current = primary.setdefault(key, [])
-            for item in value:
-                index = (
-                    None if by is None else next((i for i, c in enumerate(current) if c.get(by) == item.get(by)), None)
-                )
-                if index is None:
-                    if item not in current:
-                        current.append(item)
-                else:
-                    current[index] = item
-        elif key == "resources" and isinstance(primary.get("resources"), dict):
-            merged = dict(primary["resources"])
-            for kind, section in value.items():
-                merged[kind] = {**(merged.get(kind) or {}), **section} if isinstance(section, dict) else section
-            primary["resources"] = merged
-        elif isinstance(value, dict) and isinstance(primary.get(key), dict):
-            primary[key] = {**primary[key], **value}
-        else:
-            primary[key] = value
-
-
-def _ints(value: Any) -> Any:
-    """Struct JSON turns every number into a float; the API server rejects 1000.0 for an int field."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _ints(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_ints(v) for v in value]
-    return value
-
-
-def check_pod_spec(spec: Any, path: str) -> dict[str, Any]:
-    """Check a pod spec against the core/v1 PodSpec model of the `kubernetes` client: types, required fields,
-    no unknown fields, no nulls.
-
-    Args:
-        spec: the pod spec dict (numbers already turned into ints where whole).
-        path: where it is in the template, for messages (``"k8sPod.podSpec"``).
-
-    Returns:
-        `spec`, with numeric resource quantities written as strings (``1`` -> ``"1"``), as Kubernetes reads them.
-
-    Raises:
-        TemplateError: the spec would be rejected by the API server; the message names the field.
-    """
-    from kubernetes.client import V1PodSpec  # lazy: importing the reader loads no kubernetes client
-
-    if not isinstance(spec, Mapping):
-        raise TemplateError(f"{path}={spec!r}: must be a core/v1 PodSpec dict")
-    spec = _quantities_as_strings(dict(spec))
-    try:
-        parsed = V1PodSpec.from_dict(spec)
-    except (ValueError, TypeError, AttributeError, KeyError) as e:  # pydantic's ValidationError is a ValueError
-        detail = " ".join(str(e).split("For further information")[0].split())
-        raise TemplateError(f"{path}: not a valid core/v1 PodSpec: {detail}") from e
-    if parsed is None:  # from_dict(None) only; spec is a dict here
-        raise TemplateError(f"{path}={spec!r}: must be a core/v1 PodSpec dict")
-    _unknown_keys(spec, parsed.to_dict(serialize=True), path)
-    return spec
-
-
-def _quantities_as_strings(spec: dict[str, Any]) -> dict[str, Any]:
-    for key in ("containers", "initContainers"):
-        containers = spec.get(key)
-        if not isinstance(containers, list):
-            continue
-        for container in containers:
-            resources = container.get("resources") if isinstance(container, Mapping) else None
-            if not isinstance(resources, dict):
-                continue
-            for kind in _QUANTITY_MAPS:
-                section = resources.get(kind)
-                if isinstance(section, Mapping):
-                    resources[kind] = {
-                        k: str(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in section.items()
-                    }
-    return spec
-
-
-def _unknown_keys(given: Any, known: Any, path: str) -> None:
-    """Keys of `given` that the parsed model dropped (unknown fields, explicit nulls), and dicts taken for lists."""
-    if isinstance(known, list) and not isinstance(given, list):
-        raise TemplateError(f"{path}={given!r}: must be a list")
-    if isinstance(given, Mapping) and isinstance(known, Mapping):
-        for key, value in given.items():
-            where = f"{path}.{key}"
-            if value is None:
-                raise TemplateError(f"{where}=None: null is not allowed; omit the field")
-            if key not in known:
-                raise TemplateError(f"{where}: unknown field of core/v1 PodSpec (a typo, or a newer Kubernetes field?)")
-            _unknown_keys(value, known[key], where)
-    elif isinstance(given, list) and isinstance(known, list) and len(given) == len(known):
-        for i, (a, b) in enumerate(zip(given, known, strict=True)):
-            _unknown_keys(a, b, f"{path}[{i}]")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -25,9 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backend_plugin import template as template_reader  # noqa: E402
-from backend_plugin.builder import ExecutionMetadata, build_pytorchjob, template_to_dict  # noqa: E402
 from backend_plugin.config import BackendConfig  # noqa: E402
-from backend_plugin.connector import PyTorchJobMetadata  # noqa: E402
+from backend_plugin.connector import JobMetadata  # noqa: E402
+from backend_plugin.execution import ExecutionMetadata  # noqa: E402
+from backend_plugin.targets.pytorchjob.writer import to_pytorchjob  # noqa: E402
+from backend_plugin.template import read_template, template_to_dict  # noqa: E402
 from tests.connector.helpers import make_connector  # noqa: E402
 from tests.fakeapi.fixtures import running_fake_api  # noqa: E402
 from tests.fakeapi.objects import condition, replica_pod  # noqa: E402
@@ -43,7 +45,8 @@ def bench_builds(n: int) -> dict:
     config = BackendConfig()
 
     def build(i: int) -> None:
-        build_pytorchjob(templates[i % len(templates)], ExecutionMetadata(namespace=NS, job_name=f"j-{i}"), config)
+        meta = ExecutionMetadata(namespace=NS, job_name=f"j-{i}")
+        to_pytorchjob(read_template(templates[i % len(templates)]), meta, config)
 
     start = time.perf_counter()
     for i in range(len(templates)):
@@ -72,7 +75,8 @@ def bench_gets(n: int) -> dict:
         connector = make_connector(client)
         metas = []
         for i in range(n):
-            job = server.put_job(build_pytorchjob(template, ExecutionMetadata(namespace=NS, job_name=f"j-{i}"), config))
+            meta = ExecutionMetadata(namespace=NS, job_name=f"j-{i}")
+            job = server.put_job(to_pytorchjob(read_template(template), meta, config))
             name = job["metadata"]["name"]
             if i % 10 < 8:  # steady running
                 status = {"conditions": [condition("Created"), condition("Running")],
@@ -85,7 +89,7 @@ def bench_gets(n: int) -> dict:
                 term = {"terminated": {"exitCode": 1, "finishedAt": "2025-01-01T00:00:00Z"}}
                 server.put_pod(replica_pod(job, "Worker", 1, phase="Failed", container_state=term))
             server.set_job_status(NS, name, status)
-            metas.append(PyTorchJobMetadata(NS, name, job["metadata"]["uid"]))
+            metas.append(JobMetadata(NS, name, job["metadata"]["uid"]))
         connector.get(metas[0])  # warm the connection pool
         server.reset_log()
         latencies = []

@@ -32,7 +32,12 @@ from pytorch_contract.k8s_names import (
 )
 from pytorch_contract.quantity import QuantityError, parse_quantity
 from pytorch_contract.suggest import did_you_mean
-from pytorch_contract.template_keys import NPROC_PER_NODE_WORDS, CleanPodPolicy, RestartPolicy
+from pytorch_contract.template_keys import (
+    NPROC_PER_NODE_WORDS,
+    CleanPodPolicy,
+    RestartPolicy,
+    nproc_per_node_message,
+)
 
 __all__ = [
     "ConfigError",
@@ -311,7 +316,10 @@ def check_name(name: str, value: Any, pattern: re.Pattern, max_len: int, what: s
 
 
 def check_nproc_per_node(name: str, value: Any) -> Union[int, str]:
-    """Processes per node: a positive int, or ``"auto"``, ``"cpu"``, ``"gpu"`` (torchrun's words).
+    """Processes per node: a positive int, or ``"auto"``, ``"cpu"``, ``"gpu"`` (torchrun's words, any case).
+
+    The rule and its message are the contract's (`pytorch_contract.template_keys.nproc_per_node_message`), so the
+    backend reports a bad `pytorch.nproc_per_node` in a template the same way.
 
     Args:
         name: dotted field name for the message.
@@ -321,17 +329,13 @@ def check_nproc_per_node(name: str, value: Any) -> Union[int, str]:
         The int, or the word in lower case.
 
     Raises:
-        ConfigError: anything else (bool, 0, negative, other strings).
+        ConfigError: anything else (bool, 0, negative, above int32, other strings).
     """
-    allowed = "use a positive int, 'auto' (one per GPU, else per CPU), 'cpu' or 'gpu'"
     if isinstance(value, str) and value.lower() in NPROC_PER_NODE_WORDS:
         return value.lower()
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(name, value, "not a process count", allowed)
-    if value < 1:
-        raise _fail(name, value, "not positive", allowed)
-    if value > INT32_MAX:  # elasticConfig.nprocPerNode is an int32
-        raise _fail(name, value, f"above {INT32_MAX}", allowed)
+    message = nproc_per_node_message(name, value, digits_as_text=False)
+    if message is not None:
+        raise ConfigError(message, field=name, value=value)
     return value
 
 

@@ -25,6 +25,12 @@ __all__ = [
     "JOB_NAME_MAX_LENGTH",
     "REPLICA_INDEX_DIGITS",
     "MAX_REPLICAS_PER_ROLE",
+    "REPLICA_TYPE_LABEL",
+    "REPLICA_INDEX_LABEL",
+    "JOB_NAME_LABEL",
+    "COMPLETION_INDEX_LABEL",
+    "JOBSET_NAME_LABEL",
+    "TRAINJOB_NODE_ENV",
 ]
 
 NVIDIA_GPU = "nvidia.com/gpu"
@@ -153,7 +159,8 @@ def image_reference_problem(image: object) -> str | None:
 
 
 JOB_NAME_MAX_LENGTH = 50
-"""The longest job name the backend gives a job (`backend_plugin.execution.MAX_JOB_NAME_LENGTH`)."""
+"""The longest job name the backend gives a job (`backend_plugin.execution.job_name`): 63 (a DNS label) minus
+`-worker-` minus 5 index digits, so that the operator's pod and Service names `<job>-worker-<index>` stay valid."""
 
 REPLICA_INDEX_DIGITS = 63 - JOB_NAME_MAX_LENGTH - len("-worker-")
 """Digits left for the replica index in the operator's pod and Service names `<job>-worker-<index>`, which are
@@ -161,3 +168,25 @@ DNS labels of at most 63 characters: 5."""
 
 MAX_REPLICAS_PER_ROLE = 10**REPLICA_INDEX_DIGITS
 """The most replicas of one role (indices 0..99999) whose pod and Service names fit 63 characters."""
+
+# Labels and variables the cluster puts on a job's pods: the backend reads the labels to name replicas and find a
+# job's pods; the launcher in a pod reads the variables (and the SDK's docs name both).
+
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+"""The training operator's label on every pod of a PyTorchJob: the job's name."""
+
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+"""The training operator's label on a PyTorchJob pod: its replica type (`master`, `worker`)."""
+
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+"""The training operator's label on a PyTorchJob pod: its index within the replica type."""
+
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+"""JobSet's label on every pod of the JobSet a TrainJob creates (the JobSet is named after the TrainJob)."""
+
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+"""An Indexed Job's label (and annotation) on a pod: its completion index, the TrainJob node's index."""
+
+TRAINJOB_NODE_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+"""Set by Kubeflow Trainer's torch runtime in every node of a TrainJob: the launcher in a pod plans from them, and the
+Trainer webhook rejects a TrainJob whose `trainer.env` names one."""

@@ -40,6 +40,9 @@ __all__ = [
     "DEFAULT_RDZV_BACKEND",
     "RDZV_BACKENDS",
     "NPROC_PER_NODE_WORDS",
+    "NPROC_PER_NODE_ALLOWED",
+    "nproc_per_node_problem",
+    "nproc_per_node_message",
 ]
 
 TASK_TYPE = "pytorch"
@@ -110,10 +113,7 @@ def restart_policy_key(role: str) -> str:
     Raises:
         ValueError: another role.
     """
-    key = {"master": MASTER_RESTART_POLICY, "worker": WORKER_RESTART_POLICY}.get(role.lower())
-    if key is None:
-        raise ValueError(f"role={role!r} has no restart policy key; use 'master' or 'worker'")
-    return key
+    return _role_key(role, MASTER_RESTART_POLICY, WORKER_RESTART_POLICY, "restart policy")
 
 
 def pod_template_key(role: str) -> str:
@@ -128,9 +128,13 @@ def pod_template_key(role: str) -> str:
     Raises:
         ValueError: another role.
     """
-    key = {"master": MASTER_POD_TEMPLATE, "worker": WORKER_POD_TEMPLATE}.get(role.lower())
+    return _role_key(role, MASTER_POD_TEMPLATE, WORKER_POD_TEMPLATE, "pod template")
+
+
+def _role_key(role: str, master: str, worker: str, what: str) -> str:
+    key = {"master": master, "worker": worker}.get(role.lower())
     if key is None:
-        raise ValueError(f"role={role!r} has no pod template key; use 'master' or 'worker'")
+        raise ValueError(f"role={role!r} has no {what} key; use 'master' or 'worker'")
     return key
 
 
@@ -170,3 +174,52 @@ RDZV_BACKENDS = (DEFAULT_RDZV_BACKEND, "etcd", "etcd-v2", "static")
 
 NPROC_PER_NODE_WORDS = ("auto", "cpu", "gpu")
 """The non-numeric values torchrun accepts for ``--nproc-per-node``."""
+
+NPROC_PER_NODE_ALLOWED = "use a positive integer, 'auto' (one per GPU, else one), 'cpu' or 'gpu'"
+"""What `nproc_per_node` may be, as both sides say it in their error messages."""
+
+_INT32_MAX = 2**31 - 1  # elasticConfig.nprocPerNode is an int32
+
+
+def nproc_per_node_problem(value: object, digits_as_text: bool = True) -> str | None:
+    """What is wrong with a `nproc_per_node` value, or None when it is one: a positive integer (an int, or a string
+    of ASCII digits as the template's config carries it) or one of `NPROC_PER_NODE_WORDS` in lower case.
+
+    Args:
+        value: the SDK's field (an int, or a word already lower-cased) or the template's `pytorch.nproc_per_node`.
+        digits_as_text: whether a string of digits counts as its number (the template's spelling; the SDK's field
+            takes an int).
+
+    Returns:
+        "not a process count", "not positive" or "above 2147483647" (the int32 of `elasticConfig`), or None.
+    """
+    if isinstance(value, str):
+        if not digits_as_text and value not in NPROC_PER_NODE_WORDS:
+            return "not a process count"
+        if value in NPROC_PER_NODE_WORDS:
+            return None
+        if not (value.isascii() and value.isdigit()):
+            return "not a process count"
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "not a process count"
+    if value < 1:
+        return "not positive"
+    if value > _INT32_MAX:
+        return f"above {_INT32_MAX}"
+    return None
+
+
+def nproc_per_node_message(field: str, value: object, digits_as_text: bool = True) -> str | None:
+    """The one message both sides give for a bad `nproc_per_node`, or None when `value` is valid.
+
+    Args:
+        field: where the value is (`PyTorch.nproc_per_node`, `config['pytorch.nproc_per_node']`).
+        value: the value.
+        digits_as_text: as for `nproc_per_node_problem`.
+
+    Returns:
+        `<field>=<value!r> is <problem>; use a positive integer, ...`, or None.
+    """
+    problem = nproc_per_node_problem(value, digits_as_text)
+    return None if problem is None else f"{field}={value!r} is {problem}; {NPROC_PER_NODE_ALLOWED}"

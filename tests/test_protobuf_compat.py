@@ -13,9 +13,10 @@ import yaml
 from flyteidl.core import tasks_pb2
 from google.protobuf import json_format
 
-from backend_plugin.builder import ExecutionMetadata, build_pytorchjob, template_to_dict
 from backend_plugin.config import BackendConfig
-from backend_plugin.template import check_task_template
+from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.template import check_task_template, template_to_dict
+from tests.helpers.jobs import build_pytorchjob
 
 # Keys deliberately out of alphabetical order at every level that comes from a Struct or a map.
 POD_SPEC = {

@@ -6,61 +6,33 @@ Regenerate the golden files with `python -m pytest tests/backend/test_builder.py
 from __future__ import annotations
 
 import copy
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-from backend_plugin.builder import (
-    MAX_JOB_NAME_LENGTH,
-    ExecutionMetadata,
-    TemplateError,
-    build_pytorchjob,
-    job_name,
-    template_to_dict,
-)
 from backend_plugin.config import BackendConfig
+from backend_plugin.errors import TemplateError
+from backend_plugin.execution import job_name
+from backend_plugin.template import template_to_dict
+from pytorch_contract.k8s_names import JOB_NAME_MAX_LENGTH
 from tests import golden as golden_files
-from tests.kube_schema import DNS1035, assert_valid_pytorchjob
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-TEMPLATES = DATA / "templates"
-JOBS = DATA / "jobs"
-
-META = ExecutionMetadata(
-    namespace="flytesnacks-development",
-    job_name="f7a3c2e1b0-n0-0-1a2b3c4d",
-    labels={"execution-id": "f7a3c2e1b0", "project": "flytesnacks", "domain": "development"},
-    annotations={"example.com/cost-center": "ml"},
-    environment={"FLYTE_INTERNAL_EXECUTION_WORKFLOW": "flytesnacks:development:train.wf"},
-    input_path="s3://bucket/metadata/f7a3c2e1b0/n0/data/inputs.pb",
-    output_prefix="s3://bucket/metadata/f7a3c2e1b0/n0/data/0",
-    raw_output_prefix="s3://bucket/raw/f7a3c2e1b0",
-    checkpoint_prefix="s3://bucket/checkpoints/f7a3c2e1b0/n0/0",
-    prev_checkpoint_prefix="",
-    project="flytesnacks",
-    domain="development",
-    execution_name="f7a3c2e1b0",
-    node_id="n0",
-    retry_attempt=0,
+from tests.helpers.jobs import (
+    GKE,
+    JOBS,
+    META,
+    SPOT,
+    TEMPLATES,
+    build,
+    build_pytorchjob,
+    load,
+    main_container,
+    pod,
+    specs,
 )
-
-GKE = BackendConfig(
-    accelerator_label="cloud.google.com/gke-accelerator",
-    accelerators={"MI300X": {"node_selector": {"amd.com/gpu.product": ["MI300X"]}, "tolerations": []}},
-)
-
-# A GKE cluster with a spot node pool, as a site would configure Flyte's interruptible-* settings.
-SPOT = BackendConfig(
-    interruptible_tolerations=[
-        {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-    ],
-    interruptible_node_selector={"cloud.google.com/gke-spot": "true"},
-)
+from tests.kube_schema import DNS1035
 
 # golden name -> (template file, backend config); every template file in TEMPLATES must appear here.
 GOLDEN = {
@@ -87,37 +59,6 @@ GOLDEN = {
     "secrets_timeout_spot": ("flytekit_secrets_spot", SPOT),
     "run_policy_zeros": ("hand_run_policy_zeros", None),
 }
-
-
-def load(name: str) -> dict:
-    """A template from tests/data/templates."""
-    return json.loads((TEMPLATES / f"{name}.json").read_text())
-
-
-def build(template: dict, config: BackendConfig | None = None, **meta) -> dict:
-    """Build with META (fields overridden by `meta`) and validate the job against CRD, webhook and core/v1."""
-    m = copy.deepcopy(META)
-    for key, value in meta.items():
-        setattr(m, key, value)
-    job = build_pytorchjob(template, m, config)
-    assert_valid_pytorchjob(job)
-    return job
-
-
-def specs(job: dict) -> dict:
-    """Replica specs by role."""
-    return job["spec"]["pytorchReplicaSpecs"]
-
-
-def pod(job: dict, role: str) -> dict:
-    """The pod spec of one role."""
-    return specs(job)[role]["template"]["spec"]
-
-
-def main_container(job: dict, role: str) -> dict:
-    """The `pytorch` container of one role."""
-    (c,) = [c for c in pod(job, role)["containers"] if c["name"] == "pytorch"]
-    return c
 
 
 def seed_style(workers: int = 2) -> dict:
@@ -493,7 +434,7 @@ def test_accepts_proto_bytes_and_flytekit_model():
 def test_job_name_is_a_valid_short_label(args):
     name = job_name(*args)
     assert DNS1035.match(name), name
-    assert len(name) <= MAX_JOB_NAME_LENGTH
+    assert len(name) <= JOB_NAME_MAX_LENGTH
     assert len(f"{name}-worker-99999") <= 63
     assert job_name(*args) == name
 
@@ -630,7 +571,7 @@ def test_unprefixed_config_keys_are_ignored():
 
 def test_builder_import_loads_no_kubernetes():
     code = (
-        "import sys, backend_plugin.builder, backend_plugin.config\n"
+        "import sys, backend_plugin.targets, backend_plugin.template, backend_plugin.config\n"
         "bad = [m for m in sys.modules if m == 'kubernetes' or m.startswith('kubernetes.')]\n"
         "print(','.join(bad))\n"
     )

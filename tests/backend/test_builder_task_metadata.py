@@ -16,24 +16,18 @@ from collections import OrderedDict
 import pytest
 from flyteidl.core import security_pb2
 from flytekit import Secret
-from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 from google.protobuf import json_format, text_format
 
-from backend_plugin.builder import SECRET_ANNOTATION_PREFIX, SECRETS_LABEL, TemplateError, encode_secret
 from backend_plugin.config import BackendConfig, ConfigError
+from backend_plugin.errors import TemplateError
+from backend_plugin.secrets import SECRET_ANNOTATION_PREFIX, SECRETS_LABEL, encode_secret
 from flytekitplugins_pytorch import pytorch_task
 from tests import golden as golden_files
-from tests.backend.test_builder import SPOT, TEMPLATES, build, load, pod, specs
+from tests.helpers.jobs import SPOT, TEMPLATES, build, load, pod, specs
+from tests.helpers.serialization import SETTINGS
 
 TEMPLATE = "flytekit_secrets_spot"
-SETTINGS = SerializationSettings(
-    project="proj",
-    domain="dev",
-    version="v1",
-    image_config=ImageConfig(default_image=Image(name="default", fqn="ghcr.io/example/train", tag="1.0")),
-    env={},
-)
 
 
 @pytorch_task(

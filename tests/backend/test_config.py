@@ -178,3 +178,12 @@ def test_unlisted_accelerator_uses_the_default_label():
     assert BackendConfig().placement_for("NVIDIA-H100-80GB-HBM3") == AcceleratorPlacement(
         node_selector={"nvidia.com/gpu.product": ["NVIDIA-H100-80GB-HBM3"]}
     )
+
+
+def test_config_targets_are_the_registered_kinds_and_auto():
+    """`BackendConfig.target` is checked when the config is built, before any kind is imported: its list of values
+    must stay the registry's."""
+    from backend_plugin.config import TARGETS
+    from backend_plugin.targets import BY_CONFIG, KINDS
+
+    assert TARGETS == (*BY_CONFIG, "auto") and len(BY_CONFIG) == len(KINDS)

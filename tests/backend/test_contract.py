@@ -55,12 +55,12 @@ def test_label_values_may_be_empty_on_objects_but_not_as_names() -> None:
 
 
 def test_replica_bound_and_the_job_name_budget_agree() -> None:
-    """The SDK bounds replicas with the contract's numbers; the backend names jobs with its own: they must agree."""
-    from backend_plugin.execution import MAX_JOB_NAME_LENGTH
+    """The SDK bounds replicas and the backend names jobs with the contract's one budget: the longest pod fits."""
+    from backend_plugin.execution import job_name
     from pytorch_contract.k8s_names import JOB_NAME_MAX_LENGTH, MAX_REPLICAS_PER_ROLE, REPLICA_INDEX_DIGITS
 
-    assert MAX_JOB_NAME_LENGTH == JOB_NAME_MAX_LENGTH
-    longest_pod = "j" * MAX_JOB_NAME_LENGTH + f"-worker-{MAX_REPLICAS_PER_ROLE - 1}"
+    assert len(job_name("p" * 80, "d", "e" * 80, "n" * 80, 3)) == JOB_NAME_MAX_LENGTH
+    longest_pod = "j" * JOB_NAME_MAX_LENGTH + f"-worker-{MAX_REPLICAS_PER_ROLE - 1}"
     assert len(longest_pod) == 63 and DNS1123_LABEL.match(longest_pod)
     assert len(str(MAX_REPLICAS_PER_ROLE)) == REPLICA_INDEX_DIGITS + 1
 
@@ -74,3 +74,29 @@ def test_env_var_names(name: str, accepted: bool) -> None:
     from pytorch_contract.k8s_names import env_var_name_problem
 
     assert (env_var_name_problem(name) is None) is accepted
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("1", None), ("auto", None), ("gpu", None), (2, None), ("0", "not positive"), (0, "not positive"),
+     ("GPU", "not a process count"), ("\uff14", "not a process count"), (True, "not a process count"),
+     ("2147483648", "above 2147483647"), (1.0, "not a process count")],
+)  # fmt: skip
+def test_one_nproc_per_node_rule_and_message_for_both_sides(value: object, problem: object) -> None:
+    from flytekitplugins_pytorch.config import ConfigError, check_nproc_per_node
+    from pytorch_contract.template_keys import NPROC_PER_NODE_ALLOWED, nproc_per_node_message, nproc_per_node_problem
+
+    assert nproc_per_node_problem(value) == problem
+    message = nproc_per_node_message("f", value)
+    assert message == (None if problem is None else f"f={value!r} is {problem}; {NPROC_PER_NODE_ALLOWED}")
+    if isinstance(value, str) and value.isdigit():
+        return  # the SDK's field takes an int, not the template's digits
+    if value == "GPU":  # the SDK lower-cases words; the template carries them as the SDK wrote them
+        assert check_nproc_per_node("f", value) == "gpu"
+        return
+    if problem is None:
+        assert check_nproc_per_node("f", value) == value
+    else:
+        with pytest.raises(ConfigError) as caught:
+            check_nproc_per_node("f", value)
+        assert str(caught.value) == message

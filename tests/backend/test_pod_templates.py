@@ -15,7 +15,7 @@ from backend_plugin.config import BackendConfig
 from backend_plugin.errors import TemplateError
 from backend_plugin.template import read_template
 from pytorch_contract import template_keys as keys
-from tests.backend.test_builder import SPOT, build, load, main_container, pod, specs
+from tests.helpers.jobs import SPOT, build, load, main_container, pod, specs
 
 
 def role_template(role: str, doc: dict) -> dict:

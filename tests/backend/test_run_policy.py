@@ -15,9 +15,11 @@ from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 from google.protobuf import json_format
 
-from backend_plugin.builder import ExecutionMetadata, TemplateError, build_pytorchjob
 from backend_plugin.config import BackendConfig
+from backend_plugin.errors import TemplateError
+from backend_plugin.execution import ExecutionMetadata
 from flytekitplugins_pytorch import ConfigError, Elastic, PyTorch, RunPolicy, pytorch_task
+from tests.helpers.jobs import build_pytorchjob
 from tests.kube_schema import assert_valid_pytorchjob
 
 SETTINGS = SerializationSettings(

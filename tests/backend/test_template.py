@@ -10,14 +10,15 @@ import pytest
 from flyteidl.core import tasks_pb2
 from google.protobuf import json_format
 
-from backend_plugin.builder import build_pytorchjob
 from backend_plugin.config import BackendConfig
 from backend_plugin.errors import TemplateError
 from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execution_metadata, identity_of, job_name
-from backend_plugin.pytorchjob import to_pytorchjob
 from backend_plugin.retry import Backoff, retry
-from backend_plugin.template import TaskSpec, read_template, template_to_dict
+from backend_plugin.spec import TaskSpec
+from backend_plugin.targets.pytorchjob.writer import to_pytorchjob
+from backend_plugin.template import read_template, template_to_dict
 from pytorch_contract import template_keys as keys
+from tests.helpers.jobs import build_pytorchjob
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 META = ExecutionMetadata(namespace="ns", job_name="j-1")

@@ -19,10 +19,16 @@ import yaml
 from backend_plugin.cli import main
 from backend_plugin.config import BackendConfig
 from backend_plugin.errors import ConfigError, TemplateError
+from backend_plugin.targets.trainjob.writer import (
+    MANAGER,
+    dropped_defaults,
+    max_name_length,
+    to_trainjob,
+    trainjob_name,
+)
 from backend_plugin.template import read_template
-from backend_plugin.trainjob import MANAGER, max_name_length, to_trainjob, trainjob_name, warnings
 from tests import golden as golden_files
-from tests.backend.test_builder import GKE, META, SPOT, load
+from tests.helpers.jobs import GKE, META, SPOT, load
 from tests.kube_schema import DNS1035, assert_valid_trainjob, trainjob_webhook_errors
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "data" / "trainjobs"
@@ -182,14 +188,14 @@ def test_pod_template_fields_a_patch_cannot_carry_are_refused():
 
 def test_backend_defaults_without_an_equivalent_are_warnings_not_errors():
     spec = read_template(load("sdk_seed_gpu"))
-    assert warnings(spec, BackendConfig()) == [
+    assert dropped_defaults(spec, BackendConfig()) == [
         "backend ttl_seconds_after_finished=86400 is not applied: a TrainJob has no TTL (the connector deletes the "
         "jobs it finalizes)"
     ]
     config = BackendConfig(ttl_seconds_after_finished=None, backoff_limit=2, gang_scheduling=True)
-    found = warnings(spec, config)
+    found = dropped_defaults(spec, config)
     assert [w.split("=")[0] for w in found] == ["backend backoff_limit", "backend gang_scheduling"]
-    assert warnings(spec, BackendConfig(ttl_seconds_after_finished=None)) == []
+    assert dropped_defaults(spec, BackendConfig(ttl_seconds_after_finished=None)) == []
     build(load("sdk_seed_gpu"), config)  # still written
 
 

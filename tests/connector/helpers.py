@@ -19,7 +19,7 @@ from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 from google.protobuf import json_format
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.connector import PyTorchJobConnector
+from backend_plugin.connector import JobConnector
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 NOW = datetime.datetime(2025, 1, 1, 0, 10, tzinfo=datetime.timezone.utc)
@@ -49,11 +49,11 @@ def execution_metadata(
     )
 
 
-def make_connector(api_client: Any, clock: Any = None, **config: Any) -> PyTorchJobConnector:
+def make_connector(api_client: Any, clock: Any = None, **config: Any) -> JobConnector:
     """A connector over `api_client` with small timeouts and instant retries (real clock unless given)."""
     settings = {"api_timeout_s": 1.0, "api_retry_budget_s": 5.0, "api_backoff_initial_s": 0.001,
                 "api_backoff_max_s": 0.002, **config}  # fmt: skip
-    return PyTorchJobConnector(
+    return JobConnector(
         config=BackendConfig(**settings),
         api_client_factory=lambda: api_client,
         clock=clock,

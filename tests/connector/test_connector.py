@@ -12,7 +12,7 @@ from flytekit.core import utils
 from flytekit.extend.backend.base_connector import ConnectorRegistry
 from flytekit.models.literals import Literal, LiteralMap, Primitive, Scalar
 
-from backend_plugin.connector import PyTorchJobConnector, PyTorchJobMetadata, spec_differences
+from backend_plugin.connector import JobConnector, JobMetadata, spec_differences
 from backend_plugin.errors import RBAC_MANIFEST, Conflict, Forbidden, KubeApiError, Unavailable
 from tests.connector.helpers import execution_metadata, load_template, make_connector
 from tests.fakeapi.objects import condition, replica_pod
@@ -201,21 +201,21 @@ def test_other_errors_keep_the_template(fake_api, connector, tmp_path):
 @pytest.mark.parametrize("version", [0, 1], ids=["legacy-v0", "v1"])
 def test_registered_with_flytekit(version):
     connector = ConnectorRegistry.get_connector("pytorch", version)
-    assert isinstance(connector, PyTorchJobConnector)
+    assert isinstance(connector, JobConnector)
     assert connector.task_category.version == version
-    assert connector.metadata_type is PyTorchJobMetadata
+    assert connector.metadata_type is JobMetadata
 
 
 def test_resource_meta_round_trip():
-    meta = PyTorchJobMetadata("ns", "job-1", "u-1", "s3://b/p/0", {"link_type": "vscode", "port": "8080"})
-    assert PyTorchJobMetadata.decode(meta.encode()) == meta
+    meta = JobMetadata("ns", "job-1", "u-1", "s3://b/p/0", {"link_type": "vscode", "port": "8080"})
+    assert JobMetadata.decode(meta.encode()) == meta
     assert meta.encode() == (
         b'{"namespace": "ns", "name": "job-1", "uid": "u-1", "output_prefix": "s3://b/p/0", '
         b'"task_config": {"link_type": "vscode", "port": "8080"}, "error": ""}'
     )
     # what an older connector stored still decodes (Flyte keeps resource metas across connector upgrades)
-    old = PyTorchJobMetadata.decode(b'{"namespace": "ns", "name": "job-1", "uid": "u-1"}')
-    assert old == PyTorchJobMetadata("ns", "job-1", "u-1") and (old.output_prefix, old.task_config) == ("", {})
+    old = JobMetadata.decode(b'{"namespace": "ns", "name": "job-1", "uid": "u-1"}')
+    assert old == JobMetadata("ns", "job-1", "u-1") and (old.output_prefix, old.task_config) == ("", {})
 
 
 def test_import_loads_no_kubernetes_and_no_kubeconfig(tmp_path):
@@ -223,7 +223,7 @@ def test_import_loads_no_kubernetes_and_no_kubeconfig(tmp_path):
         "import sys, backend_plugin.connector as c;"
         "assert 'kubernetes' not in sys.modules, 'kubernetes imported';"
         "from flytekit.extend.backend.base_connector import ConnectorRegistry as R;"
-        "assert isinstance(R.get_connector('pytorch', 1), c.PyTorchJobConnector)"
+        "assert isinstance(R.get_connector('pytorch', 1), c.JobConnector)"
     )
     env = {"KUBECONFIG": str(tmp_path / "missing"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

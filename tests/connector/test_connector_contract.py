@@ -203,11 +203,11 @@ def test_legacy_v0_elastic_template_runs_through_the_connector(fake_api, tmp_pat
     from flytekit.models.task import TaskTemplate
     from google.protobuf import json_format
 
-    from backend_plugin.connector import PyTorchJobConnector
+    from backend_plugin.connector import JobConnector
     from tests.connector.helpers import TEMPLATES
 
     server, client = fake_api
-    assert isinstance(ConnectorRegistry.get_connector("pytorch", 0), PyTorchJobConnector)
+    assert isinstance(ConnectorRegistry.get_connector("pytorch", 0), JobConnector)
     data = json.loads((TEMPLATES / "legacy_v0_elastic.json").read_text())
     template = TaskTemplate.from_flyte_idl(json_format.ParseDict(data, tasks_pb2.TaskTemplate()))
     meta = make_connector(client).create(template, str(tmp_path / "0"), None, execution_metadata())

@@ -14,15 +14,8 @@ import pytest
 from flyteidl.core.execution_pb2 import TaskExecution as TE
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.status import (
-    failed_job_status,
-    job_status,
-    needs_error_report,
-    needs_events,
-    never_started_status,
-    replica_failures,
-    start_explanation,
-)
+from backend_plugin.status import failed_job_status, never_started_status, replica_failures, start_explanation
+from backend_plugin.targets.pytorchjob.status import job_status, needs_error_report, needs_events, replica_name
 from backend_plugin.task_errors import ErrorReport, TaskError, is_error_file, parse_error_document, report_of
 from tests.connector.error_tasks import RECOVERABLE, VALUE_ERROR
 from tests.fakeapi.objects import condition, failed_create_event, replica_pod
@@ -87,7 +80,7 @@ def test_garbage_documents_are_a_reading_problem_not_an_exception(flytekit_error
 def test_non_recoverable_user_error_is_permanent_and_the_message_is_the_users_exception(flytekit_errors):
     pods = [dead("Worker", 1, 10, exitCode=1, reason="Error"), dead("Master", 0, 12, exitCode=1, reason="Error")]
     errors = ErrorReport((doc(flytekit_errors["user_worker"], 9.5, "job-worker-1"),))
-    status = failed_job_status("PyTorchJob ns/job has failed.", replica_failures(pods), errors)
+    status = failed_job_status("PyTorchJob ns/job has failed.", replica_failures(pods, replica_name), errors)
     assert status.phase == TE.FAILED
     assert status.message.startswith(f"worker-1 failed: ValueError: {VALUE_ERROR} (a non-recoverable user error")
     assert "Root cause: worker-1 (pytorch): exit code 1 (first of 2 failed replicas)" in status.message
@@ -97,7 +90,7 @@ def test_non_recoverable_user_error_is_permanent_and_the_message_is_the_users_ex
 def test_recoverable_error_is_retryable(flytekit_errors):
     pods = [dead("Worker", 0, 10, exitCode=1, reason="Error")]
     errors = ErrorReport((doc(flytekit_errors["recoverable_worker"], 9.8, "job-worker-0"),))
-    status = failed_job_status("failed.", replica_failures(pods), errors)
+    status = failed_job_status("failed.", replica_failures(pods, replica_name), errors)
     assert status.phase == TE.RETRYABLE_FAILED
     assert status.message.startswith("worker-0 failed: FlyteRecoverableException: ")
     assert f"{RECOVERABLE} (a recoverable error: Flyte retries the task while it has retries left)" in status.message
@@ -107,7 +100,9 @@ def test_earliest_document_is_the_root_cause(flytekit_errors):
     late_collateral = doc(flytekit_errors["user_worker"], 20, "job-master-0")
     early_recoverable = doc(flytekit_errors["recoverable_worker"], 10, "job-worker-0")
     pods = [dead("Worker", 0, 10, exitCode=1), dead("Master", 0, 21, exitCode=1)]
-    status = failed_job_status("failed.", replica_failures(pods), ErrorReport((late_collateral, early_recoverable)))
+    status = failed_job_status(
+        "failed.", replica_failures(pods, replica_name), ErrorReport((late_collateral, early_recoverable))
+    )
     assert status.phase == TE.RETRYABLE_FAILED and status.message.startswith("worker-0 failed: FlyteRecoverable")
 
 
@@ -115,7 +110,7 @@ def test_oom_killed_replica_wins_over_its_peers_lost_peer_errors(flytekit_errors
     # worker-1 is OOM-killed at 10 s and writes nothing; master-0 then fails with a (non-recoverable) peer error.
     pods = [dead("Worker", 1, 10, exitCode=137, reason="OOMKilled"), dead("Master", 0, 11, exitCode=1)]
     collateral = doc(flytekit_errors["user_worker"], 10.4, "job-master-0")
-    status = failed_job_status("failed.", replica_failures(pods), ErrorReport((collateral,)))
+    status = failed_job_status("failed.", replica_failures(pods, replica_name), ErrorReport((collateral,)))
     assert status.phase == TE.RETRYABLE_FAILED
     assert "Root cause: worker-1 (pytorch): OOMKilled, exit code 137" in status.message
     assert "worker-1 was stopped by the system before any task error" in status.message
@@ -125,7 +120,7 @@ def test_oom_killed_replica_wins_over_its_peers_lost_peer_errors(flytekit_errors
 def test_a_kill_long_after_the_users_error_does_not_hide_it(flytekit_errors):
     pods = [dead("Worker", 0, 10, exitCode=1), dead("Master", 0, 60, exitCode=137, reason="OOMKilled")]
     error = doc(flytekit_errors["user_worker"], 9.9, "job-worker-0")
-    assert failed_job_status("failed.", replica_failures(pods), ErrorReport((error,))).phase == TE.FAILED
+    assert failed_job_status("failed.", replica_failures(pods, replica_name), ErrorReport((error,))).phase == TE.FAILED
 
 
 @pytest.mark.parametrize(
@@ -140,14 +135,14 @@ def test_a_kill_long_after_the_users_error_does_not_hide_it(flytekit_errors):
     ids=["oom-killed", "sigterm", "exit-1", "evicted", "failed-other"],
 )
 def test_what_counts_as_stopped_by_the_system(pod, system):
-    (failure,) = replica_failures([pod])
+    (failure,) = replica_failures([pod], replica_name)
     assert failure.system is system
 
 
 def test_a_pod_being_deleted_is_not_a_system_kill():
     pod = dead("Worker", 0, 10, exitCode=143)
     pod["metadata"]["deletionTimestamp"] = at(9)
-    assert replica_failures([pod])[0].system is False
+    assert replica_failures([pod], replica_name)[0].system is False
 
 
 @pytest.mark.parametrize(
@@ -161,7 +156,7 @@ def test_a_pod_being_deleted_is_not_a_system_kill():
     ids=["none-written", "unreadable", "not-read"],
 )  # fmt: skip
 def test_without_a_readable_document_a_failed_job_is_retryable(errors, phase, text):
-    status = failed_job_status("failed.", replica_failures([dead("Worker", 0, 10, exitCode=1)]), errors)
+    status = failed_job_status("failed.", replica_failures([dead("Worker", 0, 10, exitCode=1)], replica_name), errors)
     assert status.phase == phase and text in status.message
     assert "Root cause: worker-0 (pytorch): exit code 1" in status.message
 
@@ -255,5 +250,5 @@ def test_the_replica_that_wrote_the_error_leads_the_root_cause_line(flytekit_err
     # both exited within the same second; the document says worker-1 raised first
     pods = [dead("Master", 0, 10, exitCode=1), dead("Worker", 1, 10, exitCode=1)]
     error = doc(flytekit_errors["user_worker"], 9.5, "job-worker-1")
-    status = failed_job_status("failed.", replica_failures(pods), ErrorReport((error,)))
+    status = failed_job_status("failed.", replica_failures(pods, replica_name), ErrorReport((error,)))
     assert "Root cause: worker-1 (pytorch): exit code 1 (first of 2 failed replicas)" in status.message

@@ -7,7 +7,7 @@ import datetime
 import pytest
 
 from backend_plugin.config import BackendConfig, ConfigError
-from backend_plugin.logs import log_links
+from backend_plugin.targets.pytorchjob.links import log_links
 from tests.fakeapi.objects import replica_pod
 
 JOB = {

@@ -9,7 +9,7 @@ import pytest
 from flyteidl.core.execution_pb2 import TaskExecution as TE
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.status import job_status, needs_pods
+from backend_plugin.targets.pytorchjob.status import job_status, needs_pods
 from tests.fakeapi.objects import condition, replica_pod
 
 CREATED = "2025-01-01T00:00:00Z"

@@ -11,9 +11,9 @@ import logging
 import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
-from backend_plugin.connector import PyTorchJobMetadata
+from backend_plugin.connector import JobMetadata
 from backend_plugin.errors import NotFound
-from backend_plugin.trainjob_status import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL
+from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL
 from tests.connector.helpers import NOW, execution_metadata, load_template, make_connector
 from tests.fakeapi.server import TRAINJOBS
 
@@ -62,7 +62,7 @@ def test_create_posts_a_valid_trainjob(fake_api, trainjob_connector, tmp_path):
     server, _ = fake_api
     meta = create(trainjob_connector, tmp_path)
     assert meta.kind == "TrainJob"
-    assert PyTorchJobMetadata.decode(meta.encode()) == meta
+    assert JobMetadata.decode(meta.encode()) == meta
     stored = server.get_job(NS, meta.name, plural=TRAINJOBS)
     assert stored is not None and stored["spec"]["trainer"]["numNodes"] == 3
     assert server.jobs() == []  # no PyTorchJob

@@ -8,7 +8,8 @@ import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.trainjob_status import failure_phase, needs_pods, trainjob_status
+from backend_plugin.status import failure_phase
+from backend_plugin.targets.trainjob.status import needs_pods, trainjob_status
 
 NOW = datetime.datetime(2025, 1, 1, 0, 10, tzinfo=datetime.timezone.utc)
 CONFIG = BackendConfig()
@@ -108,8 +109,8 @@ def test_failure_rule():
     ids=["non-recoverable", "recoverable", "no-document"],
 )
 def test_failed_trainjob_follows_the_error_document(flytekit_errors, document, phase, lead):
+    from backend_plugin.targets.trainjob.status import needs_error_report
     from backend_plugin.task_errors import ErrorReport, parse_error_document
-    from backend_plugin.trainjob_status import needs_error_report
 
     failed = job([cond("Failed", reason="FailedJobs")])
     assert needs_error_report(failed) and not needs_error_report(job(node={"name": "node", "active": 1, "ready": 1}))

@@ -196,8 +196,11 @@ def _backend_modules() -> list[str]:
 
 def test_the_docstring_check_walks_every_backend_module():
     modules = _backend_modules()
-    files = sorted(p.stem for p in (ROOT / "backend_plugin").glob("[!_]*.py"))
+    top = ROOT / "backend_plugin"
+    files = sorted([p.stem for p in top.glob("[!_]*.py")] + [p.parent.name for p in top.glob("[!_]*/__init__.py")])
     assert [m.rsplit(".", 1)[-1] for m in modules if m.count(".") == 1] == files
+    kinds = sorted(p.parent.name for p in (top / "targets").glob("[!_]*/__init__.py"))
+    assert kinds and all(f"backend_plugin.targets.{k}.status" in modules for k in kinds)
 
 
 def _symbols() -> list[tuple[str, object, object | None, bool]]:
@@ -223,10 +226,22 @@ def _symbols() -> list[tuple[str, object, object | None, bool]]:
                     continue
                 if dataclasses.is_dataclass(obj) and attr == "__init__":
                     continue  # generated; the class docstring documents the fields
-                # An __init__ may be documented by its class docstring (Google style allows either).
-                owner = obj if attr == "__init__" and not fn.__doc__ else None
+                # An __init__ may be documented by its class docstring (Google style allows either), and a method
+                # without a docstring that overrides a documented one is documented by it (as `inspect.getdoc` does).
+                owner = obj if attr == "__init__" and not fn.__doc__ else _overridden(obj, attr, fn)
                 expanded.append((f"{qual}.{attr}", fn, owner, is_property))
     return expanded
+
+
+def _overridden(cls: type, attr: str, fn: object) -> object | None:
+    """The documented method of a base class that `fn` (undocumented) overrides, else None."""
+    if getattr(fn, "__doc__", None):
+        return None
+    for base in cls.__mro__[1:]:
+        inherited = vars(base).get(attr)
+        if inherited is not None and getattr(inherited, "__doc__", None):
+            return inherited
+    return None
 
 
 def test_docstrings_have_args_returns_raises():

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from backend_plugin.builder import build_pytorchjob
 from backend_plugin.config import BackendConfig
-from tests.backend.test_builder import META, load
+from tests.helpers.jobs import META, build_pytorchjob, load
 from tests.kube_schema import assert_valid_pytorchjob
 
 TEMPLATES = ["official_container", "official_pod_template", "official_elastic", "hand_pod_template"]

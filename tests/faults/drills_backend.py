@@ -17,13 +17,15 @@ from typing import Any
 
 from flyteidl.core.execution_pb2 import TaskExecution
 
-from backend_plugin.builder import ExecutionMetadata, build_pytorchjob, template_to_dict
 from backend_plugin.config import BackendConfig
-from backend_plugin.connector import PyTorchJobMetadata
+from backend_plugin.connector import JobMetadata
 from backend_plugin.errors import RBAC_MANIFEST, Conflict, Forbidden
+from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.template import template_to_dict
 from tests.connector.helpers import execution_metadata, load_template, make_connector
 from tests.fakeapi.fixtures import running_fake_api
 from tests.fakeapi.objects import condition, replica_pod
+from tests.helpers.jobs import build_pytorchjob
 
 NS = "flytesnacks-development"
 TERMINAL = {TaskExecution.SUCCEEDED, TaskExecution.FAILED, TaskExecution.ABORTED, TaskExecution.RETRYABLE_FAILED}
@@ -54,7 +56,7 @@ def drill_flaky_api(jobs: int = 5, seed: int = 6) -> dict[str, Any]:
     with running_fake_api() as (server, client):
         connector = make_connector(client, **FAST_RETRIES)
         start = time.monotonic()
-        metas: list[PyTorchJobMetadata] = []
+        metas: list[JobMetadata] = []
         for i in range(jobs):
             server.fail(rng.choice([500, 503]), times=rng.randint(1, 2), verb="create")
             if i % 2 == 0:
@@ -179,7 +181,7 @@ def drill_many_jobs(n: int = 1000, seed: int = 9) -> dict[str, Any]:
                 term = {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": "2025-01-01T00:00:00Z"}}
                 server.put_pod(replica_pod(stored, "Worker", 0, phase="Failed", container_state=term))
             server.set_job_status(NS, job["metadata"]["name"], status)
-            metas.append(PyTorchJobMetadata(NS, job["metadata"]["name"], stored["metadata"]["uid"]))
+            metas.append(JobMetadata(NS, job["metadata"]["name"], stored["metadata"]["uid"]))
         server.reset_log()
         latencies = []
         answered = 0

@@ -30,13 +30,13 @@ from typing import Any
 
 import pytest
 from flytekit import Resources
-from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 from google.protobuf import json_format
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from backend_plugin.builder import ExecutionMetadata, TemplateError, build_pytorchjob
+from backend_plugin.errors import TemplateError
+from backend_plugin.execution import ExecutionMetadata
 from flytekitplugins_pytorch import (
     CleanPodPolicy,
     ConfigError,
@@ -48,18 +48,13 @@ from flytekitplugins_pytorch import (
     Worker,
     pytorch_task,
 )
+from tests.helpers.jobs import build_pytorchjob
+from tests.helpers.serialization import SETTINGS
 from tests.kube_schema import assert_valid_pytorchjob
 
 pytestmark = pytest.mark.faults
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
-SETTINGS = SerializationSettings(
-    project="proj",
-    domain="dev",
-    version="v1",
-    image_config=ImageConfig(default_image=Image(name="default", fqn="ghcr.io/example/train", tag="1.0")),
-    env={},
-)
 META = ExecutionMetadata(
     namespace="flytesnacks-development",
     job_name="fuzz-n0-0-1a2b3c4d",

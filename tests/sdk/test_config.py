@@ -24,11 +24,11 @@ from flytekitplugins_pytorch import (
     pytorch_task,
 )
 from flytekitplugins_pytorch.config import UnknownOptionError
-from flytekitplugins_pytorch.quantity import QuantityError, is_quantity, parse_quantity
+from pytorch_contract.quantity import QuantityError, is_quantity, parse_quantity
 
 QUANTITY_HINT = "Kubernetes quantity such as"
 GPU_HINT = "whole number >= 0"
-NPROC_HINT = "positive int, 'auto'"
+NPROC_HINT = "positive integer, 'auto'"
 NNODES_HINT = "'min:max' with 1 <= min <= max"
 LIMIT_HINT = "a limit must be >= its request"
 

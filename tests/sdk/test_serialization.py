@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from flyteidl.plugins.kubeflow import pytorch_pb2
 from flytekit import PodTemplate, Resources, task
-from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 from google.protobuf import json_format
 from kubernetes.client import (
@@ -42,18 +41,11 @@ from flytekitplugins_pytorch import (
     pytorch_task,
 )
 from tests import golden as golden_files
+from tests.helpers.serialization import SETTINGS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 GOLDEN_DIR = DATA / "sdk"
 TEMPLATE_DIR = DATA / "templates"
-IMAGE = "ghcr.io/example/train:1.0"
-SETTINGS = SerializationSettings(
-    project="proj",
-    domain="dev",
-    version="v1",
-    image_config=ImageConfig(default_image=Image(name="default", fqn="ghcr.io/example/train", tag="1.0")),
-    env={},
-)
 
 
 # --- the cases: module-level tasks, as a user would write them ---------------------------------------------------

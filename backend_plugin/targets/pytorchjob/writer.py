@@ -5,8 +5,7 @@ and restart policy), the run policy (the task's values over the backend's defaul
 job's metadata. No I/O, no clock: the same inputs always give the same dict with a stable key order, so
 `pytorchjob render` output, golden files and the object the connector sends are byte-for-byte the same thing.
 
-A second target (Kubeflow Trainer v2's TrainJob) is a sibling module with its own `to_trainjob(spec, metadata,
-config)` over the same `TaskSpec` and `pods` helpers.
+The other kinds' writers (`backend_plugin.targets.<kind>.writer`) build on the same `TaskSpec` and `pods` helpers.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any, Optional
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
 from backend_plugin.pods import PodPlan, plan_pods, replica_pod
-from backend_plugin.template import ReplicaGroup, TaskSpec
+from backend_plugin.spec import ReplicaGroup, TaskSpec
 
 __all__ = ["API_VERSION", "KIND", "GROUP", "VERSION", "PLURAL", "to_pytorchjob", "run_policy", "elastic_policy"]
 

@@ -1,8 +1,8 @@
 """The TrainJob writer: `to_trainjob(spec, metadata, config)` -> a Kubeflow Trainer v2 TrainJob dict.
 
-The second target next to `pytorchjob.py`, from the same `TaskSpec` and the same `pods.plan_pods` /
-`pods.replica_pod` pieces. A TrainJob names a training runtime (`spec.runtimeRef`, by default the
-ClusterTrainingRuntime `torch-distributed`) and overrides only parts of it:
+The second kind next to the PyTorchJob writer (`targets/pytorchjob/writer.py`), from the same `TaskSpec` and the
+same `pods.plan_pods` / `pods.replica_pod` pieces. A TrainJob names a training runtime (`spec.runtimeRef`, by default
+the ClusterTrainingRuntime `torch-distributed`) and overrides only parts of it:
 
 - `spec.trainer`: image, command, args, env, `numNodes` (every pod of the task: master + workers; a TrainJob has no
   roles, rank 0 is pod `<job>-node-0-0`), `numProcPerNode` and `resourcesPerNode` (one set for every node);
@@ -14,8 +14,8 @@ ClusterTrainingRuntime `torch-distributed`) and overrides only parts of it:
 
 What a TrainJob cannot express is refused with a `TemplateError` naming the setting and the alternative (the
 `pytorchjob` target): see `refusals`. Backend defaults that have no TrainJob equivalent are not the user's choice;
-they are reported by `warnings` (logged by the connector, printed by `pytorchjob render`) and dropped. The table of
-both is in docs/trainer-v2.md. Pure: no I/O, no clock.
+they are reported by `dropped_defaults` (logged by the connector, printed by `pytorchjob render`) and dropped. The
+table of both is in docs/trainer-v2.md. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from backend_plugin.config import BackendConfig
 from backend_plugin.errors import TemplateError
 from backend_plugin.execution import ExecutionMetadata
 from backend_plugin.pods import plan_pods, replica_pod
-from backend_plugin.template import TaskSpec
+from backend_plugin.spec import TaskSpec
+from pytorch_contract.k8s_names import TRAINJOB_NODE_ENV
 from pytorch_contract.template_keys import PRIMARY_CONTAINER, RestartPolicy
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
     "CONTAINER_PATCH_FIELDS",
     "to_trainjob",
     "refusals",
-    "warnings",
+    "dropped_defaults",
     "trainjob_name",
     "max_name_length",
 ]
@@ -58,8 +59,9 @@ NODE = "node"
 MANAGER = "pytorch.flyte.org/flytekitplugins-pytorch"
 """`runtimePatches[].manager`: the webhook requires a domain-prefixed path; ours names the plugin."""
 
-RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
-"""Set by the torch runtime in every node; the webhook rejects a TrainJob whose `trainer.env` names one."""
+RESERVED_ENV = TRAINJOB_NODE_ENV
+"""Set by the torch runtime in every node; the webhook rejects a TrainJob whose `trainer.env` names one (the
+contract's list, which the launcher in a node reads)."""
 
 POD_PATCH_FIELDS = (
     "serviceAccountName",
@@ -243,7 +245,7 @@ def refusals(spec: TaskSpec) -> list[str]:
     return out
 
 
-def warnings(spec: TaskSpec, config: BackendConfig) -> list[str]:
+def dropped_defaults(spec: TaskSpec, config: BackendConfig) -> list[str]:
     """Backend defaults that a TrainJob cannot express and that are dropped (not the task's choice).
 
     Args:

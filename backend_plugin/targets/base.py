@@ -1,0 +1,227 @@
+"""The interface every job kind implements: `JobTarget`.
+
+One subclass per kind, in its own package (`backend_plugin.targets.<kind>`), registered in
+`backend_plugin.targets`. The connector and `pytorchjob render` hold a `JobTarget` and call only these methods, so
+they never name or compare a kind: what differs per kind (its API coordinates, its writer, which reads its status
+needs, its status table, its log links, its primary images, its warnings, how discovery recognises it) is answered
+here. Each method is pure: nothing here talks to the API.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Optional
+
+from flyteidl.core.execution_pb2 import TaskLog
+
+from backend_plugin.config import BackendConfig
+from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.spec import TaskSpec
+from backend_plugin.status import JobStatus
+from backend_plugin.task_errors import ErrorReport
+
+__all__ = ["JobTarget", "Reads", "Observed", "PrimaryImage"]
+
+
+class PrimaryImage(NamedTuple):
+    """The image of one primary (training) container of a job.
+
+    Attributes:
+        role: the replica type or node it runs as (`Master`, `Worker`, `node`), for messages.
+        field: where the image is in the job (`spec.trainer.image`).
+        image: the image reference.
+    """
+
+    role: str
+    field: str
+    image: str
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a job's status needs read besides the job (so a steady running job costs one API call per poll).
+
+    Attributes:
+        pods: the job's pods (to explain a failure or a stuck start, or to name log links).
+        error_report: the task's error documents under the output prefix (the job failed).
+        events: the job's events (it has not started in time).
+    """
+
+    pods: bool = False
+    error_report: bool = False
+    events: bool = False
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the connector read for one status evaluation, besides the job.
+
+    Attributes:
+        pods: the job's pods, None when they were not listed (not needed, or the list failed).
+        errors: the task's error documents, None when they were not read.
+        events: the job's events, None when they were not read.
+        events_problem: why the events could not be read ("" when they could or were not needed).
+    """
+
+    pods: Optional[Sequence[Mapping[str, Any]]] = None
+    errors: Optional[ErrorReport] = None
+    events: Optional[Sequence[Mapping[str, Any]]] = None
+    events_problem: str = ""
+
+
+class JobTarget(abc.ABC):
+    """One Kubeflow job kind: how a task becomes one, and how one is read back.
+
+    Attributes:
+        kind: the object's `kind`.
+        group: API group.
+        version: API version.
+        plural: resource name in URLs and RBAC.
+        config_name: its `BackendConfig.target` value (and `pytorchjob render --target`).
+        description: the CRD and its controller, for messages (`<plural>.<group> (<controller>)`).
+        pod_label: the pod label whose value is the job's name.
+        status_keys: `status` fields copied into the connector's `custom_info`.
+    """
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    config_name: str
+    description: str
+    pod_label: str
+    status_keys: tuple[str, ...]
+
+    @property
+    def api_version(self) -> str:
+        """`<group>/<version>`."""
+        return f"{self.group}/{self.version}"
+
+    def pod_selector(self, name: str) -> str:
+        """The label selector of the job's pods.
+
+        Args:
+            name: the job's name.
+
+        Returns:
+            `<pod_label>=<name>`.
+        """
+        return f"{self.pod_label}={name}"
+
+    def events_selector(self, name: str) -> str:
+        """The field selector of the job's events.
+
+        Args:
+            name: the job's name.
+
+        Returns:
+            `involvedObject.kind=<kind>,involvedObject.name=<name>`.
+        """
+        return f"involvedObject.kind={self.kind},involvedObject.name={name}"
+
+    def serves(self, resources: Sequence[Any]) -> bool:
+        """Discovery: whether an API server's resource list for `<group>/<version>` serves this kind.
+
+        Args:
+            resources: the `resources` of `GET /apis/<group>/<version>` (an APIResourceList).
+
+        Returns:
+            True when the list names `plural`.
+        """
+        return any(isinstance(r, Mapping) and r.get("name") == self.plural for r in resources)
+
+    @abc.abstractmethod
+    def write(self, spec: TaskSpec, metadata: ExecutionMetadata, config: Optional[BackendConfig]) -> dict[str, Any]:
+        """The job for one execution of a task (pure).
+
+        Args:
+            spec: the task (`template.read_template`).
+            metadata: the execution.
+            config: backend config; defaults when None.
+
+        Returns:
+            The job as a plain JSON-able dict with a stable key order.
+
+        Raises:
+            TemplateError: the task cannot run as this kind; the message names the setting and what is allowed.
+        """
+
+    @abc.abstractmethod
+    def warnings(self, spec: TaskSpec, config: BackendConfig) -> list[str]:
+        """Backend defaults this kind cannot express and drops (not the task's choice); logged and printed.
+
+        Args:
+            spec: the task.
+            config: the backend config.
+
+        Returns:
+            One message per dropped default (empty when nothing is dropped).
+        """
+
+    @abc.abstractmethod
+    def primary_images(self, job: Mapping[str, Any]) -> list[PrimaryImage]:
+        """The image of every primary (training) container of a written job.
+
+        Args:
+            job: the job as `write` returned it.
+
+        Returns:
+            One entry per primary container (per role, or one for every node).
+        """
+
+    @abc.abstractmethod
+    def reads(self, job: Mapping[str, Any], config: BackendConfig, now: datetime.datetime) -> Reads:
+        """Which reads `status` needs for this job, besides the job itself.
+
+        Args:
+            job: the job as read from the API.
+            config: the backend config (timeouts, log links).
+            now: the current time (timezone-aware).
+
+        Returns:
+            The reads.
+        """
+
+    @abc.abstractmethod
+    def status(
+        self, job: Mapping[str, Any], observed: Observed, config: BackendConfig, now: datetime.datetime
+    ) -> JobStatus:
+        """The Flyte phase and message of a job (pure).
+
+        Args:
+            job: the job as read from the API.
+            observed: what `reads` asked for and the connector could read.
+            config: the backend config.
+            now: the current time (timezone-aware).
+
+        Returns:
+            The status.
+        """
+
+    @abc.abstractmethod
+    def links(
+        self,
+        job: Mapping[str, Any],
+        pods: Optional[Sequence[Mapping[str, Any]]],
+        config: BackendConfig,
+        now: datetime.datetime,
+        task_config: Mapping[str, str],
+    ) -> list[TaskLog]:
+        """The job's log links.
+
+        Args:
+            job: the job as read from the API.
+            pods: its pods when listed; None otherwise.
+            config: supplies `log_links`.
+            now: finish time of replicas still running.
+            task_config: the task template's config entries outside `pytorch.*` (`link_type`, `taskConfig`).
+
+        Returns:
+            One link per template and replica (or node).
+
+        Raises:
+            ConfigError: a template is malformed.
+        """

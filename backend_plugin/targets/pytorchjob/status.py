@@ -1,0 +1,250 @@
+"""PyTorchJob status -> Flyte phase and a message that says why: the training operator's table.
+
+`CONDITION_PHASES`: the operator's condition types -> Flyte phases. Only conditions whose status is "True" count;
+a terminal one (Failed, Succeeded) wins, otherwise the latest by lastTransitionTime (list order breaks ties). An
+unknown condition type means "still running" plus a log line, never an error.
+
+A failed job's phase and message follow the rule every kind shares (`backend_plugin.status.failed_job_status`);
+pods are named `<replica type>-<index>` from the operator's labels. `needs_pods`, `needs_error_report` and
+`needs_events` say when the caller must read more, so a steady running job costs one API call per poll. Pure.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from flyteidl.core.execution_pb2 import TaskExecution
+
+from backend_plugin.config import BackendConfig
+from backend_plugin.status import (
+    JobStatus,
+    Phase,
+    condition_text,
+    deciding_condition,
+    deciding_type,
+    earliest_failure,
+    failed_job_status,
+    fatal_waiting,
+    job_age,
+    never_started_status,
+    not_picked_up,
+    pending_reason,
+    pod_name,
+    replica_failures,
+    start_explanation,
+    warning_events,
+)
+from backend_plugin.task_errors import ErrorReport
+from pytorch_contract.k8s_names import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+
+__all__ = [
+    "CONDITION_PHASES",
+    "TERMINAL_CONDITIONS",
+    "replica_name",
+    "expected_replicas",
+    "active_replicas",
+    "needs_pods",
+    "needs_error_report",
+    "needs_events",
+    "job_status",
+]
+
+logger = logging.getLogger(__name__)
+
+# PyTorchJob condition type (kubeflow training operator, `JobConditionType`) -> Flyte phase.
+CONDITION_PHASES: dict[str, Phase] = {
+    "Created": TaskExecution.QUEUED,  # accepted by the operator; pods created but not all running yet
+    "Suspended": TaskExecution.QUEUED,  # runPolicy.suspend (Kueue, admin hold): waits for admission, no pods
+    "Running": TaskExecution.RUNNING,  # replicas running (the operator's own definition, master first)
+    "Restarting": TaskExecution.RUNNING,  # replicas being restarted under OnFailure/ExitCode within backoffLimit
+    "Succeeded": TaskExecution.SUCCEEDED,  # master (or all workers, master-less) exited 0
+    "Failed": TaskExecution.FAILED,  # a replica failed past its restart policy / backoffLimit / deadline
+}
+TERMINAL_CONDITIONS = ("Failed", "Succeeded")  # checked first: a terminal condition wins over any later one
+
+
+def replica_name(pod: Mapping[str, Any]) -> str:
+    """A PyTorchJob pod's name in messages: `<replica type>-<index>` from the operator's labels.
+
+    Args:
+        pod: a pod dict as read from the API.
+
+    Returns:
+        e.g. `worker-1`; the pod's name when it has no replica labels.
+    """
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    rtype, index = labels.get(REPLICA_TYPE_LABEL), labels.get(REPLICA_INDEX_LABEL)
+    if rtype is not None and index is not None:
+        return f"{str(rtype).lower()}-{index}"
+    return pod_name(pod)
+
+
+def expected_replicas(job: Mapping[str, Any]) -> int:
+    """Total replicas the spec asks for (Master + Worker).
+
+    Args:
+        job: the PyTorchJob.
+
+    Returns:
+        The sum of `replicas` over the replica specs (1 where a spec omits it).
+    """
+    specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    return sum(int((s or {}).get("replicas", 1)) for s in specs.values())
+
+
+def active_replicas(job: Mapping[str, Any]) -> int:
+    """Replicas the operator reports as active in `status.replicaStatuses`.
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        The sum of `active` over the replica statuses.
+    """
+    statuses = (job.get("status") or {}).get("replicaStatuses") or {}
+    return sum(int((s or {}).get("active") or 0) for s in statuses.values())
+
+
+def needs_pods(job: Mapping[str, Any]) -> bool:
+    """Whether `job_status` needs the job's pods to explain the state (else one GET per poll is enough).
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        True for Failed, Restarting and Created jobs and for Running jobs with fewer active replicas than
+        requested; False for succeeded, suspended, steady running jobs and jobs without conditions.
+    """
+    ctype = deciding_type(job, TERMINAL_CONDITIONS)
+    if ctype in ("Failed", "Restarting", "Created"):
+        return True
+    if ctype == "Running":
+        return active_replicas(job) < expected_replicas(job)
+    return False
+
+
+def needs_error_report(job: Mapping[str, Any]) -> bool:
+    """Whether `job_status` needs the task's error documents (the job failed: they decide retryable or not).
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        True when the deciding condition is Failed.
+    """
+    return deciding_type(job, TERMINAL_CONDITIONS) == "Failed"
+
+
+def needs_events(job: Mapping[str, Any], config: BackendConfig, now: datetime.datetime) -> bool:
+    """Whether the job has not started past `job_start_timeout_s`, so `job_status` needs its events to say why.
+
+    Args:
+        job: the PyTorchJob as read from the API.
+        config: supplies `job_start_timeout_s`.
+        now: the current time (timezone-aware).
+
+    Returns:
+        True for a job whose deciding condition is Created, without `status.startTime`, created at least
+        `job_start_timeout_s` ago (a suspended job never is: it waits for admission on purpose).
+    """
+    if config.job_start_timeout_s is None:
+        return False
+    if deciding_type(job, TERMINAL_CONDITIONS) != "Created":
+        return False
+    if (job.get("status") or {}).get("startTime"):
+        return False
+    return job_age(job, now) >= config.job_start_timeout_s
+
+
+def job_status(
+    job: Mapping[str, Any],
+    pods: Optional[Sequence[Mapping[str, Any]]],
+    config: BackendConfig,
+    now: datetime.datetime,
+    errors: Optional[ErrorReport] = None,
+    events: Optional[Sequence[Mapping[str, Any]]] = None,
+    events_problem: str = "",
+) -> JobStatus:
+    """Flyte phase and message of a PyTorchJob.
+
+    Args:
+        job: the PyTorchJob as read from the API.
+        pods: its pods (label `training.kubeflow.org/job-name`), or None when they were not listed.
+        config: supplies `operator_pickup_timeout_s`, `image_pull_grace_s` and `job_start_timeout_s`.
+        now: the current time (timezone-aware).
+        errors: the task's error documents when the job failed (`needs_error_report`); None when not read.
+        events: the job's events when it has not started in time (`needs_events`); None when not read.
+        events_problem: why the events could not be read (e.g. RBAC), "" when they could or were not needed.
+
+    Returns:
+        The phase, a message saying why, and the deciding condition type.
+    """
+    meta = job.get("metadata") or {}
+    name = f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"
+    pods = pods or []
+    condition = deciding_condition(job, TERMINAL_CONDITIONS)
+    if condition is None:
+        return _not_picked_up(job, name, config, now)
+    ctype = str(condition.get("type"))
+    phase = CONDITION_PHASES.get(ctype)
+    if phase is None:
+        logger.warning("PyTorchJob %s has unknown condition %r; reporting it as running", name, ctype)
+        text = condition_text(condition)
+        return JobStatus(TaskExecution.RUNNING, f"running (unknown condition {ctype!r}: {text})", ctype)
+    if ctype == "Failed":
+        headline = condition_text(condition) or f"PyTorchJob {name} failed"
+        return failed_job_status(headline, replica_failures(pods, replica_name), errors, condition=ctype)
+    if ctype == "Succeeded":
+        return JobStatus(phase, condition_text(condition) or "succeeded", ctype)
+    if ctype == "Suspended":
+        why = condition_text(condition) or "runPolicy.suspend"
+        return JobStatus(phase, f"suspended, waiting for admission: {why}", ctype)
+    stuck = fatal_waiting(pods, job, config, now, replica_name)
+    if stuck is not None:
+        return JobStatus(TaskExecution.FAILED, stuck, ctype)
+    pending = pending_reason(pods, replica_name)
+    if ctype == "Restarting":
+        restart = earliest_failure(pods, replica_name, last_state=True)
+        why = f": {restart}" if restart else ""
+        return JobStatus(phase, f"restarting replicas{why}", ctype)
+    if ctype == "Created":
+        if needs_events(job, config, now):
+            explanation = start_explanation(events, pods, events_problem, replica_name)
+            gang = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy"))
+            if gang and not _has_failure_evidence(events, pods):
+                return JobStatus(
+                    phase,
+                    f"waiting for the gang scheduler to admit the job's PodGroup ({job_age(job, now):.0f}s, no pods "
+                    f"yet; {explanation})",
+                    ctype,
+                )
+            return never_started_status(
+                f"PyTorchJob {name}", job_age(job, now), float(config.job_start_timeout_s or 0), explanation, ctype
+            )
+        return JobStatus(phase, f"waiting for replicas to start: {pending}" if pending else "pods created", ctype)
+    counts = f"{active_replicas(job)}/{expected_replicas(job)} replicas active"
+    return JobStatus(phase, f"running ({counts}); {pending}" if pending else f"running ({counts})", ctype)
+
+
+def _has_failure_evidence(events: Optional[Sequence[Mapping]], pods: Sequence[Mapping]) -> bool:
+    warnings = warning_events(events or ())
+    return any(str(e.get("reason", "")).startswith("FailedCreate") for e in warnings) or bool(replica_failures(pods))
+
+
+def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:
+    ns = (job.get("metadata") or {}).get("namespace", "?")
+    timeout = config.operator_pickup_timeout_s
+    return not_picked_up(
+        job,
+        now,
+        timeout,
+        "waiting for the Kubeflow training operator to pick up the job",
+        lambda age: (
+            f"PyTorchJob {name} has no status {age:.0f}s after creation (operator_pickup_timeout_s={timeout:g}): the "
+            f"Kubeflow training operator may not be installed, or it does not watch namespace {ns!r}. Check "
+            "`kubectl get deployment -A -l control-plane=kubeflow-training-operator`."
+        ),
+    )

@@ -1,0 +1,211 @@
+"""TrainJob status -> Flyte phase and a message that says why (the Trainer v2 sibling of the PyTorchJob table).
+
+A TrainJob has only three condition types (`Suspended`, `Complete`, `Failed`) and no Created or Running condition:
+a running job has no true condition at all. So the phase comes from two places, in this order:
+
+1. `status.conditions`, only those whose status is "True" (a terminal one wins: `TERMINAL_CONDITIONS`): Complete is
+   SUCCEEDED, Suspended is QUEUED, Failed is decided by the rule every kind shares (`status.failed_job_status`:
+   retryable unless the task's own error document says it is not);
+2. `status.jobsStatus`, the entry of the torch runtime's replicated job `node` (`NODE_PHASES`): pods active with none
+   ready are starting (INITIALIZING), a ready pod means the nodes are up (RUNNING).
+
+A job with neither was never turned into a JobSet: QUEUED while the Trainer controller may still pick it up, and a
+permanent FAILED after `BackendConfig.trainjob_pickup_timeout_s` (a missing runtime or an unbuildable JobSet only
+shows as an Event). Pods explain failures (the earliest failing node) and stuck starts (an image that cannot be
+pulled past `BackendConfig.image_pull_grace_s` is a permanent FAILED). Pods are named `node-<index>` from their
+completion index. Pure: (job, pods, config, now, error documents) in, `JobStatus` out.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from flyteidl.core.execution_pb2 import TaskExecution
+
+from backend_plugin.config import BackendConfig
+from backend_plugin.status import (
+    JobStatus,
+    Phase,
+    deciding_condition,
+    deciding_type,
+    failed_job_status,
+    failure_phase,
+    fatal_waiting,
+    not_picked_up,
+    pending_reason,
+    pod_name,
+    replica_failures,
+)
+from backend_plugin.task_errors import ErrorReport
+from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL
+
+__all__ = [
+    "TERMINAL_CONDITIONS",
+    "NODE_PHASES",
+    "trainjob_status",
+    "needs_pods",
+    "needs_error_report",
+    "node_status",
+    "node_index",
+    "node_name",
+]
+
+logger = logging.getLogger(__name__)
+
+TERMINAL_CONDITIONS = ("Failed", "Complete")  # checked first: a terminal condition wins over Suspended
+
+# jobsStatus[name=node] with no true condition -> Flyte phase (first matching row wins).
+NODE_PHASES: tuple[tuple[str, Phase], ...] = (
+    ("ready", TaskExecution.RUNNING),  # ready >= 1: nodes are up and training
+    ("active", TaskExecution.INITIALIZING),  # active >= 1, ready = 0: pods pending, pulling or starting
+)
+
+
+def node_status(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`status.jobsStatus` entry of the replicated job `node` (empty when the JobSet has not reported yet).
+
+    Args:
+        job: the TrainJob as read from the API.
+
+    Returns:
+        `{name, ready, succeeded, failed, active, suspended}` with missing counts absent.
+    """
+    for entry in (job.get("status") or {}).get("jobsStatus") or []:
+        if isinstance(entry, dict) and entry.get("name") == "node":
+            return entry
+    return {}
+
+
+def needs_pods(job: Mapping[str, Any]) -> bool:
+    """Whether `trainjob_status` needs the job's pods (a failed job's root cause; a start that may be stuck).
+
+    Args:
+        job: the TrainJob as read from the API.
+
+    Returns:
+        True for a Failed job and for one whose nodes are active but none ready.
+    """
+    ctype = deciding_type(job, TERMINAL_CONDITIONS)
+    if ctype is not None:
+        return ctype == "Failed"
+    node = node_status(job)
+    return int(node.get("active") or 0) > 0 and int(node.get("ready") or 0) == 0
+
+
+def needs_error_report(job: Mapping[str, Any]) -> bool:
+    """Whether `trainjob_status` needs the task's error documents (the job failed: they decide retryable or not).
+
+    Args:
+        job: the TrainJob as read from the API.
+
+    Returns:
+        True when the deciding condition is Failed.
+    """
+    return deciding_type(job, TERMINAL_CONDITIONS) == "Failed"
+
+
+def node_index(pod: Mapping[str, Any]) -> Optional[int]:
+    """A TrainJob pod's node index: its completion index (label, else annotation).
+
+    Args:
+        pod: a pod of the TrainJob's JobSet.
+
+    Returns:
+        The index, or None when the pod carries none.
+    """
+    meta = pod.get("metadata") or {}
+    raw = (meta.get("labels") or {}).get(COMPLETION_INDEX_LABEL) or (meta.get("annotations") or {}).get(
+        COMPLETION_INDEX_LABEL
+    )
+    return int(raw) if raw is not None and str(raw).isdigit() else None
+
+
+def node_name(pod: Mapping[str, Any]) -> str:
+    """A TrainJob pod's name in messages: `node-<index>`.
+
+    Args:
+        pod: a pod of the TrainJob's JobSet.
+
+    Returns:
+        e.g. `node-1`; the pod's name when it has no completion index.
+    """
+    index = node_index(pod)
+    return pod_name(pod) if index is None else f"node-{index}"
+
+
+def trainjob_status(
+    job: Mapping[str, Any],
+    pods: Optional[Sequence[Mapping[str, Any]]],
+    config: BackendConfig,
+    now: datetime.datetime,
+    errors: Optional[ErrorReport] = None,
+) -> JobStatus:
+    """Flyte phase and message of a TrainJob.
+
+    Args:
+        job: the TrainJob as read from the API.
+        pods: its pods (label `jobset.sigs.k8s.io/jobset-name`), or None when they were not listed.
+        config: supplies `trainjob_pickup_timeout_s` and `image_pull_grace_s`.
+        now: the current time (timezone-aware).
+        errors: the task's error documents when the job failed (`needs_error_report`); None when not read. They
+            decide retryable or permanent by the same rule as a PyTorchJob's (`status.failed_job_status`).
+
+    Returns:
+        The phase, a message saying why, and the deciding condition type ("" when jobsStatus decided).
+    """
+    meta = job.get("metadata") or {}
+    name = f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"
+    nodes = pods or []
+    condition = deciding_condition(job, TERMINAL_CONDITIONS)
+    node = node_status(job)
+    expected = int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
+    if condition is not None:
+        ctype = str(condition.get("type"))
+        text = str(condition.get("message") or "")
+        reason = str(condition.get("reason") or "")
+        if ctype == "Failed":
+            headline = f"TrainJob {name} failed ({reason or 'Failed'}): {text or 'the JobSet failed'}"
+            return failed_job_status(headline, replica_failures(nodes, node_name), errors, condition=ctype)
+        if ctype == "Complete":
+            return JobStatus(TaskExecution.SUCCEEDED, text or "completed", ctype)
+        if ctype == "Suspended":
+            return JobStatus(TaskExecution.QUEUED, f"suspended, waiting for admission: {text or reason}", ctype)
+        logger.warning("TrainJob %s has unknown condition %r; reporting it as running", name, ctype)
+        return JobStatus(TaskExecution.RUNNING, f"running (unknown condition {ctype!r}: {text or reason})", ctype)
+    if not node:
+        return _not_picked_up(job, name, config, now)
+    stuck = fatal_waiting(nodes, job, config, now, node_name)
+    if stuck is not None:
+        return JobStatus(failure_phase(ran=False), stuck)
+    ready, active = int(node.get("ready") or 0), int(node.get("active") or 0)
+    counts = f"{ready}/{expected} nodes ready, {active} active"
+    for key, phase in NODE_PHASES:
+        if int(node.get(key) or 0) > 0:
+            if phase == TaskExecution.INITIALIZING:
+                pending = pending_reason(nodes, node_name)
+                return JobStatus(phase, f"starting nodes ({counts}){'; ' + pending if pending else ''}")
+            return JobStatus(phase, f"running ({counts})")
+    return JobStatus(TaskExecution.QUEUED, f"waiting for nodes ({counts})")
+
+
+def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:
+    meta = job.get("metadata") or {}
+    ns, job_name = meta.get("namespace", "?"), meta.get("name", "?")
+    runtime = ((job.get("spec") or {}).get("runtimeRef") or {}).get("name", "?")
+    timeout = config.trainjob_pickup_timeout_s
+    return not_picked_up(
+        job,
+        now,
+        timeout,
+        "waiting for the Kubeflow Trainer controller to create nodes",
+        lambda age: (
+            f"TrainJob {name} has no condition and no node status {age:.0f}s after creation "
+            f"(trainjob_pickup_timeout_s={timeout:g}): the Kubeflow Trainer controller may not be installed, the "
+            f"runtime {runtime!r} may not exist, or its JobSet could not be created. Check "
+            f"`kubectl get events -n {ns} --field-selector involvedObject.name={job_name}` and "
+            "`kubectl get clustertrainingruntimes`."
+        ),
+    )
