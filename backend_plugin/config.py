@@ -506,6 +506,32 @@ class BackendConfig:
             return self.accelerators[accelerator]
         return AcceleratorPlacement(node_selector={self.accelerator_label: [accelerator]})
 
+    def placement_problem(self, accelerator: str) -> Optional[str]:
+        """Why the placement of an accelerator type can match no node, when that can be told from the config alone.
+
+        An unmapped type becomes `accelerator_label In [type]`. Under the default label, `nvidia.com/gpu.product`,
+        GPU feature discovery writes the full product name with '-' for spaces (`NVIDIA-A100-SXM4-80GB`,
+        `Tesla-T4`), so a short name such as `A100`, or a cloud's lower-case name such as `nvidia-tesla-a100`, is
+        a value no node carries and the pods stay Pending. Other labels are the cluster's to know: no warning.
+
+        Args:
+            accelerator: the accelerator type from the task.
+
+        Returns:
+            A one-line warning naming the option that fixes it, or None.
+        """
+        if accelerator in self.accelerators or self.accelerator_label != DEFAULT_ACCELERATOR_LABEL:
+            return None
+        if "-" in accelerator and accelerator != accelerator.lower():
+            return None  # the shape of a product name (NVIDIA-A100-SXM4-80GB, Tesla-V100-SXM2-16GB)
+        return (
+            f"accelerator {accelerator!r} places GPU replicas on nodes labelled "
+            f"{self.accelerator_label}={accelerator}, a value GPU feature discovery never sets (it writes the full "
+            "product name, e.g. NVIDIA-A100-SXM4-80GB): "
+            f"map it in the backend config's `accelerators` ({accelerator}: {{node_selector: "
+            f"{{{self.accelerator_label}: [<product names>]}}}}) or set `accelerator_label` to your cloud's label"
+        )
+
     # -- loading --------------------------------------------------------------------------------------------
 
     @classmethod

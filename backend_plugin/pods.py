@@ -452,3 +452,17 @@ def _add_affinity(spec: dict[str, Any], selector: Mapping[str, list[str]]) -> No
         for expr in expressions:
             if expr not in existing:
                 existing.append(dict(expr, values=list(expr["values"])))
+
+
+def placement_warnings(spec: TaskSpec, config: BackendConfig) -> list[str]:
+    """Warnings, for every job kind, about a placement that no node can match (see `placement_problem`).
+
+    Args:
+        spec: the task (`read_template`).
+        config: the backend config.
+
+    Returns:
+        No line, or one line naming the accelerator and the option that fixes it.
+    """
+    problem = config.placement_problem(spec.accelerator) if spec.accelerator else None
+    return [problem] if problem else []

@@ -187,3 +187,27 @@ def test_config_targets_are_the_registered_kinds_and_auto():
     from backend_plugin.targets import BY_CONFIG, KINDS
 
     assert TARGETS == (*BY_CONFIG, "auto") and len(BY_CONFIG) == len(KINDS)
+
+
+@pytest.mark.parametrize(
+    "accelerator, config, warned",
+    [
+        ("A100", {}, True),  # GPU feature discovery writes NVIDIA-A100-SXM4-40GB / -80GB, never "A100"
+        ("nvidia-tesla-a100", {}, True),  # GKE's name, under GFD's label
+        ("NVIDIA-A100-SXM4-80GB", {}, False),  # a product name as GFD writes it
+        ("Tesla-T4", {}, False),
+        (
+            "A100",
+            {"accelerators": {"A100": {"node_selector": {"nvidia.com/gpu.product": ["NVIDIA-A100-SXM4-80GB"]}}}},
+            False,
+        ),
+        ("nvidia-tesla-a100", {"accelerator_label": "cloud.google.com/gke-accelerator"}, False),
+    ],
+    ids=["short-name", "cloud-name", "product-name", "tesla-t4", "mapped", "cloud-label"],
+)
+def test_a_placement_no_node_can_match_is_warned(accelerator, config, warned):
+    problem = BackendConfig.from_dict(config).placement_problem(accelerator)
+    assert (problem is not None) == warned
+    if warned:
+        assert f"accelerator {accelerator!r}" in problem and "`accelerators`" in problem
+        assert "`accelerator_label`" in problem

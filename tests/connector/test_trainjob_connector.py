@@ -6,15 +6,19 @@ The server validates every TrainJob it is sent (Trainer v2.3 CRD, webhook rules,
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 
 import pytest
+from flyteidl.core import tasks_pb2
 from flyteidl.core.execution_pb2 import TaskExecution
+from flytekit.models.task import TaskTemplate
+from google.protobuf import json_format
 
 from backend_plugin.connector import JobMetadata
 from backend_plugin.errors import NotFound
 from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL
-from tests.connector.helpers import NOW, execution_metadata, load_template, make_connector
+from tests.connector.helpers import NOW, TEMPLATES, execution_metadata, load_template, make_connector
 from tests.fakeapi.server import TRAINJOBS
 
 NS = "flytesnacks-development"
@@ -88,10 +92,24 @@ def test_refused_task_fails_permanently_without_a_request(fake_api, trainjob_con
     assert server.requests == []
 
 
-def test_dropped_backend_default_is_logged(trainjob_connector, tmp_path, caplog):
+def test_dropped_backend_default_is_logged(fake_api, trainjob_connector, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="backend_plugin.connector"):
         create(trainjob_connector, tmp_path)
-    assert "ttl_seconds_after_finished=86400 is not applied" in caplog.text
+    assert caplog.text == ""  # our own defaults: a warning about a setting nobody made is noise
+    set_ttl = make_connector(fake_api.client, clock=lambda: NOW, target="trainjob", ttl_seconds_after_finished=3600)
+    with caplog.at_level(logging.WARNING, logger="backend_plugin.connector"):
+        create(set_ttl, tmp_path / "set", node="n1")
+    assert "ttl_seconds_after_finished=3600 is not applied" in caplog.text
+
+
+def test_accelerator_no_node_can_match_is_warned_at_create(fake_api, tmp_path, caplog):
+    connector = make_connector(fake_api.client, clock=lambda: NOW)
+    data = json.loads((TEMPLATES / "sdk_seed_gpu.json").read_text())
+    data["config"]["pytorch.accelerator"] = "A100"  # a short name: GPU feature discovery writes NVIDIA-A100-SXM4-80GB
+    template = TaskTemplate.from_flyte_idl(json_format.ParseDict(data, tasks_pb2.TaskTemplate()))
+    with caplog.at_level(logging.WARNING, logger="backend_plugin.connector"):
+        connector.create(template, str(tmp_path / "0"), None, execution_metadata())
+    assert "accelerator 'A100'" in caplog.text and "`accelerators`" in caplog.text
 
 
 def test_get_walks_the_status_table(fake_api, trainjob_connector, tmp_path):

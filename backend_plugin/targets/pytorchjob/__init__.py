@@ -13,6 +13,7 @@ from flyteidl.core.execution_pb2 import TaskLog
 
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.pods import placement_warnings
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
 from backend_plugin.targets.base import JobTarget, Observed, PrimaryImage, Reads
@@ -39,8 +40,8 @@ class PyTorchJobTarget(JobTarget):
         return writer.to_pytorchjob(spec, metadata, config)
 
     def warnings(self, spec: TaskSpec, config: BackendConfig) -> list[str]:
-        # a PyTorchJob expresses every backend default, so none.
-        return []
+        # a PyTorchJob expresses every backend default: only a placement no node can match.
+        return placement_warnings(spec, config)
 
     def primary_images(self, job: Mapping[str, Any]) -> list[PrimaryImage]:
         # the `pytorch` container of every replica spec.

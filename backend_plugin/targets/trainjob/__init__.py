@@ -13,6 +13,7 @@ from flyteidl.core.execution_pb2 import TaskLog
 
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.pods import placement_warnings
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
 from backend_plugin.targets.base import JobTarget, Observed, PrimaryImage, Reads
@@ -38,7 +39,7 @@ class TrainJobTarget(JobTarget):
         return writer.to_trainjob(spec, metadata, config)
 
     def warnings(self, spec: TaskSpec, config: BackendConfig) -> list[str]:
-        return writer.dropped_defaults(spec, config)
+        return writer.dropped_defaults(spec, config) + placement_warnings(spec, config)
 
     def primary_images(self, job: Mapping[str, Any]) -> list[PrimaryImage]:
         # `spec.trainer.image`, the image of every node.

@@ -256,7 +256,12 @@ def dropped_defaults(spec: TaskSpec, config: BackendConfig) -> list[str]:
         One message per dropped default (empty for the defaults of a TrainJob-only cluster).
     """
     out = []
-    if config.ttl_seconds_after_finished is not None and spec.run_policy.ttl_seconds_after_finished is None:
+    defaults = BackendConfig()
+    # Only what the config sets differently from our own defaults: a warning about a default nobody set is noise.
+    if (
+        config.ttl_seconds_after_finished not in (None, defaults.ttl_seconds_after_finished)
+        and spec.run_policy.ttl_seconds_after_finished is None
+    ):
         out.append(
             f"backend ttl_seconds_after_finished={config.ttl_seconds_after_finished} is not applied: a TrainJob has "
             "no TTL (the connector deletes the jobs it finalizes)"
