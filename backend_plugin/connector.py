@@ -283,7 +283,7 @@ class JobConnector(AsyncConnectorBase):
 
     def _timeout(self, deadline: Deadline) -> tuple[float, float]:
         """(connect, read) timeouts of one attempt: the configured ones, cut to what is left of the deadline."""
-        left = max(0.001, deadline.remaining())
+        left = round(max(0.001, deadline.remaining()), 3)
         return min(float(self.config.api_connect_timeout_s), left), min(float(self.config.api_timeout_s), left)
 
     def _call(
