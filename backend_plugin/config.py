@@ -288,14 +288,32 @@ class BackendConfig:
 
     # --- connector settings (owned by connector helper) ---
 
-    api_timeout_s: float = 10.0
-    """Per-request timeout (connect + read) of every Kubernetes API call the connector makes. The API server
-    answers a healthy GET in milliseconds; 10 s rides out a busy apiserver while leaving room for retries inside
-    `api_retry_budget_s` before Flyte's own connector call deadline."""
+    api_connect_timeout_s: float = 3.0
+    """Connect timeout of each Kubernetes API request (never more than what is left of the operation's budget). The
+    API server is in the cluster: a connection that takes seconds is not coming; 3 s leaves room for another
+    attempt inside every budget."""
 
-    api_retry_budget_s: float = 30.0
-    """Total time one create/get/delete may spend retrying 429/500/503 answers and timeouts, with exponential
-    backoff and jitter. Past it the error is raised; Flyte re-polls (get) or retries the task (create)."""
+    api_timeout_s: float = 5.0
+    """Read timeout of each Kubernetes API request (never more than what is left of the operation's budget). The API
+    server answers a healthy request in milliseconds and a large pod list in well under a second; 5 s rides out a
+    busy one while a hung one still gets a second attempt inside the 10 s get budget."""
+
+    api_get_budget_s: float = 10.0
+    """Total time one `get` may spend on the API: the job, its pods and its events, every attempt, timeout and backoff
+    sleep together. propeller gives GetTask 15 s (`deploy/propeller-config.yaml`); 10 s leaves 5 s for reading the
+    task's error documents of a failed job and for the gRPC round trip. Past it the error is raised and propeller
+    polls again."""
+
+    api_create_budget_s: float = 20.0
+    """Total time one `create` may spend on the API (discovery for `target: auto`, the POST, the read that adopts a
+    job created by an attempt whose answer was lost, and their retries), counted from the start of the call, so the
+    inputs it writes first count too. propeller gives CreateTask 30 s; 20 s leaves 10 s for writing the inputs and the
+    round trip. Past it the error is raised and propeller retries the create, which is idempotent: the job's name is
+    fixed by the attempt, so a job created by a lost answer is adopted, never duplicated."""
+
+    api_delete_budget_s: float = 10.0
+    """Total time one `delete` may spend on the API. propeller gives DeleteTask 15 s; past the budget the error is
+    raised and propeller retries the delete (a job already gone is success)."""
 
     api_backoff_initial_s: float = 0.25
     """First backoff between retries; doubled after each attempt up to `api_backoff_max_s`, each with full jitter
@@ -442,12 +460,20 @@ class BackendConfig:
             raise ConfigError(f"trainjob_pickup_timeout_s={value!r} must be a non-negative number of seconds")
 
     def _check_connector_settings(self) -> None:
-        """The connector section: positive timeouts and backoffs, non-negative budgets, well-formed log links."""
-        for attr in ("api_timeout_s", "api_backoff_initial_s", "api_backoff_max_s"):
+        """The connector section: positive timeouts, budgets and backoffs, well-formed log links."""
+        for attr in (
+            "api_connect_timeout_s",
+            "api_timeout_s",
+            "api_backoff_initial_s",
+            "api_backoff_max_s",
+            "api_get_budget_s",
+            "api_create_budget_s",
+            "api_delete_budget_s",
+        ):
             value = getattr(self, attr)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{attr}={value!r} must be a positive number of seconds")
-        for attr in ("api_retry_budget_s", "operator_pickup_timeout_s", "image_pull_grace_s", "job_start_timeout_s"):
+        for attr in ("operator_pickup_timeout_s", "image_pull_grace_s", "job_start_timeout_s"):
             value = getattr(self, attr)
             if value is None and attr == "job_start_timeout_s":
                 continue

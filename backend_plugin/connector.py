@@ -13,16 +13,23 @@ kubernetes client nor any kube config (the API client is built on first use by a
 Serve it with `pyflyte serve connector --modules backend_plugin.connector`.
 
 Failure handling:
-- 429/5xx and timeouts are retried with exponential backoff and full jitter within `api_retry_budget_s`;
+- each create, get and delete has one deadline (`api_create_budget_s`, `api_get_budget_s`, `api_delete_budget_s`,
+  sized to propeller's CreateTask/GetTask/DeleteTask timeouts) covering every API call inside it: 429/5xx,
+  timeouts and malformed answers are retried with exponential backoff and full jitter while an attempt still fits,
+  each attempt's connect and read timeouts are cut to what is left, and the kubernetes client's own (urllib3)
+  retries are off, so this loop is the only one;
+- errors never carry a response body: they are raised `from None` with the status, the reason and our message;
 - a create that got no answer is followed by a GET before it is retried, so a slow API server never gets two jobs;
 - AlreadyExists adopts the existing job when its spec is the one we would create, and is a `Conflict` otherwise;
 - `get` only reports what it read: API trouble is an exception (Flyte polls again), never an invented phase;
 - a failed job's phase (retryable or not) and message come from the task's own error document, read from the
   output prefix kept in the resource meta (`status.failed_job_status`); a read failure never hides the phase;
 - a job that never starts is failed after `job_start_timeout_s`, with its warning events as the reason;
-- a template that cannot be built, or a job the API server rejects as invalid, can never run: `create` records why
-  in the resource meta and the first `get` reports a permanent FAILED (an exception from `create` would be retried
-  by propeller as if it could heal);
+- a template that cannot be built (an image the kubelet would refuse included), or a job the API server rejects
+  (invalid, too large, ...), can never run: `create` records why in the resource meta and the first `get` reports a
+  permanent FAILED (an exception from `create` would be retried by propeller as if it could heal);
+- an answer that is not the JSON asked for is an error naming the job (the next poll heals); malformed pods or events
+  only make the explanation poorer: the job's own conditions still decide the phase;
 - a job deleted behind Flyte's back is reported RETRYABLE_FAILED with that reason (as propeller reports a deleted
   pod), unless the task already wrote its outputs or an error document; `delete` of a missing job is success.
 """
@@ -45,9 +52,18 @@ from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
 from backend_plugin.config import BackendConfig, load_config
-from backend_plugin.errors import Conflict, InvalidJob, KubeApiError, NotFound, TemplateError, Unavailable, classify
+from backend_plugin.errors import (
+    Conflict,
+    KubeApiError,
+    MalformedAnswer,
+    NotFound,
+    Rejected,
+    TemplateError,
+    Unavailable,
+    classify,
+)
 from backend_plugin.execution import ExecutionMetadata, execution_metadata, identity_of
-from backend_plugin.retry import Backoff, retry
+from backend_plugin.retry import Backoff, Deadline, retry
 from backend_plugin.status import failed_job_status
 from backend_plugin.targets import DEFAULT, KINDS, JobTarget, Observed, target_for_config, target_for_kind
 from backend_plugin.task_errors import MAX_ERROR_FILES, ErrorReport, is_error_file, report_of
@@ -57,6 +73,9 @@ from pytorch_contract.template_keys import CONFIG_PREFIX, TASK_TYPE
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+MIN_ATTEMPT_S = 0.2
+"""The least time left in an operation's budget for a retry to be worth starting (a first attempt needs 10 ms)."""
 
 ApiClientFactory = Callable[[], Any]
 
@@ -77,7 +96,30 @@ def default_api_client() -> Any:
         config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
         config.load_kube_config(client_configuration=configuration)
+    configuration.retries = False  # our retry loop is the only one (see `without_client_retries`)
     return client.ApiClient(configuration)
+
+
+def without_client_retries(api_client: Any) -> Any:
+    """Turn the kubernetes client's own retries off: urllib3's (3 by default, each waiting out a full read timeout)
+    and the client-go-style read retries. The connector's loop is then the only one, inside the operation's deadline.
+
+    Args:
+        api_client: a `kubernetes.client.ApiClient` (from any factory).
+
+    Returns:
+        The same client; its REST client is rebuilt when its configuration still allowed retries.
+    """
+    from kubernetes.client import rest
+
+    configuration = api_client.configuration
+    if configuration.retries is not False or getattr(configuration, "client_go_retries", False):
+        configuration.retries = False
+        configuration.client_go_retries = False
+        old = api_client.rest_client
+        api_client.rest_client = rest.RESTClientObject(configuration)
+        old.pool_manager.clear()
+    return api_client
 
 
 _factory: ApiClientFactory = default_api_client
@@ -208,99 +250,135 @@ class JobConnector(AsyncConnectorBase):
         return self._config
 
     def _apis(self) -> tuple[Any, Any]:
-        """(CustomObjectsApi, CoreV1Api) over the current factory's ApiClient, built once per factory."""
-        from kubernetes import client
+        """(CustomObjectsApi, CoreV1Api) over the current factory's ApiClient, built once per factory.
 
+        Each operation asks for them before its deadline starts: the first time, the kubernetes client imports its
+        API modules (seconds on a busy machine), a one-time cost that is not the API's time."""
         factory = self._factory or _factory
         with self._lock:
             if self._client is None or self._client[0] is not factory:
-                self._client = (factory, factory())
-            api_client = self._client[1]
-        return client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+                from kubernetes import client
+
+                api_client = without_client_retries(factory())
+                self._client = (factory, (client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)))
+            apis: tuple[Any, Any] = self._client[1]
+        return apis
 
     # ------------------------------------------------------------------ API calls with retries
+    def deadline(self, operation: str) -> Deadline:
+        """A new deadline for one operation, from its budget (`api_<operation>_budget_s`).
+
+        Args:
+            operation: `create`, `get` or `delete`.
+
+        Returns:
+            The deadline, counting from now.
+        """
+        name = f"api_{operation}_budget_s"
+        return Deadline(float(getattr(self.config, name)), name)
+
     def _backoff(self) -> Backoff:
         config = self.config
-        return Backoff(
-            config.api_backoff_initial_s, config.api_backoff_max_s, config.api_retry_budget_s, sleep=self._sleep
-        )
+        return Backoff(config.api_backoff_initial_s, config.api_backoff_max_s, sleep=self._sleep)
+
+    def _timeout(self, deadline: Deadline) -> tuple[float, float]:
+        """(connect, read) timeouts of one attempt: the configured ones, cut to what is left of the deadline."""
+        left = round(max(0.001, deadline.remaining()), 3)
+        return min(float(self.config.api_connect_timeout_s), left), min(float(self.config.api_timeout_s), left)
 
     def _call(
         self,
-        fn: Callable[[], T],
+        fn: Callable[[tuple[float, float]], T],
         verb: str,
         subject: str,
         namespace: str,
         k8s_verb: str,
         resource: str,
         group: str,
+        deadline: Deadline,
         retry_transient: bool = True,
+        secrets: tuple[str, ...] = (),
     ) -> T:
-        """Run one API call; retry transient failures with backoff within the budget; raise classified errors."""
+        """Run one API call (given its timeouts) within `deadline`: retry transient failures with backoff while an
+        attempt still fits, raise classified errors without the client's exception (its text carries the body)."""
+        if deadline.remaining() < 0.01:
+            raise Unavailable(
+                verb,
+                subject,
+                f"no time left for the API call ({deadline.elapsed():.1f}s of {deadline.describe()} spent)",
+            )
 
         def attempt() -> T:
             try:
-                return fn()
-            except Exception as e:  # noqa: BLE001 - classified here; the cause is chained
+                return fn(self._timeout(deadline))
+            except Exception as e:  # noqa: BLE001 - classified below
                 if not _is_api_failure(e):
                     raise
-                raise classify(e, verb, subject, namespace, k8s_verb, resource, group) from e
+                error = classify(e, verb, subject, namespace, k8s_verb, resource, group, secrets)
+            raise error from None  # outside the handler: no __context__ either
 
         def gave_up(error: Exception, attempts: int, elapsed: float) -> Exception:
             assert isinstance(error, KubeApiError)
-            budget = self.config.api_retry_budget_s
-            reason = (
-                f"{error.reason} (gave up after {attempts} attempts in {elapsed:.1f}s, api_retry_budget_s={budget:g})"
-            )
-            return Unavailable(verb, subject, reason, error.status)
+            return Unavailable(verb, subject, _gave_up(error.reason, attempts, elapsed, deadline), error.status)
 
         return retry(
             attempt,
             lambda e: retry_transient and isinstance(e, KubeApiError) and e.retryable,
             self._backoff(),
+            deadline,
             gave_up,
             lambda e, n, delay: logger.info("%s (attempt %d); retrying in %.2fs", e, n, delay),
+            min_attempt_s=MIN_ATTEMPT_S,
         )
 
-    def _timeout(self) -> float:
-        return float(self.config.api_timeout_s)
-
-    def _read_job(self, namespace: str, name: str, target: JobTarget, verb: str = "get") -> dict:
+    def _read_job(self, namespace: str, name: str, target: JobTarget, deadline: Deadline, verb: str = "get") -> dict:
         custom, _ = self._apis()
-        return self._call(
-            lambda: custom.get_namespaced_custom_object(
-                target.group, target.version, namespace, target.plural, name, _request_timeout=self._timeout()
-            ),
-            verb,
-            f"{target.kind} {namespace}/{name}",
-            namespace,
-            "get",
-            resource=target.plural,
-            group=target.group,
-        )
+        subject = f"{target.kind} {namespace}/{name}"
 
-    def _list(self, what: str, namespace: str, name: str, target: JobTarget) -> list[dict]:
-        """The core/v1 pods or events of one job (`what`: "pods" or "events"), by the target's selector."""
+        def read(timeout: tuple[float, float]) -> dict:
+            response = custom.get_namespaced_custom_object(
+                target.group, target.version, namespace, target.plural, name, _request_timeout=timeout,
+                _preload_content=False,
+            )  # fmt: skip
+            job = _decode(response, verb, subject, f"a {target.kind} object")
+            if not isinstance(job, dict) or not isinstance(job.get("metadata") or {}, dict):
+                raise MalformedAnswer(verb, subject, f"the API answered with {_shape(job)}, not a {target.kind} object")
+            return job
+
+        return self._call(read, verb, subject, namespace, "get", target.plural, target.group, deadline)
+
+    def _list(self, what: str, namespace: str, name: str, target: JobTarget, deadline: Deadline) -> list[dict]:
+        """The core/v1 pods or events of one job (`what`: "pods" or "events"), by the target's selector.
+
+        Items that are not objects are dropped; an answer that is not a list is a `MalformedAnswer`."""
         _, core = self._apis()
         if what == "pods":
             list_call, selector = core.list_namespaced_pod, {"label_selector": target.pod_selector(name)}
         else:
             list_call, selector = core.list_namespaced_event, {"field_selector": target.events_selector(name)}
-        response = self._call(
-            lambda: list_call(namespace, **selector, _request_timeout=self._timeout(), _preload_content=False),
-            f"list {what} of",
-            f"{target.kind} {namespace}/{name}",
-            namespace,
-            "list",
-            resource=what,
-            group="",
-        )
-        return list(json.loads(response.data).get("items") or [])
+        verb, subject = f"list {what} of", f"{target.kind} {namespace}/{name}"
+
+        def read(timeout: tuple[float, float]) -> list[dict]:
+            response = list_call(namespace, **selector, _request_timeout=timeout, _preload_content=False)
+            answer = _decode(response, verb, subject, f"a {what} list")
+            if not isinstance(answer, dict):
+                raise MalformedAnswer(verb, subject, f"the API answered with {_shape(answer)}, not a {what} list")
+            items = answer.get("items")
+            if items is None:
+                return []  # a list without items (`null` or left out) is an empty list
+            if not isinstance(items, list):
+                raise MalformedAnswer(verb, subject, f"the API answered with {_shape(answer)}, not a {what} list")
+            return [item for item in items if isinstance(item, dict)]
+
+        return self._call(read, verb, subject, namespace, "list", what, "", deadline)
 
     # ------------------------------------------------------------------ target
-    def target(self) -> JobTarget:
+    def target(self, deadline: Optional[Deadline] = None) -> JobTarget:
         """The job kind this connector creates: `BackendConfig.target`, or for `auto` the first registered kind whose
         CRD the API server serves (asked once per connector, and logged).
+
+        Args:
+            deadline: the calling operation's deadline; a new create deadline when None.
 
         Returns:
             The target.
@@ -313,32 +391,37 @@ class JobConnector(AsyncConnectorBase):
         if chosen is not None:
             return chosen
         if self._auto_target is None:
-            self._auto_target = self._discover_target()
+            self._auto_target = self._discover_target(deadline or self.deadline("create"))
         return self._auto_target
 
-    def _discover_target(self) -> JobTarget:
+    def _discover_target(self, deadline: Deadline) -> JobTarget:
         """Ask the API server which CRD it serves (`GET /apis/<group>/<version>`), in registry order."""
         custom, _ = self._apis()
 
-        def resources_of(t: JobTarget) -> Callable[[], Any]:
-            return lambda: custom.get_api_resources(
-                t.group, t.version, _preload_content=False, _request_timeout=self._timeout()
-            )
+        def resources_of(t: JobTarget) -> Callable[[tuple[float, float]], Any]:
+            def read(timeout: tuple[float, float]) -> Any:
+                response = custom.get_api_resources(
+                    t.group, t.version, _preload_content=False, _request_timeout=timeout
+                )
+                answer = _decode(response, "discover", f"API group {t.api_version}", "an APIResourceList")
+                resources = answer.get("resources") if isinstance(answer, dict) else None
+                if not isinstance(resources, list):
+                    raise MalformedAnswer(
+                        "discover", f"API group {t.api_version}", f"the API answered with {_shape(answer)}, not an "
+                        "APIResourceList"
+                    )  # fmt: skip
+                return resources
+
+            return read
 
         for t in KINDS:
             try:
-                response = self._call(
-                    resources_of(t),
-                    "discover",
-                    f"API group {t.api_version}",
-                    "",
-                    "get",
-                    resource=t.plural,
-                    group=t.group,
+                resources = self._call(
+                    resources_of(t), "discover", f"API group {t.api_version}", "", "get", t.plural, t.group, deadline
                 )
             except NotFound:
                 continue
-            if t.serves(json.loads(response.data).get("resources") or []):
+            if t.serves(resources):
                 logger.info("target auto: the API server serves %s.%s; creating %ss", t.plural, t.group, t.kind)
                 return t
         served = " nor ".join(t.description for t in KINDS)
@@ -446,6 +529,8 @@ class JobConnector(AsyncConnectorBase):
             Forbidden: RBAC denies creating the job (the message names the permission).
             KubeApiError: any other API failure, after retries for transient ones.
         """
+        self._apis()
+        deadline = self.deadline("create")
         template = template_to_dict(task_template)
         meta = self.execution_metadata(template, output_prefix, task_execution_metadata)
         config = template.get("config")
@@ -454,7 +539,7 @@ class JobConnector(AsyncConnectorBase):
             for k, v in (config if isinstance(config, dict) else {}).items()
             if not str(k).startswith(CONFIG_PREFIX)
         }
-        target = self.target()
+        target = self.target(deadline)
         base = JobMetadata(
             meta.namespace or self.config.namespace,
             meta.job_name,
@@ -472,75 +557,84 @@ class JobConnector(AsyncConnectorBase):
             logger.warning("%s %s/%s: %s", target.kind, job["metadata"]["namespace"], job["metadata"]["name"], warning)
         _write_inputs(inputs, meta.input_path)
         try:
-            created = self.create_job(job)
-        except InvalidJob as e:
+            created = self.create_job(job, deadline)
+        except Rejected as e:
             logger.warning("%s", e)
             return replace(base, error=f"the API server rejected the job: {e}")
         return replace(base, namespace=created.namespace, name=created.name, uid=created.uid, kind=created.kind)
 
-    def create_job(self, job: dict) -> JobMetadata:
+    def create_job(self, job: dict, deadline: Optional[Deadline] = None) -> JobMetadata:
         """POST a built job, never creating a second copy (see the module docstring).
 
         Args:
             job: the job dict (its `kind` picks the target).
+            deadline: the create's deadline; a new one (`api_create_budget_s`) when None.
 
         Returns:
             The job's namespace, name and uid.
 
         Raises:
             Conflict: a different job with the same name exists.
-            KubeApiError: the create failed (retried within budget for transient failures).
+            Rejected: the API server refuses the job and always will (invalid, too large, ...).
+            KubeApiError: the create failed (retried within the deadline for transient failures).
         """
+        deadline = deadline or self.deadline("create")
         custom, _ = self._apis()
         namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
         target = target_for_kind(str(job.get("kind") or ""))
         subject = f"{target.kind} {namespace}/{name}"
+        secrets = _env_values(job)
+
+        def post(timeout: tuple[float, float]) -> dict:
+            response = custom.create_namespaced_custom_object(
+                target.group, target.version, namespace, target.plural, job, _request_timeout=timeout,
+                _preload_content=False,
+            )  # fmt: skip
+            created = _decode(response, "create", subject, f"a {target.kind} object")
+            if not isinstance(created, dict) or not isinstance(created.get("metadata"), dict):
+                # The create may have happened: the adopting read below finds out.
+                raise MalformedAnswer(
+                    "create", subject, f"the API answered with {_shape(created)}, not a {target.kind}"
+                )
+            return created
 
         def attempt() -> JobMetadata:
             try:
                 created = self._call(
-                    lambda: custom.create_namespaced_custom_object(
-                        target.group, target.version, namespace, target.plural, job, _request_timeout=self._timeout()
-                    ),
-                    "create",
-                    subject,
-                    namespace,
-                    "create",
-                    resource=target.plural,
-                    group=target.group,
-                    retry_transient=False,
-                )
+                    post, "create", subject, namespace, "create", target.plural, target.group, deadline,
+                    retry_transient=False, secrets=secrets,
+                )  # fmt: skip
             except Conflict:
-                return self._adopt(job, namespace, name)
+                return self._adopt(job, namespace, name, deadline)
             except Unavailable as e:
                 # The create may have happened without us seeing the answer: look before trying again.
                 try:
-                    return self._adopt(job, namespace, name)
+                    return self._adopt(job, namespace, name, deadline)
                 except (NotFound, Unavailable):
                     pass  # not there (or unknown): a repeated POST is safe, the name is deterministic (409)
-                raise e
+                raise e from None
             logger.info("created %s %s/%s", target.kind, namespace, name)
             return JobMetadata(namespace, name, str(created["metadata"].get("uid", "")), kind=target.kind)
 
         def gave_up(error: Exception, attempts: int, elapsed: float) -> Exception:
-            assert isinstance(error, Unavailable)
-            budget = self.config.api_retry_budget_s
-            reason = f"{error.reason} (gave up after {attempts} attempts, api_retry_budget_s={budget:g})"
-            return Unavailable("create", subject, reason, error.status)
+            assert isinstance(error, KubeApiError)
+            return Unavailable("create", subject, _gave_up(error.reason, attempts, elapsed, deadline), error.status)
 
         return retry(
             attempt,
             lambda e: isinstance(e, Unavailable),
             self._backoff(),
+            deadline,
             gave_up,
             lambda e, n, delay: logger.info("%s; job not found, retrying create in %.2fs", e, delay),
+            min_attempt_s=MIN_ATTEMPT_S,
         )
 
-    def _adopt(self, job: dict, namespace: str, name: str) -> JobMetadata:
+    def _adopt(self, job: dict, namespace: str, name: str, deadline: Deadline) -> JobMetadata:
         """Take over an existing job of this name when it is the one we would create; else raise Conflict."""
         target = target_for_kind(str(job.get("kind") or ""))
         subject = f"{target.kind} {namespace}/{name}"
-        stored = self._read_job(namespace, name, target, verb="create")
+        stored = self._read_job(namespace, name, target, deadline, verb="create")
         if (stored.get("metadata") or {}).get("deletionTimestamp"):
             raise Conflict("create", subject, "a job with this name exists and is being deleted; retry once it is gone")
         diffs = spec_differences(job.get("spec"), stored.get("spec"))
@@ -568,7 +662,7 @@ class JobConnector(AsyncConnectorBase):
             (conditions, replica counts, times) as `custom_info`.
 
         Raises:
-            KubeApiError: the job could not be read (after retries); Flyte polls again.
+            KubeApiError: the job could not be read (after retries, within `api_get_budget_s`); Flyte polls again.
         """
         ns, name = resource_meta.namespace, resource_meta.name
         target = target_for_kind(getattr(resource_meta, "kind", "") or "")
@@ -576,8 +670,10 @@ class JobConnector(AsyncConnectorBase):
         identity = {"namespace": ns, "name": name, "uid": resource_meta.uid}
         if resource_meta.error:
             return Resource(phase=TaskExecution.FAILED, message=resource_meta.error, custom_info=identity)
+        self._apis()
+        deadline = self.deadline("get")  # from here: the client is built (see `_apis`)
         try:
-            job = self._read_job(ns, name, target)
+            job = self._read_job(ns, name, target, deadline)
         except NotFound:
             return self._gone(resource_meta)
         uid = str((job.get("metadata") or {}).get("uid", ""))
@@ -594,7 +690,7 @@ class JobConnector(AsyncConnectorBase):
         note = ""
         if reads.pods:
             try:
-                pods = self._list("pods", ns, name, target)
+                pods = self._list("pods", ns, name, target, deadline)
             except KubeApiError as e:
                 # The job's own conditions still decide the phase; only the explanation is poorer.
                 logger.warning("%s", e)
@@ -606,15 +702,30 @@ class JobConnector(AsyncConnectorBase):
         events_problem = ""
         if reads.events:
             try:
-                events = self._list("events", ns, name, target)
+                events = self._list("events", ns, name, target, deadline)
             except KubeApiError as e:
                 logger.warning("%s", e)
                 events_problem = e.reason
-        status = target.status(job, Observed(pods, errors, events, events_problem), self.config, now)
+        observed = Observed(pods, errors, events, events_problem)
+        try:
+            status = target.status(job, observed, self.config, now)
+            links = target.links(job, pods, self.config, now, resource_meta.task_config)
+        except (AttributeError, TypeError, ValueError, KeyError) as e:
+            # Something read has a shape no API server writes. Without pods and events, the job's own conditions
+            # decide; if the job itself is the problem, say so (naming the job) and let Flyte poll again.
+            logger.warning("%s %s/%s: an answer of the wrong shape (%s); judging the job alone", kind, ns, name, e)
+            note = " (replica details unavailable: the pods or events were not of the shape the API writes)"
+            try:
+                status = target.status(job, Observed(None, errors), self.config, now)
+                links = []
+            except (AttributeError, TypeError, ValueError, KeyError):
+                raise MalformedAnswer(
+                    "get", f"{kind} {ns}/{name}", f"the job's status is not of the shape the API writes ({e})"
+                ) from None
         return Resource(
             phase=status.phase,
             message=status.message + note,
-            log_links=target.links(job, pods, self.config, now, resource_meta.task_config),
+            log_links=links,
             custom_info=_custom_info(job, target),
         )
 
@@ -653,32 +764,28 @@ class JobConnector(AsyncConnectorBase):
             **kwargs: ignored.
 
         Raises:
-            KubeApiError: the delete failed (after retries for transient failures).
+            KubeApiError: the delete failed (after retries for transient failures, within `api_delete_budget_s`).
         """
         if resource_meta.error:
             return  # create recorded why the job could never run: nothing was created
+        self._apis()
+        deadline = self.deadline("delete")
         from kubernetes import client
 
         custom, _ = self._apis()
         ns, name = resource_meta.namespace, resource_meta.name
         target = target_for_kind(getattr(resource_meta, "kind", "") or "")
+        body = client.V1DeleteOptions(propagation_policy="Foreground")
+
+        def delete(timeout: tuple[float, float]) -> None:
+            custom.delete_namespaced_custom_object(
+                target.group, target.version, ns, target.plural, name, body=body, _request_timeout=timeout,
+                _preload_content=False,
+            )  # fmt: skip
+
         try:
             self._call(
-                lambda: custom.delete_namespaced_custom_object(
-                    target.group,
-                    target.version,
-                    ns,
-                    target.plural,
-                    name,
-                    body=client.V1DeleteOptions(propagation_policy="Foreground"),
-                    _request_timeout=self._timeout(),
-                ),
-                "delete",
-                f"{target.kind} {ns}/{name}",
-                ns,
-                "delete",
-                resource=target.plural,
-                group=target.group,
+                delete, "delete", f"{target.kind} {ns}/{name}", ns, "delete", target.plural, target.group, deadline
             )
         except NotFound:
             logger.info("%s %s/%s already deleted", target.kind, ns, name)
@@ -691,6 +798,51 @@ def _is_api_failure(e: BaseException) -> bool:
     import urllib3
 
     return isinstance(e, (urllib3.exceptions.HTTPError, TimeoutError, ConnectionError))
+
+
+def _gave_up(reason: str, attempts: int, elapsed: float, deadline: Deadline) -> str:
+    """The reason of an error raised when no attempt fits the deadline any more."""
+    tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+    return f"{reason} (gave up after {tries} in {elapsed:.1f}s, {deadline.describe()})"
+
+
+def _decode(response: Any, verb: str, subject: str, what: str) -> Any:
+    """The JSON of a raw (`_preload_content=False`) answer; `MalformedAnswer` naming `subject` when it is not JSON.
+    The body itself is never quoted."""
+    data = getattr(response, "data", b"")
+    try:
+        return json.loads(data)
+    except (ValueError, TypeError, UnicodeDecodeError):
+        status, size = getattr(response, "status", "?"), len(data or b"")
+        reason = f"the API answered HTTP {status} with {size} bytes that are not JSON, not {what}"
+        raise MalformedAnswer(verb, subject, reason) from None
+
+
+def _shape(value: Any) -> str:
+    """A JSON value's shape for a message, never its content: `a list of 2 strings`, `null`, `an object`."""
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        kinds = sorted({type(v).__name__ for v in value})
+        return f"a list of {len(value)} ({', '.join(kinds) or 'nothing'})"
+    if isinstance(value, dict):
+        return f"an object with keys {sorted(value)[:8]}"
+    return f"a JSON {type(value).__name__}"
+
+
+def _env_values(job: Any) -> tuple[str, ...]:
+    """Every `env[].value` in a job: the values an API server's message must not carry into our errors."""
+    out: list[str] = []
+    if isinstance(job, dict):
+        for key, value in job.items():
+            if key == "env" and isinstance(value, list):
+                out.extend(str(e["value"]) for e in value if isinstance(e, dict) and isinstance(e.get("value"), str))
+            else:
+                out.extend(_env_values(value))
+    elif isinstance(job, list):
+        for item in job:
+            out.extend(_env_values(item))
+    return tuple(out)
 
 
 def _filesystem(prefix: str) -> tuple[Any, str]:

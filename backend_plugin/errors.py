@@ -5,9 +5,17 @@ task template the backend cannot run, `ConfigError` for a backend setting.
 
 Every infrastructure fault the connector raises reads "<verb> <subject> failed: <reason>", where the subject names
 what the call was about in the caller's words (`<kind> <namespace>/<name>`, `API group <group>/<version>`); nothing
-here knows a job kind. It chains the client's exception (`raise ... from e`). The API server's `Status` body is
-parsed for its reason, message and code; raw response bodies (which may echo the whole job spec, including
-environment variables) are never logged nor put into messages.
+here knows a job kind. The API server's `Status` body is parsed for its reason, message and code; raw response bodies
+(which may echo the whole job spec, environment variables included, or, from a proxy, the request's Authorization
+header) are never logged nor put into messages, and the client's exception, whose text carries the body, is never
+chained: the connector raises these errors `from None`, outside the handler of the client's exception. A Status
+message is kept (it says what the API server refused), with bearer tokens and the values the caller names as secret
+(the job's environment) replaced by `<redacted>`.
+
+Statuses that never succeed on a retry (`PERMANENT_STATUSES`: a malformed or invalid object, one larger than the API
+server accepts, a method or media type it does not serve) are `Rejected`; the connector turns a rejected create into a
+permanent task failure. Throttling, server errors and no answer at all are `Unavailable` and retried within the
+operation's deadline.
 
 A failed *training job* is not an exception: it is a FAILED phase with the root cause (see `status.py`).
 """
@@ -15,6 +23,8 @@ A failed *training job* is not an exception: it is a FAILED phase with the root 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +43,18 @@ RBAC_MANIFEST = "backend_plugin/deploy/rbac.yaml"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 """HTTP statuses worth retrying: throttling and transient server-side failures."""
 
+PERMANENT_STATUSES = frozenset({400, 405, 413, 415, 422, 501})
+"""HTTP statuses that the same request meets again on every retry: bad request, method not allowed, entity too large,
+unsupported media type, unprocessable (invalid), not implemented."""
+
+REQUEST_SIZE_LIMIT = "3 MiB"
+"""The API server's limit on a request body (`--max-request-bytes`'s default); etcd stores objects up to 1.5 MiB."""
+
+REDACTED = "<redacted>"
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
+_AUTH_HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|cookie|x-api-key)\s*[:=]\s*[^\s,;\"']+")
+_MESSAGE_LIMIT = 2000
+
 
 @dataclass(frozen=True)
 class ApiStatus:
@@ -49,14 +71,37 @@ class ApiStatus:
     message: str
 
 
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with bearer and basic credentials, Authorization-like header values and every one of `secrets`
+    replaced by `<redacted>`, cut to 2000 characters.
+
+    Args:
+        text: a message from the API server (or a proxy).
+        secrets: values that must not appear (the job's environment values); values shorter than 4 characters are
+            left alone (they would blank out ordinary words).
+
+    Returns:
+        The redacted text.
+    """
+    out = _AUTH_HEADER.sub(
+        lambda m: f"{m.group(1)}: {REDACTED}", _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    )
+    for secret in sorted({s for s in secrets if isinstance(s, str) and len(s) >= 4}, key=len, reverse=True):
+        out = out.replace(secret, REDACTED)
+    return out if len(out) <= _MESSAGE_LIMIT else out[: _MESSAGE_LIMIT - 3] + "..."
+
+
 def parse_status(exc: BaseException) -> ApiStatus:
     """Extract code, reason and message from a kubernetes-client `ApiException` (or any exception).
+
+    Only a Kubernetes `Status` body is read, and only its code, reason and message; any other body (a proxy's error
+    page, a JSON of another shape) is not looked at beyond that, and the result falls back to the HTTP status line.
 
     Args:
         exc: the exception the client raised.
 
     Returns:
-        The parsed status. A body that is not a `Status` JSON falls back to the HTTP status line.
+        The parsed status (message not yet redacted: see `classify`).
     """
     code = int(getattr(exc, "status", 0) or 0)
     http_reason = str(getattr(exc, "reason", "") or "")
@@ -120,8 +165,23 @@ class Unavailable(KubeApiError):
     retryable = True
 
 
-class InvalidJob(KubeApiError):
+class Rejected(KubeApiError):
+    """A status in `PERMANENT_STATUSES`: the same request would be refused again; never retried."""
+
+
+class InvalidJob(Rejected):
     """400/422: the API server or the operator's webhook rejected the job."""
+
+
+class TooLarge(Rejected):
+    """413: the job is larger than the API server accepts."""
+
+
+class MalformedAnswer(Unavailable):
+    """The API answered 2xx with something that is not the object asked for (not JSON, or of another shape).
+
+    Retried within the deadline like any `Unavailable` (a proxy or an API server in trouble); the next poll heals.
+    """
 
 
 def forbidden_reason(verb: str, resource: str, group: str, namespace: str, message: str) -> str:
@@ -154,6 +214,7 @@ def classify(
     k8s_verb: str,
     resource: str,
     group: str,
+    secrets: Iterable[str] = (),
 ) -> KubeApiError:
     """Turn a kubernetes-client exception into the matching `KubeApiError` subclass (to be raised `from exc`).
 
@@ -165,11 +226,14 @@ def classify(
         k8s_verb: the Kubernetes verb (for RBAC hints).
         resource: the resource the request was about (for RBAC hints).
         group: that resource's API group.
+        secrets: values the message must not carry (the job's environment values), see `redact`.
 
     Returns:
-        NotFound, Conflict, Forbidden, InvalidJob or Unavailable; a `KubeApiError` for other statuses.
+        NotFound, Conflict, Forbidden, InvalidJob, TooLarge, Rejected or Unavailable; a `KubeApiError` for other
+        statuses. Raise it `from None`: the client's exception carries the raw body.
     """
-    status = parse_status(exc)
+    parsed = parse_status(exc)
+    status = ApiStatus(parsed.code, redact(parsed.reason, secrets), redact(parsed.message, secrets))
     code = status.code
     message = status.message or status.reason or "no message"
     if code == 404:
@@ -181,6 +245,20 @@ def classify(
         return Forbidden(verb, subject, reason, status)
     if code in (400, 422):
         return InvalidJob(verb, subject, message, status)
+    if code == 413:
+        reason = (
+            f"HTTP 413 {status.reason}: {message}; the job is larger than the API server accepts (a request body of "
+            f"at most {REQUEST_SIZE_LIMIT} by default, and etcd stores objects of at most 1.5 MiB): make the task's "
+            "pod template, environment or annotations smaller"
+        )
+        return TooLarge(verb, subject, reason, status)
+    if code in PERMANENT_STATUSES:
+        return Rejected(
+            verb,
+            subject,
+            f"HTTP {code} {status.reason}: {message} (a request the API server refuses every time; not retried)",
+            status,
+        )
     if code == 0:
         return Unavailable(verb, subject, f"no answer from the Kubernetes API ({message})", status)
     if code in RETRYABLE_STATUSES:

@@ -21,9 +21,9 @@ from backend_plugin.execution import ExecutionMetadata
 from backend_plugin.frozen import thaw
 from backend_plugin.secrets import SECRETS_LABEL, secret_annotations
 from backend_plugin.spec import FLYTEKIT_GPU, PodTemplateSpec, ReplicaGroup, TaskSpec
-from pytorch_contract.k8s_names import QUALIFIED_NAME
+from pytorch_contract.k8s_names import QUALIFIED_NAME, image_reference_problem
 from pytorch_contract.quantity import is_quantity, parse_quantity
-from pytorch_contract.template_keys import PRIMARY_CONTAINER
+from pytorch_contract.template_keys import MASTER_IMAGE, PRIMARY_CONTAINER, pod_template_key
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +194,11 @@ def replica_pod(group: ReplicaGroup, plan: PodPlan) -> dict[str, Any]:
         raise _err(
             f"{group.path}.image", image, "no image: set the replica, the execution override or the container image"
         )
+    _check_image(image, _image_source(group, plan, container, image))
+    for key in ("containers", "initContainers"):
+        for i, other in enumerate(pod.get(key) or []):
+            if other is not container and "image" in other:
+                _check_image(other["image"], f"{_pod_path(plan.spec, group)}.{key}[{i}].image")
     for i, key, j in source.fill_args:  # the items with placeholders (found once per template)
         items = pod["containers"][i][key]
         items[j] = _fill(str(items[j]), plan.placeholders)
@@ -292,6 +297,37 @@ def pod_metadata(source: PodTemplateSpec, plan: PodPlan) -> tuple[dict[str, str]
 
 def _err(path: str, value: Any, rule: str) -> TemplateError:
     return TemplateError(f"{path}={value!r}: {rule}")
+
+
+def _check_image(image: Any, where: str) -> None:
+    """The image rule the SDK checks at decoration time (`pytorch_contract.k8s_names.image_reference_problem`): a
+    reference the kubelet would refuse never reaches the API server, where it would fail only minutes later."""
+    problem = image_reference_problem(image)
+    if problem is not None:
+        raise _err(
+            where,
+            image,
+            f"not an image reference the kubelet accepts ({problem}); use e.g. 'ghcr.io/org/train:1.0' (repository "
+            "path in lower case)",
+        )
+
+
+def _image_source(group: ReplicaGroup, plan: PodPlan, container: Mapping[str, Any], image: str) -> str:
+    """Where a role's primary image was set: the role, the execution's override, or the task's container."""
+    if group.image:
+        if group.role == "Master" and plan.spec.config.get(MASTER_IMAGE):
+            return f"config[{MASTER_IMAGE!r}]"
+        return f"{group.path}.image"
+    if plan.metadata.image_override:
+        return "the execution's image override"
+    return "the task's image (container.image, or the primary container's in k8sPod.podSpec)"
+
+
+def _pod_path(spec: TaskSpec, group: ReplicaGroup) -> str:
+    """Where a role's extra containers come from in the template, for messages (only a pod template has them)."""
+    if group.pod_template is not None:
+        return f"config[{pod_template_key(group.role)!r}].podSpec"
+    return "k8sPod.podSpec"
 
 
 def _placeholders(meta: ExecutionMetadata) -> dict[str, str]:

@@ -11,10 +11,15 @@ Drills 1, 2, 3, 5 are local (tests/faults/drills_local.py), 4 is retry-with-resu
 6-10 talk to a fake Kubernetes API (tests/faults/drills_backend.py), 11 is fuzzing (tests/faults/test_fuzz.py),
 12-13 are retryable-or-permanent (tests/faults/drills_contract.py): a non-recoverable error, a recoverable one and
 an OOM-killed replica, through the connector against the fake API (12) and end to end with real replicas (13);
-their observed column says the phase, whether Flyte would retry, and the message's first line.
+their observed column says the phase, whether Flyte would retry, and the message's first line. 14-19 are the
+connector's reliability from outside (tests/faults/drills_reliability.py): the time each of create, get and delete
+takes to answer under a hung, a refusing and a 500-forever API at the shipped budgets (14), response bodies echoing a
+bearer token and an env value through flytekit's connector service (15), malformed answers (16), images the SDK
+refuses and a 413 (17-18), a job suspended in its spec (19).
 A drill that cannot run (a module not there yet) is a row saying so, not a crash of the report.
 
     python benchmarks/fault_report.py --only 12 --only 13    # just the retryable-or-permanent drills
+    python benchmarks/fault_report.py --only 14 --only 15 --only 16 --only 17 --only 19   # the reliability drills
 """
 
 from __future__ import annotations
@@ -85,6 +90,11 @@ def drills(quick: bool) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
             ),
         ),
         *_contract_drills(),
+        ("14 deadlines", _from("tests.faults.drills_reliability", "drill_deadlines")),
+        ("15 bodies with secrets", _from("tests.faults.drills_reliability", "drill_no_bodies")),
+        ("16 malformed answers", _from("tests.faults.drills_reliability", "drill_malformed")),
+        ("17-18 bad images, 413", _from("tests.faults.drills_reliability", "drill_images_and_413")),
+        ("19 suspended", _from("tests.faults.drills_reliability", "drill_suspended")),
     ]
 
 

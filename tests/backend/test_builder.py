@@ -578,3 +578,26 @@ def test_builder_import_loads_no_kubernetes():
     env = {**os.environ, "KUBECONFIG": "/nonexistent/kubeconfig"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda t: t["container"].update(image="ghcr.io/example/tr\u0430in:1.0"), "the task's image"),
+        (lambda t: t["config"].update({"pytorch.master.image": "ghcr.io/x/train:1.0\r\n"}), "pytorch.master.image"),
+        (lambda t: t["custom"]["workerReplicas"].update(image="Ghcr.io/X/Train"), "custom.workerReplicas.image"),
+    ],
+    ids=["cyrillic", "master-crlf", "upper-case-path"],
+)
+def test_an_image_the_sdk_refuses_is_refused_naming_the_field(change, field):
+    """The SDK's image rule (`pytorch_contract.k8s_names.image_reference_problem`) on the backend side too."""
+    t = load("hand_gpu_seed")
+    change(t)
+    with pytest.raises(TemplateError, match="not an image reference the kubelet accepts") as caught:
+        build_pytorchjob(t, META)
+    assert field in str(caught.value)
+
+
+def test_an_execution_image_override_the_kubelet_refuses_is_named_as_such():
+    with pytest.raises(TemplateError, match="the execution's image override"):
+        build(load("official_container"), image_override="registry.local/train:v1\n")

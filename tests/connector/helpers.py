@@ -32,9 +32,13 @@ def load_template(name: str = "official_container") -> TaskTemplate:
 
 
 def execution_metadata(
-    execution: str = "abc123", node: str = "n0", attempt: int = 0, namespace: str = "flytesnacks-development"
+    execution: str = "abc123",
+    node: str = "n0",
+    attempt: int = 0,
+    namespace: str = "flytesnacks-development",
+    environment: dict[str, str] | None = None,
 ) -> TaskExecutionMetadata:
-    """Flyte's execution metadata for one attempt of one node."""
+    """Flyte's execution metadata for one attempt of one node (environment `{"FOO": "bar"}` unless given)."""
     wf = WorkflowExecutionIdentifier("flytesnacks", "development", execution)
     task_id = Identifier(ResourceType.TASK, "flytesnacks", "development", "train", "v1")
     tid = TaskExecutionIdentifier(task_id, NodeExecutionIdentifier(node, wf), attempt)
@@ -44,15 +48,15 @@ def execution_metadata(
         labels={"execution-id": execution},
         annotations={"team": "ml"},
         k8s_service_account="default",
-        environment_variables={"FOO": "bar"},
+        environment_variables={"FOO": "bar"} if environment is None else environment,
         identity=None,
     )
 
 
 def make_connector(api_client: Any, clock: Any = None, **config: Any) -> JobConnector:
     """A connector over `api_client` with small timeouts and instant retries (real clock unless given)."""
-    settings = {"api_timeout_s": 1.0, "api_retry_budget_s": 5.0, "api_backoff_initial_s": 0.001,
-                "api_backoff_max_s": 0.002, **config}  # fmt: skip
+    settings = {"api_timeout_s": 1.0, "api_get_budget_s": 5.0, "api_create_budget_s": 5.0, "api_delete_budget_s": 5.0,
+                "api_backoff_initial_s": 0.001, "api_backoff_max_s": 0.002, **config}  # fmt: skip
     return JobConnector(
         config=BackendConfig(**settings),
         api_client_factory=lambda: api_client,

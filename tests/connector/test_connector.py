@@ -108,7 +108,7 @@ def test_500_on_get_is_retried(fake_api, connector, tmp_path):
 
 def test_503_beyond_the_budget_raises_unavailable_not_a_phase(fake_api, tmp_path):
     server, client = fake_api
-    connector = make_connector(client, api_retry_budget_s=0.05, api_backoff_initial_s=0.02, api_backoff_max_s=0.02)
+    connector = make_connector(client, api_get_budget_s=0.05, api_backoff_initial_s=0.02, api_backoff_max_s=0.02)
     meta = create(connector, tmp_path)
     server.fail(503, times=None, verb="get")
     with pytest.raises(Unavailable, match=r"get PyTorchJob .* failed: HTTP 503 ServiceUnavailable.*gave up after"):

@@ -148,3 +148,17 @@ def test_malformed_status_never_raises(status):
     j = job()
     j["status"] = status
     assert job_status(j, None, CONFIG, at(1)).phase == TE.QUEUED
+
+
+def test_a_job_suspended_in_its_spec_is_queued_and_never_timed_out():
+    """Kueue or an admin holds it: the operator may still show only `Created`, with no start time, for hours."""
+    held = job([condition("Created")], start_time=None)
+    held["spec"]["runPolicy"] = {"suspend": True}
+    config = BackendConfig(job_start_timeout_s=600, operator_pickup_timeout_s=300)
+    for conditions in ([condition("Created")], []):
+        held["status"]["conditions"] = conditions
+        status = job_status(held, None, config, at(7200))
+        assert status.phase == TE.QUEUED and status.message.startswith("suspended, waiting for admission")
+    assert not needs_pods(held)
+    held["status"]["conditions"] = [condition("Created"), condition("Failed", message="deadline.")]
+    assert job_status(held, [], config, at(7200)).phase == TE.RETRYABLE_FAILED  # a terminal condition still wins

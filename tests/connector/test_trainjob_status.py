@@ -121,3 +121,13 @@ def test_failed_trainjob_follows_the_error_document(flytekit_errors, document, p
     status = trainjob_status(failed, [], BackendConfig(), NOW, errors=errors)
     assert status.phase == phase
     assert lead in status.message and "(FailedJobs)" in status.message
+
+
+def test_a_trainjob_suspended_in_its_spec_is_queued_and_never_timed_out():
+    held = job(created="2025-01-01T00:00:00Z")
+    held["spec"]["suspend"] = True
+    late = NOW + datetime.timedelta(hours=2)  # past trainjob_pickup_timeout_s
+    status = trainjob_status(held, None, CONFIG, late)
+    assert status.phase == TaskExecution.QUEUED and "suspended" in status.message and not needs_pods(held)
+    held["status"]["conditions"] = [cond("Complete")]
+    assert trainjob_status(held, None, CONFIG, late).phase == TaskExecution.SUCCEEDED

@@ -12,8 +12,9 @@ Invalid).
 
 Tests drive it through a clean state API (`put_job`, `get_job`, `set_job_status`, `put_pod`, ...), hooks that run on
 create and delete (the e2e harness's fake operator uses them to start replica processes), fault rules (`fail`,
-`delay`, `forbid`), watch faults (`compact`, `expire_watches`, `drop_watches`, `drop_next_watches`) and a request
-log (`calls(...)`) to count what the client really sent.
+`delay`, `forbid`, `hang` until `release`, `answer_raw` with any status and body, 413 among the statuses `fail`
+knows), watch faults (`compact`, `expire_watches`, `drop_watches`, `drop_next_watches`) and a request log
+(`calls(...)`) to count what the client really sent.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ _DISCOVERY = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$")
 _CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|events)(?:/(?P<name>[^/]+))?/?$")
 
 JobHook = Callable[["FakeKubeApi", dict], None]
+
+HANG_LIMIT_S = 600.0
+"""The longest a `hang` rule holds a request when nobody releases it (a forgotten rule must not hold a thread for
+ever)."""
 
 
 def now_rfc3339() -> str:
@@ -130,9 +135,11 @@ class RequestRecord:
 class FaultRule:
     """A fault injected on requests that match (verb, resource, name); None matches anything.
 
-    `status` answers with that error Status instead of serving the request; `delay_s` sleeps (before serving when
-    `before` is True, otherwise after serving and before the response is written: a create that "times out" on
-    the client side but did happen). `remaining` counts matching requests left (None: forever).
+    `status` answers with that error Status instead of serving the request (or with `body`, as it is, when set:
+    a proxy's error page, JSON of the wrong shape, any status); `delay_s` sleeps (before serving when `before` is
+    True, otherwise after serving and before the response is written: a create that "times out" on the client side
+    but did happen); `hang` holds the request, unanswered, until the event is set (`FakeKubeApi.release`).
+    `remaining` counts matching requests left (None: forever).
     """
 
     verb: str | None = None
@@ -143,6 +150,9 @@ class FaultRule:
     before: bool = False
     remaining: int | None = 1
     user: str = DEFAULT_USER
+    body: bytes | None = None
+    content_type: str = "application/json"
+    hang: threading.Event | None = None
 
     def matches(self, rec: RequestRecord) -> bool:
         """Whether this rule applies to `rec` (and has uses left)."""
@@ -285,6 +295,7 @@ class FakeKubeApi:
         self._pods: dict[tuple[str, str], dict] = {}
         self._events: dict[str, list[dict]] = {}
         self._faults: list[FaultRule] = []
+        self._hangs: list[threading.Event] = []
         self._lock = threading.RLock()
         self._rv = 0
         self._httpd: ThreadingHTTPServer | None = None
@@ -322,7 +333,8 @@ class FakeKubeApi:
         return self
 
     def stop(self) -> None:
-        """Stop serving, end the open watches and close the socket."""
+        """Stop serving (held requests are let go first), end the open watches and close the socket."""
+        self.release()
         with self._lock:
             self._stopping = True
             self._changed.notify_all()
@@ -714,8 +726,45 @@ class FakeKubeApi:
         """
         return self._add(FaultRule(verb=verb, resource=resource, status=403, remaining=times, user=self.user))
 
+    def hang(
+        self, times: int | None = None, verb: str | None = None, resource: str | None = None, name: str | None = None
+    ) -> FaultRule:
+        """Hold matching requests unanswered (forever by default) until `release` is called: a hung API server.
+
+        Returns:
+            The rule.
+        """
+        event = threading.Event()
+        self._hangs.append(event)
+        return self._add(FaultRule(verb=verb, resource=resource, name=name, hang=event, remaining=times))
+
+    def release(self) -> None:
+        """Let every held request go on (each is then served or faulted as its other rules say)."""
+        for event in self._hangs:
+            event.set()
+
+    def answer_raw(
+        self,
+        status: int,
+        body: bytes,
+        times: int | None = 1,
+        verb: str | None = None,
+        resource: str | None = None,
+        content_type: str = "application/json",
+    ) -> FaultRule:
+        """Answer the next `times` matching requests with `status` and `body` as they are, without serving them:
+        a proxy's HTML error page, a body echoing headers, JSON that is not the object asked for.
+
+        Returns:
+            The rule.
+        """
+        rule = FaultRule(verb=verb, resource=resource, status=status, body=body, content_type=content_type)
+        rule.remaining = times
+        return self._add(rule)
+
     def clear_faults(self) -> None:
-        """Remove every fault rule."""
+        """Remove every fault rule (and let held requests go)."""
+        self.release()
         with self._lock:
             self._faults.clear()
 
@@ -931,9 +980,14 @@ class _Handler(BaseHTTPRequestHandler):
             rec.name = body.get("metadata", {}).get("name")
         faults = self.api._take_faults(rec)
         for rule in faults:
+            if rule.hang is not None:
+                rule.hang.wait(timeout=HANG_LIMIT_S)
             if rule.delay_s and rule.before:
                 time.sleep(rule.delay_s)
         error = next((r for r in faults if r.status is not None), None)
+        if error is not None and error.body is not None:
+            self._reply_raw(rec, error.status or 500, error.body, error.content_type)
+            return
         if error is not None:
             self._reply(rec, error.status, self._fault_body(rec, error, group))
             return
@@ -956,16 +1010,20 @@ class _Handler(BaseHTTPRequestHandler):
             return status_body(503, "ServiceUnavailable", "the server is currently unable to handle the request", {})
         if code == 429:
             return status_body(429, "TooManyRequests", "the server has received too many requests", {})
+        if code == 413:  # the API server's answer to a body over --max-request-bytes
+            return status_body(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728", {})
         msg = "Internal error occurred: injected fault"
         return status_body(code, "InternalError", msg, {"causes": [{"message": "injected fault"}]})
 
     def _reply(self, rec: RequestRecord, code: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
+        self._reply_raw(rec, code, json.dumps(payload).encode(), "application/json")
+
+    def _reply_raw(self, rec: RequestRecord, code: int, data: bytes, content_type: str) -> None:
         rec.status = code
         rec.finished = time.time()
         try:
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -29,8 +29,8 @@ from tests.helpers.jobs import build_pytorchjob
 
 NS = "flytesnacks-development"
 TERMINAL = {TaskExecution.SUCCEEDED, TaskExecution.FAILED, TaskExecution.ABORTED, TaskExecution.RETRYABLE_FAILED}
-FAST_RETRIES = {"api_timeout_s": 0.5, "api_retry_budget_s": 10.0, "api_backoff_initial_s": 0.01,
-                "api_backoff_max_s": 0.1}  # fmt: skip
+FAST_RETRIES = {"api_timeout_s": 0.5, "api_get_budget_s": 10.0, "api_create_budget_s": 10.0,
+                "api_delete_budget_s": 10.0, "api_backoff_initial_s": 0.01, "api_backoff_max_s": 0.1}  # fmt: skip
 
 
 def _row(drill: str, injected: str, expected: str, observed: dict, detect_s: float, leftover: int, lost: bool) -> dict:

@@ -2,7 +2,9 @@
 
 `CONDITION_PHASES`: the operator's condition types -> Flyte phases. Only conditions whose status is "True" count;
 a terminal one (Failed, Succeeded) wins, otherwise the latest by lastTransitionTime (list order breaks ties). An
-unknown condition type means "still running" plus a log line, never an error.
+unknown condition type means "still running" plus a log line, never an error. A job whose spec holds it
+(`runPolicy.suspend: true`, Kueue or an admin) is QUEUED until a terminal condition says otherwise, whatever else its
+conditions say (the operator keeps `Created` until it sees the suspension), and is never timed out.
 
 A failed job's phase and message follow the rule every kind shares (`backend_plugin.status.failed_job_status`);
 pods are named `<replica type>-<index>` from the operator's labels. `needs_pods`, `needs_error_report` and
@@ -46,6 +48,7 @@ __all__ = [
     "replica_name",
     "expected_replicas",
     "active_replicas",
+    "suspended",
     "needs_pods",
     "needs_error_report",
     "needs_events",
@@ -108,6 +111,19 @@ def active_replicas(job: Mapping[str, Any]) -> int:
     return sum(int((s or {}).get("active") or 0) for s in statuses.values())
 
 
+def suspended(job: Mapping[str, Any]) -> bool:
+    """Whether the job's spec holds it (`runPolicy.suspend: true`).
+
+    Args:
+        job: the PyTorchJob as read from the API.
+
+    Returns:
+        True for a suspended job.
+    """
+    run_policy = (job.get("spec") or {}).get("runPolicy") or {}
+    return isinstance(run_policy, Mapping) and run_policy.get("suspend") is True
+
+
 def needs_pods(job: Mapping[str, Any]) -> bool:
     """Whether `job_status` needs the job's pods to explain the state (else one GET per poll is enough).
 
@@ -119,6 +135,8 @@ def needs_pods(job: Mapping[str, Any]) -> bool:
         requested; False for succeeded, suspended, steady running jobs and jobs without conditions.
     """
     ctype = deciding_type(job, TERMINAL_CONDITIONS)
+    if ctype not in TERMINAL_CONDITIONS and suspended(job):
+        return False
     if ctype in ("Failed", "Restarting", "Created"):
         return True
     if ctype == "Running":
@@ -150,7 +168,7 @@ def needs_events(job: Mapping[str, Any], config: BackendConfig, now: datetime.da
         True for a job whose deciding condition is Created, without `status.startTime`, created at least
         `job_start_timeout_s` ago (a suspended job never is: it waits for admission on purpose).
     """
-    if config.job_start_timeout_s is None:
+    if config.job_start_timeout_s is None or suspended(job):
         return False
     if deciding_type(job, TERMINAL_CONDITIONS) != "Created":
         return False
@@ -186,9 +204,12 @@ def job_status(
     name = f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"
     pods = pods or []
     condition = deciding_condition(job, TERMINAL_CONDITIONS)
+    ctype = "" if condition is None else str(condition.get("type"))
+    if ctype not in TERMINAL_CONDITIONS and suspended(job):
+        why = condition_text(condition) if condition is not None and ctype == "Suspended" else ""
+        return JobStatus(TaskExecution.QUEUED, f"suspended, waiting for admission: {why or 'runPolicy.suspend'}", ctype)
     if condition is None:
         return _not_picked_up(job, name, config, now)
-    ctype = str(condition.get("type"))
     phase = CONDITION_PHASES.get(ctype)
     if phase is None:
         logger.warning("PyTorchJob %s has unknown condition %r; reporting it as running", name, ctype)

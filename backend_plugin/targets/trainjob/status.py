@@ -13,7 +13,8 @@ A job with neither was never turned into a JobSet: QUEUED while the Trainer cont
 permanent FAILED after `BackendConfig.trainjob_pickup_timeout_s` (a missing runtime or an unbuildable JobSet only
 shows as an Event). Pods explain failures (the earliest failing node) and stuck starts (an image that cannot be
 pulled past `BackendConfig.image_pull_grace_s` is a permanent FAILED). Pods are named `node-<index>` from their
-completion index. Pure: (job, pods, config, now, error documents) in, `JobStatus` out.
+completion index. A job whose spec holds it (`spec.suspend: true`, Kueue or an admin) is QUEUED until a terminal
+condition says otherwise, and is never timed out. Pure: (job, pods, config, now, error documents) in, `JobStatus` out.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from backend_plugin.config import BackendConfig
 from backend_plugin.status import (
     JobStatus,
     Phase,
+    condition_text,
     deciding_condition,
     deciding_type,
     failed_job_status,
@@ -46,6 +48,7 @@ __all__ = [
     "TERMINAL_CONDITIONS",
     "NODE_PHASES",
     "trainjob_status",
+    "suspended",
     "needs_pods",
     "needs_error_report",
     "node_status",
@@ -79,6 +82,19 @@ def node_status(job: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
+def suspended(job: Mapping[str, Any]) -> bool:
+    """Whether the job's spec holds it (`spec.suspend: true`).
+
+    Args:
+        job: the TrainJob as read from the API.
+
+    Returns:
+        True for a suspended job.
+    """
+    spec = job.get("spec") or {}
+    return isinstance(spec, Mapping) and spec.get("suspend") is True
+
+
 def needs_pods(job: Mapping[str, Any]) -> bool:
     """Whether `trainjob_status` needs the job's pods (a failed job's root cause; a start that may be stuck).
 
@@ -89,8 +105,10 @@ def needs_pods(job: Mapping[str, Any]) -> bool:
         True for a Failed job and for one whose nodes are active but none ready.
     """
     ctype = deciding_type(job, TERMINAL_CONDITIONS)
-    if ctype is not None:
-        return ctype == "Failed"
+    if ctype == "Failed":
+        return True
+    if ctype is not None or suspended(job):
+        return False
     node = node_status(job)
     return int(node.get("active") or 0) > 0 and int(node.get("ready") or 0) == 0
 
@@ -162,6 +180,10 @@ def trainjob_status(
     condition = deciding_condition(job, TERMINAL_CONDITIONS)
     node = node_status(job)
     expected = int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
+    if (condition is None or condition.get("type") not in TERMINAL_CONDITIONS) and suspended(job):
+        why = condition_text(condition) if condition is not None and condition.get("type") == "Suspended" else ""
+        ctype = "" if condition is None else str(condition.get("type"))
+        return JobStatus(TaskExecution.QUEUED, f"suspended, waiting for admission: {why or 'spec.suspend'}", ctype)
     if condition is not None:
         ctype = str(condition.get("type"))
         text = str(condition.get("message") or "")
