@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.docs.markdown_blocks import print_claims
 from tests.sdk.guarded_run import group_members, run_guarded
 from tests.test_images import torch_requirement
 
@@ -149,8 +150,9 @@ def test_installed_wheel_runs_the_example_render_and_the_connector(wheel: Path, 
     assert where.stdout.startswith(str(venv)), where  # the installed copy, not the checkout
     assert README_EXAMPLE, "README.md has no example snippet"
     (work / "example.py").write_text(README_EXAMPLE.group(1))
+    (claim,) = print_claims(README_EXAMPLE.group(1))  # the snippet's own "# prints ..." comment
     code, output = run("python", "example.py", timeout_s=240)
-    assert code == 0 and output.strip().splitlines()[-1] == "3 6.0", output[-3000:]
+    assert code == 0 and output.strip().splitlines()[-1] == claim.output, output[-3000:]
 
     code, output = run("pytorchjob", "render", "example.py", "all_reduce", "--image", "registry.example.com/t:1")
     assert code == 0, output[-3000:]
