@@ -190,7 +190,7 @@ def test_backend_modules_import_first_and_register_the_connector(first: str) -> 
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["pytorch_contract.quantity", "JobConnector"]
+    assert out.stdout.split() == ["pytorch_contract.quantity", "ServedJobConnector"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
