@@ -127,7 +127,7 @@ def _serve_api(jobs: int, big_workers: int, latency_ms: float) -> None:
 
 
 # ----------------------------------------------------------------------------------------- the connector process
-def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_threads: int) -> None:
+def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_threads: int, sync_get: bool) -> None:
     """Child process: serve the registered connector over gRPC like `pyflyte serve connector`, print the port."""
     from concurrent import futures
 
@@ -148,6 +148,11 @@ def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_thr
     configuration.host = api_host
     api_client = client.ApiClient(configuration)
     connector_module.set_api_client_factory(lambda: api_client)
+    if sync_get:  # the alternative design: the sync `get` on flytekit's default executor (sized by --executor-threads)
+        from flytekit.extend.backend.base_connector import ConnectorRegistry
+
+        for version in (0, 1):
+            ConnectorRegistry.register(connector_module.JobConnector(task_type_version=version), override=True)
 
     async def serve() -> None:
         threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor, where flytekit runs sync calls
@@ -369,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         "--get-threads", type=int, default=0,
         help="the connector's get_threads (its pool for gets the cache cannot answer); 0: the config default",
     )  # fmt: skip
+    parser.add_argument(
+        "--sync-get", action="store_true",
+        help="serve the sync JobConnector (get on the default executor) instead of the async ServedJobConnector",
+    )  # fmt: skip
     parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     parser.add_argument("--role", choices=("api", "connector"), help=argparse.SUPPRESS)
     parser.add_argument("--api-host", help=argparse.SUPPRESS)
@@ -382,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         _serve_api(args.jobs, args.big_workers, args.latency_ms)
         return 0
     if args.role == "connector":
-        _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads)
+        _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads, args.sync_get)
         return 0
 
     load = os.getloadavg()
@@ -395,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.get_threads:
             env["PYTORCHJOB_GET_THREADS"] = str(args.get_threads)
         conn = _Child(["--role", "connector", "--api-host", api.hello["host"], "--cache", args.cache,
-                       "--cache-setting", args.cache_setting, "--executor-threads", str(args.executor_threads)],
+                       "--cache-setting", args.cache_setting, "--executor-threads", str(args.executor_threads),
+                       *(["--sync-get"] if args.sync_get else [])],
                       env=env)  # fmt: skip
         figures = asyncio.run(_measure(args, api, conn))
     finally:
@@ -410,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "jobs": args.jobs, "pollers": args.pollers, "latency_ms": args.latency_ms, "seconds": args.seconds,
         "cache": args.cache, "cpus": conn.hello["cpus"] if conn else None,
-        "executor_threads": conn.hello["executor_threads"] if conn else None,
+        "executor_threads": conn.hello["executor_threads"] if conn else None, "sync_get": args.sync_get,
+        "get_threads": args.get_threads or None,
         "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in after], **figures,
     }  # fmt: skip
     for key, value in result.items():
