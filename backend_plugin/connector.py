@@ -809,13 +809,13 @@ class JobConnector(AsyncConnectorBase):
         uid = str((job.get("metadata") or {}).get("uid", ""))
         if resource_meta.uid and uid and uid != resource_meta.uid:
             return None
-        reads = target.reads(job, self.config, self._clock())
-        if reads.pods or reads.events or (reads.error_report and resource_meta.output_prefix):
-            return None
         try:
+            reads = target.reads(job, self.config, self._clock())
+            if reads.pods or reads.events or (reads.error_report and resource_meta.output_prefix):
+                return None
             return self._answer(job, resource_meta, target, None)
-        except KubeApiError:
-            return None  # a malformed job: `get` says so
+        except (KubeApiError, AttributeError, TypeError, ValueError, KeyError):
+            return None  # a job of a shape no API server writes: `get` says so, naming it
 
     def _answer(
         self, job: dict, resource_meta: JobMetadata, target: JobTarget, deadline: Optional[Deadline]
