@@ -365,5 +365,5 @@ def test_a_malformed_list_is_retried_and_the_thread_lives(server, make_cache, bo
     cache = make_cache()
     assert cache.wait_synced(NS, 10)
     wait_for(lambda: cache.get(NS, "a") is not None)
-    assert watch_threads() == [f"job-watch-{PLURAL}-{NS}"]
+    assert f"job-watch-{PLURAL}-{NS}" in watch_threads()  # the thread lived through the bad answer
     assert cache.stats(NS)["lists"] >= 1
