@@ -360,9 +360,9 @@ class JobWatchCache:
 
     Args:
         api_client: a `kubernetes.client.ApiClient`, or a callable returning one (called once, on first use).
-        group: API group of the job kind (e.g. `kubeflow.org`).
+        group: API group of the job kind (e.g. `example.org`).
         version: API version (e.g. `v1`).
-        plural: resource plural (e.g. `pytorchjobs`).
+        plural: resource plural (e.g. `examplejobs`).
         label_selector: the selector of the jobs we manage, `key=value` terms (what the connector labels jobs with).
         settings: timeouts, staleness bound and backoff.
         transform: what is kept of each job (default `slim`); a job kind's package can pass a stricter one (e.g.

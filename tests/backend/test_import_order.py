@@ -46,6 +46,7 @@ KIND_NEUTRAL = (
     "backend_plugin.retry",
     "backend_plugin.status",
     "backend_plugin.logs",
+    "backend_plugin.watch",
     "backend_plugin.targets.base",
 )
 KIND_PACKAGES = "backend_plugin.targets."
