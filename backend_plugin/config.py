@@ -341,6 +341,24 @@ class BackendConfig:
     counted, and a gang-scheduled one only when its events show a failure (it may wait for its PodGroup). None
     turns the check off. Flyte's Go plugin has the same check (`kf-operator.timeout`, one minute)."""
 
+    watch_cache: bool = True
+    """Answer `get` from a watch-backed cache of our own jobs (`backend_plugin.watch`): one LIST, then one WATCH, per
+    job kind and namespace the connector has seen, selecting the jobs by the `app.kubernetes.io/managed-by` label of
+    `default_labels`. A poll of a job the cache holds costs the API server nothing; a job the cache does not hold yet
+    (created milliseconds ago, a namespace not synced, a watch silent for more than 5 s) is read with a GET, as
+    without the cache. On by default because Flyte polls every running task every few seconds, which without it is
+    one GET per task per poll (10,000 tasks polled every 10 s: 1,000 GETs/s). It costs one watch connection per
+    kind and namespace and the job's spec and status in memory (about 10 KiB per job); RBAC needs `list` and `watch`
+    on the job kinds. False reads every job with a GET on every poll, exactly as before the cache. Env:
+    `PYTORCHJOB_WATCH_CACHE`."""
+
+    get_threads: int = 32
+    """Threads of the pool the served connector runs `get` calls in when the cache cannot answer them inline (a GET,
+    pod and event lists, error documents), and the size of the kubernetes client's connection pool. flytekit would
+    otherwise run them in asyncio's default pool of min(32, CPUs + 4) threads: 6 on a 2-CPU pod, which caps a
+    connector at about 6 / (API latency) polls per second. 32 keeps 32 API requests in flight, as many as propeller's
+    default GetTask workers. Env: `PYTORCHJOB_GET_THREADS`."""
+
     error_document_max_bytes: int = 1024 * 1024
     """The most bytes read of one error document (`error.pb`) under a failed task's output prefix. flytekit's
     documents hold one traceback, a few kilobytes; the bound keeps a `get` cheap whatever the prefix holds."""
@@ -480,6 +498,11 @@ class BackendConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 none = " or None to turn the check off" if attr == "job_start_timeout_s" else ""
                 raise ConfigError(f"{attr}={value!r} must be a non-negative number of seconds{none}")
+        if not isinstance(self.watch_cache, bool):
+            raise ConfigError(f"watch_cache={self.watch_cache!r} must be true or false")
+        threads = self.get_threads
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024:
+            raise ConfigError(f"get_threads={threads!r} must be an integer from 1 to 1024")
         size = self.error_document_max_bytes
         if isinstance(size, bool) or not isinstance(size, int) or size < 1024:
             raise ConfigError(f"error_document_max_bytes={size!r} must be an integer >= 1024")

@@ -36,13 +36,16 @@ Failure handling:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
+import functools
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, TypeVar
 
@@ -68,11 +71,19 @@ from backend_plugin.status import failed_job_status
 from backend_plugin.targets import DEFAULT, KINDS, JobTarget, Observed, target_for_config, target_for_kind
 from backend_plugin.task_errors import MAX_ERROR_FILES, ErrorReport, is_error_file, report_of
 from backend_plugin.template import read_template, template_to_dict
+from backend_plugin.watch import JobWatchCache
 from pytorch_contract.template_keys import CONFIG_PREFIX, TASK_TYPE
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+"""The label (from `BackendConfig.default_labels`) the watch cache selects our jobs by."""
+
+POD_PAGE = 500
+"""`limit` of each page of a pod or event list (client-go's pager uses 500): a 1,000-worker job's 1,001 pods come in
+three bounded answers rather than one of 2 MB."""
 
 MIN_ATTEMPT_S = 0.2
 """The least time left in an operation's budget for a retry to be worth starting (a first attempt needs 10 ms)."""
@@ -116,6 +127,30 @@ def without_client_retries(api_client: Any) -> Any:
     if configuration.retries is not False or getattr(configuration, "client_go_retries", False):
         configuration.retries = False
         configuration.client_go_retries = False
+        old = api_client.rest_client
+        api_client.rest_client = rest.RESTClientObject(configuration)
+        old.pool_manager.clear()
+    return api_client
+
+
+def with_pool_size(api_client: Any, size: int) -> Any:
+    """Let the client keep `size` connections open, so that every thread of the get pool (and each watch) has one.
+
+    urllib3 keeps 4 per host by default (`Configuration.connection_pool_maxsize`); more concurrent requests open
+    connections that are closed after use, a TCP (and TLS) handshake per request.
+
+    Args:
+        api_client: a `kubernetes.client.ApiClient`.
+        size: the least number of pooled connections.
+
+    Returns:
+        The same client; its REST client is rebuilt when its pool was smaller.
+    """
+    from kubernetes.client import rest
+
+    configuration = api_client.configuration
+    if (configuration.connection_pool_maxsize or 0) < size:
+        configuration.connection_pool_maxsize = size
         old = api_client.rest_client
         api_client.rest_client = rest.RESTClientObject(configuration)
         old.pool_manager.clear()
@@ -240,6 +275,7 @@ class JobConnector(AsyncConnectorBase):
         self._client: Optional[tuple[ApiClientFactory, Any]] = None
         self._lock = threading.Lock()
         self._auto_target: Optional[JobTarget] = None
+        self._caches: dict[str, Optional[JobWatchCache]] = {}
 
     # ------------------------------------------------------------------ lazy dependencies
     @property
@@ -259,10 +295,65 @@ class JobConnector(AsyncConnectorBase):
             if self._client is None or self._client[0] is not factory:
                 from kubernetes import client
 
-                api_client = without_client_retries(factory())
+                api_client = with_pool_size(without_client_retries(factory()), self.config.get_threads + 4)
                 self._client = (factory, (client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)))
+                self._stop_caches()  # built over the previous factory's client
             apis: tuple[Any, Any] = self._client[1]
         return apis
+
+    # ------------------------------------------------------------------ the watch cache
+    def cache(self, target: JobTarget) -> Optional[JobWatchCache]:
+        """The watch cache of `target`'s jobs, built on first use; None when `watch_cache` is off or
+        `default_labels` has no `app.kubernetes.io/managed-by` label to select our jobs by.
+
+        Args:
+            target: the job kind.
+
+        Returns:
+            The cache (its namespaces start watching on their first `get` or `feed`), or None.
+        """
+        key = _resource_of(target)
+        if key in self._caches:
+            return self._caches[key]
+        self._apis()
+        with self._lock:
+            if key not in self._caches:
+                self._caches[key] = self._new_cache(target)
+            return self._caches[key]
+
+    def _new_cache(self, target: JobTarget) -> Optional[JobWatchCache]:
+        config = self.config
+        managed_by = config.default_labels.get(MANAGED_BY_LABEL)
+        if not config.watch_cache:
+            return None
+        if not managed_by:
+            logger.warning(
+                "watch_cache is on but default_labels has no %s label to select our jobs by; every get reads the API",
+                MANAGED_BY_LABEL,
+            )
+            return None
+        assert self._client is not None
+        api_client = self._client[1][0].api_client
+        selector = f"{MANAGED_BY_LABEL}={managed_by}"
+        return JobWatchCache(api_client, target.group, target.version, target.plural, selector)
+
+    def _stop_caches(self) -> None:
+        caches, self._caches = list(self._caches.values()), {}
+        for cache in caches:
+            if cache is not None:
+                try:
+                    cache.stop()
+                except RuntimeError as e:  # a thread still in a read: a daemon, it ends with its read
+                    logger.warning("%s", e)
+
+    def close(self) -> None:
+        """Stop the watch caches' threads (a later `get` starts them again).
+
+        Raises:
+            Nothing: a watch thread that does not end in time is logged and left to end on its own.
+        """
+        with self._lock:
+            self._stop_caches()
 
     # ------------------------------------------------------------------ API calls with retries
     def deadline(self, operation: str) -> Deadline:
@@ -357,20 +448,29 @@ class JobConnector(AsyncConnectorBase):
         else:
             list_call, selector = core.list_namespaced_event, {"field_selector": target.events_selector(name)}
         verb, subject = f"list {what} of", f"{target.kind} {namespace}/{name}"
+        token = ""
 
-        def read(timeout: tuple[float, float]) -> list[dict]:
-            response = list_call(namespace, **selector, _request_timeout=timeout, _preload_content=False)
+        def read(timeout: tuple[float, float]) -> tuple[list[dict], str]:
+            page = {"limit": POD_PAGE, **({"_continue": token} if token else {})}
+            response = list_call(namespace, **selector, **page, _request_timeout=timeout, _preload_content=False)
             answer = _decode(response, verb, subject, f"a {what} list")
             if not isinstance(answer, dict):
                 raise MalformedAnswer(verb, subject, f"the API answered with {_shape(answer)}, not a {what} list")
+            meta = answer.get("metadata")
+            following = str(meta.get("continue") or "") if isinstance(meta, dict) else ""
             items = answer.get("items")
             if items is None:
-                return []  # a list without items (`null` or left out) is an empty list
+                return [], following  # a list without items (`null` or left out) is an empty list
             if not isinstance(items, list):
                 raise MalformedAnswer(verb, subject, f"the API answered with {_shape(answer)}, not a {what} list")
-            return [item for item in items if isinstance(item, dict)]
+            return [item for item in items if isinstance(item, dict)], following
 
-        return self._call(read, verb, subject, namespace, "list", what, "", deadline)
+        out: list[dict] = []
+        while True:  # every page inside the same deadline; an expired token (410) is an error like any other
+            items, token = self._call(read, verb, subject, namespace, "list", what, "", deadline)
+            out.extend(items)
+            if not token:
+                return out
 
     # ------------------------------------------------------------------ target
     def target(self, deadline: Optional[Deadline] = None) -> JobTarget:
@@ -653,6 +753,9 @@ class JobConnector(AsyncConnectorBase):
     def get(self, resource_meta: JobMetadata, **kwargs: Any) -> Resource:
         """Read the job (and its pods only when needed to explain it) and report phase, message and log links.
 
+        With `watch_cache` on, the job comes from the watch cache when it is synced and holds it; otherwise from a GET,
+        which feeds the cache; a job the watch saw deleted is not read again. With it off, every call is a GET.
+
         Args:
             resource_meta: what `create` returned.
             **kwargs: ignored.
@@ -666,16 +769,61 @@ class JobConnector(AsyncConnectorBase):
         """
         ns, name = resource_meta.namespace, resource_meta.name
         target = target_for_kind(getattr(resource_meta, "kind", "") or "")
-        kind = target.kind
         identity = {"namespace": ns, "name": name, "uid": resource_meta.uid}
         if resource_meta.error:
             return Resource(phase=TaskExecution.FAILED, message=resource_meta.error, custom_info=identity)
         self._apis()
+        cache = self.cache(target)
         deadline = self.deadline("get")  # from here: the client is built (see `_apis`)
+        job = cache.get(ns, name) if cache is not None else None
+        if job is None:
+            if cache is not None and cache.is_deleted(ns, name):
+                return self._gone(resource_meta)
+            try:
+                job = self._read_job(ns, name, target, deadline)
+            except NotFound:
+                return self._gone(resource_meta)
+            if cache is not None:
+                cache.feed(job)
+        return self._answer(job, resource_meta, target, deadline)
+
+    def answer_from_cache(self, resource_meta: JobMetadata) -> Optional[Resource]:
+        """The `get` answer when it needs no I/O: the job's cache is built and holds the job, and its status needs
+        neither pods, events nor error documents. Safe to call in an event loop.
+
+        Args:
+            resource_meta: what `create` returned.
+
+        Returns:
+            The same `Resource` `get` would return, or None when `get` must read something.
+        """
+        if resource_meta.error:
+            return None
+        target = target_for_kind(getattr(resource_meta, "kind", "") or "")
+        cache = self._caches.get(_resource_of(target))
+        if cache is None:
+            return None  # not built yet (or off): building it imports the client, not for the event loop
+        job = cache.get(resource_meta.namespace, resource_meta.name)
+        if job is None:
+            return None
+        uid = str((job.get("metadata") or {}).get("uid", ""))
+        if resource_meta.uid and uid and uid != resource_meta.uid:
+            return None
         try:
-            job = self._read_job(ns, name, target, deadline)
-        except NotFound:
-            return self._gone(resource_meta)
+            reads = target.reads(job, self.config, self._clock())
+            if reads.pods or reads.events or (reads.error_report and resource_meta.output_prefix):
+                return None
+            return self._answer(job, resource_meta, target, None)
+        except (KubeApiError, AttributeError, TypeError, ValueError, KeyError):
+            return None  # a job of a shape no API server writes: `get` says so, naming it
+
+    def _answer(
+        self, job: dict, resource_meta: JobMetadata, target: JobTarget, deadline: Optional[Deadline]
+    ) -> Resource:
+        """Phase, message, links and info of a job read (from the API or the cache): pods, events and error documents
+        are read only when the status needs them (`deadline` is None only when it needs none)."""
+        ns, name, kind = resource_meta.namespace, resource_meta.name, target.kind
+        identity = {"namespace": ns, "name": name, "uid": resource_meta.uid}
         uid = str((job.get("metadata") or {}).get("uid", ""))
         if resource_meta.uid and uid and uid != resource_meta.uid:
             return Resource(
@@ -689,6 +837,7 @@ class JobConnector(AsyncConnectorBase):
         pods: Optional[list[dict]] = None
         note = ""
         if reads.pods:
+            assert deadline is not None
             try:
                 pods = self._list("pods", ns, name, target, deadline)
             except KubeApiError as e:
@@ -701,6 +850,7 @@ class JobConnector(AsyncConnectorBase):
         events: Optional[list[dict]] = None
         events_problem = ""
         if reads.events:
+            assert deadline is not None
             try:
                 events = self._list("events", ns, name, target, deadline)
             except KubeApiError as e:
@@ -791,6 +941,11 @@ class JobConnector(AsyncConnectorBase):
             logger.info("%s %s/%s already deleted", target.kind, ns, name)
 
 
+def _resource_of(target: JobTarget) -> str:
+    """`<plural>.<group>/<version>`: what a watch cache is kept per."""
+    return f"{target.plural}.{target.api_version}"
+
+
 def _is_api_failure(e: BaseException) -> bool:
     """Whether `e` came from the API round trip (HTTP error status, timeout, connection failure)."""
     if hasattr(e, "status") and hasattr(e, "body"):  # kubernetes ApiException
@@ -879,15 +1034,53 @@ def _custom_info(job: dict, target: JobTarget) -> dict[str, Any]:
     return info
 
 
+class ServedJobConnector(JobConnector):
+    """The connector as `pyflyte serve connector` runs it: `get` is a coroutine, so flytekit awaits it in the event
+    loop instead of queueing it on asyncio's default pool of min(32, CPUs + 4) threads.
+
+    A poll the watch cache answers without I/O (`answer_from_cache`) is answered inline, in microseconds; every other
+    poll runs the sync `JobConnector.get` on a pool of `get_threads` threads, whose API calls keep their deadline and
+    retries. `create` and `delete` stay sync (flytekit runs them in its default pool; they are rare).
+    """
+
+    name = JobConnector.name
+    _pool: Optional[ThreadPoolExecutor] = None
+
+    def _get_pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.config.get_threads, thread_name_prefix="connector-get")
+            return self._pool
+
+    async def get(self, resource_meta: JobMetadata, **kwargs: Any) -> Resource:
+        """`JobConnector.get`, answered inline when the cache can, else on the `get_threads` pool.
+
+        Args:
+            resource_meta: what `create` returned.
+            **kwargs: ignored.
+
+        Returns:
+            What `JobConnector.get` returns.
+
+        Raises:
+            KubeApiError: the job could not be read (after retries, within `api_get_budget_s`); Flyte polls again.
+        """
+        answer = self.answer_from_cache(resource_meta)
+        if answer is not None:
+            return answer
+        call = functools.partial(JobConnector.get, self, resource_meta)
+        return await asyncio.get_running_loop().run_in_executor(self._get_pool(), call)
+
+
 def register() -> None:
-    """Register the connector for `pytorch` task versions 0 and 1 (idempotent)."""
+    """Register the served connector for `pytorch` task versions 0 and 1 (idempotent)."""
     for version in (0, 1):
         try:
-            if isinstance(ConnectorRegistry.get_connector(TASK_TYPE, version), JobConnector):
+            if isinstance(ConnectorRegistry.get_connector(TASK_TYPE, version), ServedJobConnector):
                 continue
         except Exception:  # noqa: BLE001 - FlyteConnectorNotFound: not registered yet
             pass
-        ConnectorRegistry.register(JobConnector(task_type_version=version), override=True)
+        ConnectorRegistry.register(ServedJobConnector(task_type_version=version), override=True)
 
 
 register()

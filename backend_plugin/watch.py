@@ -221,11 +221,13 @@ class _NamespaceInformer:
                 failures += 1
                 if failures == 1:
                     continue  # the first relist after a 410 is immediate, as in client-go
-            except (ApiException, HTTPError, OSError, ValueError) as e:
+            except (ApiException, HTTPError, OSError, ValueError, KeyError, TypeError, AttributeError) as e:
                 if stop.is_set():
                     break
                 failures += 1
                 if isinstance(e, ApiException) and e.status == 410:  # a LIST's continue token, or a watch, too old
+                    need_list = True
+                if isinstance(e, (KeyError, TypeError, AttributeError)):  # an answer of a shape no API server writes
                     need_list = True
                 logger.warning(
                     "%s of %s in %s failed (%s); retrying", "list" if need_list else "watch", self.cache.plural,
@@ -253,8 +255,12 @@ class _NamespaceInformer:
                 _request_timeout=settings.request_timeout_s, **kwargs,
             )  # fmt: skip
             self.lists += 1
+            if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
+                raise ValueError(f"the LIST answered with a {type(page).__name__} that is not a list of jobs")
             for item in page.get("items") or []:
-                jobs[item["metadata"]["name"]] = self.cache.transform(item)
+                name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
+                if isinstance(name, str) and name:  # an item that is not a named object is skipped
+                    jobs[name] = self.cache.transform(item)
             meta = page.get("metadata") or {}
             rv = rv or str(meta.get("resourceVersion") or "")
             token = meta.get("continue")
@@ -293,6 +299,8 @@ class _NamespaceInformer:
             response.release_conn()
 
     def _apply(self, event: dict) -> None:
+        if not isinstance(event, dict) or not isinstance(event.get("object") or {}, dict):
+            raise ValueError("a watch event that is not an object with an object")
         etype, obj = event.get("type"), event.get("object") or {}
         self.heard_at = time.monotonic()
         if etype == "ERROR":
@@ -352,9 +360,9 @@ class JobWatchCache:
 
     Args:
         api_client: a `kubernetes.client.ApiClient`, or a callable returning one (called once, on first use).
-        group: API group of the job kind (e.g. `kubeflow.org`).
+        group: API group of the job kind (e.g. `example.org`).
         version: API version (e.g. `v1`).
-        plural: resource plural (e.g. `pytorchjobs`).
+        plural: resource plural (e.g. `examplejobs`).
         label_selector: the selector of the jobs we manage, `key=value` terms (what the connector labels jobs with).
         settings: timeouts, staleness bound and backoff.
         transform: what is kept of each job (default `slim`); a job kind's package can pass a stricter one (e.g.

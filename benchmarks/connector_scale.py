@@ -20,15 +20,20 @@ Reported (``--json`` writes the same figures by name):
 Usage::
 
     python benchmarks/connector_scale.py [--jobs 2000] [--pollers 32] [--latency-ms 20] [--seconds 15]
-                                         [--executor-threads N] [--cache off|on] [--json PATH]
+                                         [--executor-threads N] [--get-threads N] [--cache off|on]
+                                         [--json PATH]
 
-``--cache on`` sets the connector's watch-cache setting (``PYTORCHJOB_<SETTING>=true``, the setting named by
+``--cache on|off`` sets the connector's watch-cache setting (``PYTORCHJOB_<SETTING>=true|false``, the setting named by
 ``--cache-setting``) in the connector's environment; it stops with an error while the connector has no such setting.
 
 flytekit runs a sync connector method with ``loop.run_in_executor(None, ...)``: in the event loop's default
 thread pool of min(32, CPUs + 4) threads (the ``--worker`` pool of ``pyflyte serve connector`` is grpc's, not
-this one). The size is printed with the results, because it caps concurrency; ``--executor-threads N`` sets the
-connector process's default executor to N threads, to measure a pool sized by configuration.
+this one). The served connector's ``get`` is a coroutine: it answers from the watch cache in the event loop and runs
+every other poll on its own pool of ``get_threads`` threads (``--get-threads N`` sets it; 0 keeps the config's
+default). ``--executor-threads N`` sets the default executor, which ``create`` and ``delete`` still use.
+
+The RSS baseline is taken after polling jobs of a second namespace (imports, pools and, with the cache, that
+namespace's watch are then paid for), so the growth is the tracked jobs' own.
 
 The machine's load average is printed first and stored: on a shared machine the figures vary several-fold.
 """
@@ -53,6 +58,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 NAMESPACE = "bench"
+WARMUP_NAMESPACE = "bench-warmup"
+"""Jobs polled before the RSS baseline: imports, pools and (with the cache) one namespace's watch are then paid for,
+and the growth measured after is the tracked jobs' alone."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "flytekitplugins-pytorch"}
 GOLDEN_JOB = ROOT / "tests" / "data" / "jobs" / "cpu_only.yaml"
 BIG_JOB = "big-created"
@@ -79,11 +87,12 @@ def _serve_api(jobs: int, big_workers: int, latency_ms: float) -> None:
     running = {"conditions": [_condition("Created"), _condition("Running")],
                "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 2}},
                "startTime": "2025-01-01T00:00:00Z"}  # fmt: skip
-    for i in range(jobs):
-        job = copy.deepcopy(base)
-        job["metadata"].update(name=f"job-{i:05d}", namespace=NAMESPACE)
-        job["status"] = running
-        api.put_job(job)
+    for namespace, count in ((NAMESPACE, jobs), (WARMUP_NAMESPACE, 64)):
+        for i in range(count):
+            job = copy.deepcopy(base)
+            job["metadata"].update(name=f"job-{i:05d}", namespace=namespace)
+            job["status"] = running
+            api.put_job(job)
     if big_workers:
         big = copy.deepcopy(base)
         big["metadata"].update(name=BIG_JOB, namespace=NAMESPACE, creationTimestamp="2025-01-01T00:00:00Z")
@@ -118,7 +127,7 @@ def _serve_api(jobs: int, big_workers: int, latency_ms: float) -> None:
 
 
 # ----------------------------------------------------------------------------------------- the connector process
-def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_threads: int) -> None:
+def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_threads: int, sync_get: bool) -> None:
     """Child process: serve the registered connector over gRPC like `pyflyte serve connector`, print the port."""
     from concurrent import futures
 
@@ -139,6 +148,11 @@ def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_thr
     configuration.host = api_host
     api_client = client.ApiClient(configuration)
     connector_module.set_api_client_factory(lambda: api_client)
+    if sync_get:  # the alternative design: the sync `get` on flytekit's default executor (sized by --executor-threads)
+        from flytekit.extend.backend.base_connector import ConnectorRegistry
+
+        for version in (0, 1):
+            ConnectorRegistry.register(connector_module.JobConnector(task_type_version=version), override=True)
 
     async def serve() -> None:
         threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor, where flytekit runs sync calls
@@ -201,15 +215,22 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _request(name: str) -> Any:
+def _request(name: str, namespace: str = NAMESPACE) -> Any:
     from flyteidl.admin import agent_pb2
 
-    meta = json.dumps({"namespace": NAMESPACE, "name": name, "uid": ""}).encode()
+    meta = json.dumps({"namespace": namespace, "name": name, "uid": ""}).encode()
     return agent_pb2.GetTaskRequest(task_category=agent_pb2.TaskCategory(name="pytorch", version=1), resource_meta=meta)
 
 
-async def _poll(stub: Any, names: list[str], pollers: int, seconds: float | None) -> tuple[list[float], int]:
-    """`pollers` concurrent loops of GetTask over `names` round-robin, for `seconds` (None: each name once)."""
+async def _poll(
+    stub: Any, names: list[str], pollers: int, seconds: float | None, namespace: str = NAMESPACE
+) -> tuple[list[float], int]:
+    """`pollers` concurrent loops of GetTask over `names` round-robin, for `seconds` (None: each name once).
+
+    Returns the latencies and the errors: failed calls, and answers whose phase is not RUNNING (every polled job is
+    Running)."""
+    from flyteidl.core import execution_pb2
+
     latencies: list[float] = []
     errors = 0
     nxt = 0
@@ -226,11 +247,13 @@ async def _poll(stub: Any, names: list[str], pollers: int, seconds: float | None
             nxt += 1
             started = time.perf_counter()
             try:
-                await stub.GetTask(_request(name), timeout=30)
+                response = await stub.GetTask(_request(name, namespace), timeout=30)
             except Exception:  # noqa: BLE001 - counted; a benchmark goes on
                 errors += 1
                 continue
             latencies.append(time.perf_counter() - started)
+            if response.resource.phase != execution_pb2.TaskExecution.RUNNING:
+                errors += 1
 
     await asyncio.gather(*(loop() for _ in range(pollers)))
     return latencies, errors
@@ -270,9 +293,11 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
     pid = conn.proc.pid
     async with grpc.aio.insecure_channel(f"127.0.0.1:{conn.hello['port']}") as channel:
         stub = AsyncAgentServiceStub(channel)
-        await stub.GetTask(_request(names[0]), timeout=60)  # imports, client, config: not counted
-        # Warm the thread pool, connections and allocator on a few jobs, so that what follows is per-job memory.
-        await _poll(stub, names[: args.pollers], args.pollers, 3.0)
+        warm = [f"job-{i:05d}" for i in range(64)]
+        await stub.GetTask(_request(warm[0], WARMUP_NAMESPACE), timeout=60)  # imports, client, config: not counted
+        # Warm the thread pool, connections, allocator (and a namespace's watch) on jobs of another namespace, so that
+        # what follows is the tracked jobs' memory.
+        await _poll(stub, warm, args.pollers, 3.0, WARMUP_NAMESPACE)
         rss_before = _rss_mib(pid)
         started = time.monotonic()
         _, errors = await _poll(stub, names, args.pollers, None)  # every job once: the cache (if any) holds them all
@@ -307,6 +332,10 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
         figures["staleness_after_410_s"] = await _staleness(stub, api)
         figures["watches_dropped"] = api.ask("drop_watches")["dropped"]
         figures["staleness_after_drop_s"] = await _staleness(stub, api)
+        # Every job once more after the 410 and the dropped watch: each must still answer, and answer RUNNING.
+        _, after_errors = await _poll(stub, [n for n in names if n != STALE_JOB], args.pollers, None)
+        figures["errors_after_410_and_drop"] = after_errors
+        errors += after_errors
 
         if args.big_workers:
             big = []
@@ -341,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
         "--executor-threads", type=int, default=0,
         help="size the connector's default executor (where flytekit runs sync methods); 0: asyncio's default",
     )  # fmt: skip
+    parser.add_argument(
+        "--get-threads", type=int, default=0,
+        help="the connector's get_threads (its pool for gets the cache cannot answer); 0: the config default",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sync-get", action="store_true",
+        help="serve the sync JobConnector (get on the default executor) instead of the async ServedJobConnector",
+    )  # fmt: skip
     parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     parser.add_argument("--role", choices=("api", "connector"), help=argparse.SUPPRESS)
     parser.add_argument("--api-host", help=argparse.SUPPRESS)
@@ -354,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         _serve_api(args.jobs, args.big_workers, args.latency_ms)
         return 0
     if args.role == "connector":
-        _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads)
+        _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads, args.sync_get)
         return 0
 
     load = os.getloadavg()
@@ -363,9 +400,12 @@ def main(argv: list[str] | None = None) -> int:
     api = _Child(["--role", "api", *common])
     conn = None
     try:
-        env = {f"PYTORCHJOB_{args.cache_setting.upper()}": "true"} if args.cache == "on" else {}
+        env = {f"PYTORCHJOB_{args.cache_setting.upper()}": "true" if args.cache == "on" else "false"}
+        if args.get_threads:
+            env["PYTORCHJOB_GET_THREADS"] = str(args.get_threads)
         conn = _Child(["--role", "connector", "--api-host", api.hello["host"], "--cache", args.cache,
-                       "--cache-setting", args.cache_setting, "--executor-threads", str(args.executor_threads)],
+                       "--cache-setting", args.cache_setting, "--executor-threads", str(args.executor_threads),
+                       *(["--sync-get"] if args.sync_get else [])],
                       env=env)  # fmt: skip
         figures = asyncio.run(_measure(args, api, conn))
     finally:
@@ -380,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "jobs": args.jobs, "pollers": args.pollers, "latency_ms": args.latency_ms, "seconds": args.seconds,
         "cache": args.cache, "cpus": conn.hello["cpus"] if conn else None,
-        "executor_threads": conn.hello["executor_threads"] if conn else None,
+        "executor_threads": conn.hello["executor_threads"] if conn else None, "sync_get": args.sync_get,
+        "get_threads": args.get_threads or None,
         "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in after], **figures,
     }  # fmt: skip
     for key, value in result.items():

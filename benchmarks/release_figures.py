@@ -7,6 +7,8 @@ Runs, one after the other, each in its own process:
 1. ``benchmarks/mnist_time_to_accuracy.py --runs N --json ...`` (the classic reference and our example, alternated);
 2. ``benchmarks/plugin_overhead.py --json ...`` (import, serialization, local launch vs. the floor);
 3. ``benchmarks/backend_build.py`` (builder throughput, connector ``get`` latency);
+4. ``benchmarks/connector_scale.py --jobs 2000 --cache on|off --json ...`` (GetTask over gRPC with 2,000 tracked
+   jobs and 32 pollers, with the watch cache and without);
 
 then replaces the part of ``--out`` between the ``release-figures`` markers with a table of the figures, the goals
 of the release, the machine (CPU, cores, memory, versions, load average before each benchmark), the date and the
@@ -36,6 +38,8 @@ END = "<!-- release-figures:end -->"
 MNIST_CMD = "MNIST_DATA_DIR=../shared/data/mnist python benchmarks/mnist_time_to_accuracy.py --runs {runs}"
 OVERHEAD_CMD = "python benchmarks/plugin_overhead.py"
 BUILD_CMD = "python benchmarks/backend_build.py"
+SCALE_JOBS = 2000
+SCALE_CMD = "python benchmarks/connector_scale.py --jobs {jobs} --cache {cache}"
 
 
 def machine() -> dict[str, Any]:
@@ -100,7 +104,8 @@ def measure(runs: int, data_dir: str) -> dict[str, Any]:
         data_dir: the MNIST data directory.
 
     Returns:
-        dict: ``machine``, ``date``, ``runs``, ``mnist``, ``overhead``, ``builder``, ``connector_get``.
+        dict: ``machine``, ``date``, ``runs``, ``mnist``, ``overhead``, ``builder``, ``connector_get``,
+        ``connector_scale`` (``on`` and ``off``: what ``connector_scale.py --json`` writes).
     """
     figures: dict[str, Any] = {
         "machine": machine(),
@@ -128,6 +133,15 @@ def measure(runs: int, data_dir: str) -> dict[str, Any]:
         row = json.loads(line)
         figures[row.pop("benchmark")] = row
     figures["builder"]["load_before"] = load
+    scale: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for cache in ("on", "off"):
+            path = Path(tmp) / f"scale-{cache}.json"
+            command = SCALE_CMD.format(jobs=SCALE_JOBS, cache=cache).split()[1:]
+            settle()
+            subprocess.run([sys.executable, *command, "--json", str(path)], check=True, cwd=ROOT)
+            scale[cache] = json.loads(path.read_text())
+    figures["connector_scale"] = scale
     return figures
 
 
@@ -219,6 +233,9 @@ def render(figures: dict[str, Any]) -> str:
             "",
         ),
     ]
+    scale = figures.get("connector_scale")
+    if scale:
+        rows += scale_rows(scale["on"], scale["off"])
     gpu = figures.get("gpu")
     if gpu:
         rows.append(
@@ -253,9 +270,20 @@ def render(figures: dict[str, Any]) -> str:
         MNIST_CMD.format(runs=runs),
         OVERHEAD_CMD,
         BUILD_CMD,
-        "python benchmarks/release_figures.py --runs 3   # all three, then rewrites this table",
+        *([SCALE_CMD.format(jobs=SCALE_JOBS, cache=c) for c in ("on", "off")] if scale else []),
+        "python benchmarks/release_figures.py --runs 3   # "
+        + ("all of them" if scale else "all three")
+        + ", then rewrites this table",
         "```",
     ]
+    if scale:
+        on, off = scale["on"], scale["off"]
+        lines += [
+            "",
+            f"Connector scale: 1-minute load average {on['load_before'][0]:.2f} before the run with the cache, "
+            f"{off['load_before'][0]:.2f} before the run without; {on['pollers']} pollers, {on['latency_ms']:.0f} ms "
+            f"of API latency, {on['seconds']:.0f} s windows, `get_threads` pool of the connector's config.",
+        ]
     if not gpu:
         lines += ["", "No GPU was lent for this measurement, so the GPU row is absent."]
     warnings = mnist.get("warnings") or []
@@ -263,6 +291,69 @@ def render(figures: dict[str, Any]) -> str:
         lines += ["", "The MNIST benchmark warned: " + "; ".join(warnings) + "."]
     lines += ["", END]
     return "\n".join(lines)
+
+
+def _worst(figure: dict[str, float]) -> float:
+    return float(figure["max"])
+
+
+def scale_rows(on: dict[str, Any], off: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The connector-scale rows of the table, with the watch cache (`on`) and without (`off`). Pure.
+
+    Args:
+        on: `connector_scale.py --cache on --json` figures.
+        off: the same with `--cache off`.
+
+    Returns:
+        (figure, measured, goal, met) rows.
+    """
+    jobs = on["jobs"]
+    rss = on["rss_per_1000_jobs_mib"] * jobs / 1000
+    stale = max(_worst(on["staleness_s"]), _worst(on["staleness_after_410_s"]), _worst(on["staleness_after_drop_s"]))
+    big = on["big_job_gettask_s"]
+    errors = on["errors"] + off["errors"]
+    return [
+        (
+            f"Connector GetTask over gRPC, {jobs:,} tracked jobs, {on['pollers']} pollers, {on['latency_ms']:.0f} ms "
+            "API latency: calls/s, p50 / p99, with the watch cache (without)",
+            f"**{on['gettask_per_s']:,.0f}/s**, {on['p50_ms']:.1f} / **{on['p99_ms']:.1f} ms** "
+            f"({off['gettask_per_s']:,.0f}/s, {off['p50_ms']:.1f} / {off['p99_ms']:.1f} ms)",
+            ">= 1,000/s, p99 <= 50 ms",
+            _met(on["gettask_per_s"] >= 1000 and on["p99_ms"] <= 50),
+        ),
+        (
+            "API requests (GETs and LISTs) per steady GetTask, with the cache (without)",
+            f"**{on['api_requests_per_gettask']:.3f}** ({off['api_requests_per_gettask']:.3f})",
+            "<= 0.05",
+            _met(on["api_requests_per_gettask"] <= 0.05),
+        ),
+        (
+            f"Connector RSS growth for {jobs:,} tracked jobs, with the cache",
+            f"**{rss:.1f} MiB** ({on['rss_per_1000_jobs_mib']:.1f} MiB per 1,000)",
+            f"<= {100 * jobs / 2000:.0f} MiB",
+            _met(rss <= 100 * jobs / 2000),
+        ),
+        (
+            "Staleness (condition change on the API to GetTask reporting it), worst of steady / after a forced 410 / "
+            "after a dropped watch, with the cache",
+            f"**{stale:.2f} s** ({_worst(on['staleness_s']):.2f} / {_worst(on['staleness_after_410_s']):.2f} / "
+            f"{_worst(on['staleness_after_drop_s']):.2f} s)",
+            "<= 5 s",
+            _met(stale <= 5.0),
+        ),
+        (
+            f"GetTask of a Created job with {big['workers']:,} workers ({big['workers'] + 1:,} pods), median (max)",
+            f"**{big['median']:.2f} s** ({big['max']:.2f} s)",
+            "<= 1 s",
+            _met(big["max"] <= 1.0),
+        ),
+        (
+            "Errors and wrong phases, both runs, through a forced 410 and a dropped watch",
+            f"**{errors}**",
+            "0",
+            _met(errors == 0),
+        ),
+    ]
 
 
 def replace_section(document: str, section: str) -> str:

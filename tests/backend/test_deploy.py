@@ -47,9 +47,13 @@ def test_rbac_is_least_privilege():
         ("kubeflow.org", "pytorchjobs", "create"),
         ("kubeflow.org", "pytorchjobs", "get"),
         ("kubeflow.org", "pytorchjobs", "delete"),
+        ("kubeflow.org", "pytorchjobs", "list"),  # the watch cache
+        ("kubeflow.org", "pytorchjobs", "watch"),
         ("trainer.kubeflow.org", "trainjobs", "create"),
         ("trainer.kubeflow.org", "trainjobs", "get"),
         ("trainer.kubeflow.org", "trainjobs", "delete"),
+        ("trainer.kubeflow.org", "trainjobs", "list"),
+        ("trainer.kubeflow.org", "trainjobs", "watch"),
         ("", "pods", "list"),
         ("", "events", "list"),
     }

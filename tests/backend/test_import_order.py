@@ -46,6 +46,7 @@ KIND_NEUTRAL = (
     "backend_plugin.retry",
     "backend_plugin.status",
     "backend_plugin.logs",
+    "backend_plugin.watch",
     "backend_plugin.targets.base",
 )
 KIND_PACKAGES = "backend_plugin.targets."
@@ -190,7 +191,7 @@ def test_backend_modules_import_first_and_register_the_connector(first: str) -> 
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["pytorch_contract.quantity", "JobConnector"]
+    assert out.stdout.split() == ["pytorch_contract.quantity", "ServedJobConnector"]
 
 
 # ---------------------------------------------------------------------------------------------------------------

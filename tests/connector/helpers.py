@@ -54,15 +54,22 @@ def execution_metadata(
 
 
 def make_connector(api_client: Any, clock: Any = None, **config: Any) -> JobConnector:
-    """A connector over `api_client` with small timeouts and instant retries (real clock unless given)."""
-    settings = {"api_timeout_s": 1.0, "api_get_budget_s": 5.0, "api_create_budget_s": 5.0, "api_delete_budget_s": 5.0,
-                "api_backoff_initial_s": 0.001, "api_backoff_max_s": 0.002, **config}  # fmt: skip
+    """A connector over `api_client` with small timeouts and instant retries (real clock unless given).
+
+    The watch cache is off unless `watch_cache=True` is passed: these connectors' tests set a job's status on the fake
+    API and read it back at once, and pin the requests of each call, which is the behaviour with the cache off; the
+    cache's own tests, the e2e tests and the benchmark turn it on."""
+    settings = {"watch_cache": False, **_FAST, **config}
     return JobConnector(
         config=BackendConfig(**settings),
         api_client_factory=lambda: api_client,
         clock=clock,
         sleep=lambda _s: None,
     )
+
+
+_FAST = {"api_timeout_s": 1.0, "api_get_budget_s": 5.0, "api_create_budget_s": 5.0, "api_delete_budget_s": 5.0,
+         "api_backoff_initial_s": 0.001, "api_backoff_max_s": 0.002}  # fmt: skip
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -34,11 +34,26 @@ def test_small_run_reports_one_get_per_poll_without_cache(tmp_path):
     figures = json.loads(out.read_text())
     assert figures["errors"] == 0 and figures["cache"] == "off"
     assert figures["gettask_per_s"] > 0 and 0 < figures["p50_ms"] <= figures["p99_ms"]
-    # Running jobs: one GET per GetTask, no pod lists, no watches (the connector has no cache yet).
+    # Running jobs: one GET per GetTask, no pod lists, no watches (watch_cache false: the behaviour before it).
     assert set(figures["api_requests_by_verb"]) == {"get pytorchjobs"}
     assert figures["api_requests_per_gettask"] == 1.0 and figures["api_watch_requests_in_window"] == 0
     assert figures["big_job_gettask_s"]["workers"] == 5 and figures["staleness_s"]["max"] > 0
     assert figures["executor_threads"] == min(32, (os.cpu_count() or 1) + 4)
+    assert figures["watches_expired"] == 0 and figures["watches_dropped"] == 0
+
+
+def test_small_run_with_the_cache_answers_from_the_watch(tmp_path):
+    out = tmp_path / "figures.json"
+    result = run(tmp_path, "--cache", "on", "--json", str(out))
+    assert result.returncode == 0, result.output[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["cache"] == "on" and figures["errors"] == 0 and figures["errors_after_410_and_drop"] == 0
+    # Every steady poll came from the cache: no GET and no LIST in the window.
+    assert figures["api_requests_per_gettask"] == 0.0, figures["api_requests_by_verb"]
+    # The namespace's watch was there to be expired and dropped, and the phase changes still got through.
+    assert figures["watches_expired"] >= 1 and figures["watches_dropped"] >= 1
+    for key in ("staleness_s", "staleness_after_410_s", "staleness_after_drop_s"):
+        assert 0 < figures[key]["max"] < 30, (key, figures[key])
 
 
 def test_cache_on_needs_the_setting(tmp_path):

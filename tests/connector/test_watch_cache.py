@@ -348,3 +348,22 @@ def test_slim_keeps_only_what_status_and_links_read():
     assert out["metadata"] == {"name": "a", "namespace": NS, "labels": full["metadata"]["labels"], "uid": "u",
                                "annotations": {"k": "v"}}  # fmt: skip
     assert (out["spec"], out["status"], out["kind"]) == (full["spec"], full["status"], "PyTorchJob")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"kind": "List", "items": [{"metadata": "not an object"}, 7], "metadata": {"resourceVersion": "1"}}',
+        b'["a list, not a List"]',
+        b"<html>a proxy's error page</html>",
+    ],
+    ids=["items of the wrong shape", "a JSON list", "not JSON"],
+)
+def test_a_malformed_list_is_retried_and_the_thread_lives(server, make_cache, body):
+    server.put_job(job("a"))
+    server.answer_raw(200, body, times=1, verb="list", resource=PLURAL)
+    cache = make_cache()
+    assert cache.wait_synced(NS, 10)
+    wait_for(lambda: cache.get(NS, "a") is not None)
+    assert f"job-watch-{PLURAL}-{NS}" in watch_threads()  # the thread lived through the bad answer
+    assert cache.stats(NS)["lists"] >= 1

@@ -45,7 +45,7 @@ class Cluster:
         self.server = server
         self.operator = operator
         self.blobs = blobs
-        self.connector = make_connector(client, api_timeout_s=5.0)
+        self.connector = make_connector(client, api_timeout_s=5.0, watch_cache=True)  # as deployed: the cache on
 
     def submit(
         self,
@@ -95,7 +95,11 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         operator = FakeOperator(server, tmp_path / "pods", extra_env={"E2E_MARKER_DIR": str(tmp_path)})
         (tmp_path / "pods").mkdir()
         with operator:
-            yield Cluster(server, client, operator, BlobStore(tmp_path / "blobs"))
+            cluster = Cluster(server, client, operator, BlobStore(tmp_path / "blobs"))
+            try:
+                yield cluster
+            finally:
+                cluster.connector.close()  # its watches, before the server goes
         leftovers = [pid for run in operator.runs.values() for pid in run.pids() if harness.process_group_alive(pid)]
     assert not operator.errors, "\n".join(operator.errors)
     assert not leftovers, f"replica processes left behind: {leftovers}"

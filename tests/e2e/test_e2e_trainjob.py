@@ -43,7 +43,7 @@ class TrainerCluster:
         self.server = server
         self.trainer = trainer
         self.blobs = blobs
-        self.connector = make_connector(client, api_timeout_s=5.0, target="trainjob")
+        self.connector = make_connector(client, api_timeout_s=5.0, target="trainjob", watch_cache=True)
 
     def run(self, template: TaskTemplate, inputs: dict[str, Any], types: dict[str, type], execution: str, env=None):
         """Create through the connector, poll `get` to a terminal phase; returns (resources, prefix, run, seconds)."""
@@ -67,7 +67,11 @@ def cluster(tmp_path: Path) -> Iterator[TrainerCluster]:
         (tmp_path / "pods").mkdir()
         trainer = FakeTrainer(server, tmp_path / "pods", extra_env={"E2E_MARKER_DIR": str(tmp_path)})
         with trainer:
-            yield TrainerCluster(server, client, trainer, BlobStore(tmp_path / "blobs"))
+            cluster = TrainerCluster(server, client, trainer, BlobStore(tmp_path / "blobs"))
+            try:
+                yield cluster
+            finally:
+                cluster.connector.close()  # its watches, before the server goes
         leftovers = [pid for run in trainer.runs.values() for pid in run.pids() if harness.process_group_alive(pid)]
     assert not trainer.errors, "\n".join(trainer.errors)
     assert not leftovers, f"node processes left behind: {leftovers}"

@@ -95,6 +95,7 @@ def measure(call: str, fault: str, config: BackendConfig) -> dict[str, Any]:
             error = e
         seconds = time.monotonic() - start
         requests = len(server.requests) if server is not None else None
+    connector.close()  # the watch cache's threads (on by default), once the server is gone and nothing hangs
     return {
         "call": call,
         "fault": fault,
