@@ -53,8 +53,10 @@ class RankSpec:
         threads: intra-op threads for this rank (``OMP_NUM_THREADS`` unless the user set it).
         collective_timeout_s: timeout filled into ``init_process_group``; ``None`` = per-backend default.
         env: extra variables every rank sees (the ``PET_*`` set).
-        nproc_per_node: processes per (virtual) node; used for ``PET_NODE_RANK`` when ``virtual_nodes``.
-        virtual_nodes: locally, several declared nodes share one agent: derive ``PET_NODE_RANK`` from ``RANK``.
+        nproc_per_node: processes per (virtual) node; used for the node's view when ``virtual_nodes``.
+        virtual_nodes: locally, several declared nodes share one agent: give each rank its node's view
+            (``_plan.node_view``: ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ...).
+        node_gpus: per declared node, its ranks' ``CUDA_VISIBLE_DEVICES`` (empty: leave the devices as they are).
         parent_pid: pid of the launching process, for the die-with-parent check.
         import_roots: directories the task's module is imported from, put on ``sys.path`` before the function is
             unpickled (``pyflyte run dir/wf.py`` adds the package root to ``sys.path`` only while it imports).
@@ -69,6 +71,7 @@ class RankSpec:
     env: dict[str, str] = field(default_factory=dict)
     nproc_per_node: int = 1
     virtual_nodes: bool = False
+    node_gpus: tuple[str, ...] = ()
     parent_pid: Optional[int] = None
     import_roots: tuple[str, ...] = ()
 

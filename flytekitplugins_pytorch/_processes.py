@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between SIGTERM and SIGKILL when the local agent stops its ranks (torch's default, 30 s, is for pods).
 LOCAL_SHUTDOWN_TIMEOUT_S = 5
+#: The role name torchrun gives its workers (``ROLE_NAME``; ``--role`` defaults to it); torch's ``LaunchConfig``
+#: would say ``default_role``, which code written for torchrun does not expect.
+TORCHRUN_ROLE = "default"
 #: Signals during which a launch stops its ranks and then lets the previous handler act.
 _HANDLED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 #: Modules the fork server imports once, before it forks any rank. The task's own module is imported last, through
@@ -185,6 +188,7 @@ def rank_spec(
         env=dict(plan.rank_env),
         nproc_per_node=plan.procs_per_node,
         virtual_nodes=plan.virtual_nodes,
+        node_gpus=plan.node_gpus,
         parent_pid=os.getpid(),
         import_roots=_import_roots(fn),
     )
@@ -204,6 +208,7 @@ def _agent_config(plan: LaunchPlan, *, log_dir: Path) -> Any:
         max_nodes=plan.max_nodes,
         nproc_per_node=plan.nproc_per_node,
         run_id=_run_id(plan),
+        role=TORCHRUN_ROLE,
         rdzv_backend=plan.rdzv_backend,
         rdzv_endpoint=endpoint,
         rdzv_configs=dict(plan.rdzv_configs),

@@ -39,6 +39,7 @@ from flytekitplugins_pytorch._control import STACK_SIGNAL, ControlDir, RankError
 from flytekitplugins_pytorch._failure import is_collateral
 from flytekitplugins_pytorch._forkserver import set_process_name
 from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
+from flytekitplugins_pytorch._plan import node_view
 
 #: Environment variable: collective timeout in seconds used for ``init_process_group`` calls without ``timeout=``.
 #: It wins over ``collective_timeout`` in the task config (it is the knob for one run, e.g. a local debugging session).
@@ -184,13 +185,22 @@ def _set_rank_env(spec: RankSpec, rank: int) -> None:
     os.environ.update(spec.env)
     # A launch attempted in this rank (e.g. by the task's module, imported below) is refused (``_nested.py``).
     os.environ[LAUNCHER_PID_ENV] = str(spec.parent_pid if spec.parent_pid is not None else os.getppid())
-    # torch chose the port of the store the ranks meet at; publish it the way the operator does.
-    os.environ.setdefault("PET_MASTER_ADDR", os.environ.get("MASTER_ADDR", ""))
-    os.environ.setdefault("PET_MASTER_PORT", os.environ.get("MASTER_PORT", ""))
-    if "PET_RDZV_BACKEND" in spec.env and "PET_RDZV_ENDPOINT" not in spec.env:
-        os.environ["PET_RDZV_ENDPOINT"] = f"{os.environ['PET_MASTER_ADDR']}:{os.environ['PET_MASTER_PORT']}"
+    elastic = "PET_RDZV_BACKEND" in spec.env
+    if elastic:
+        # The operator sets no PET_MASTER_* on an elastic job; locally the rendezvous store is the agent's.
+        if "PET_RDZV_ENDPOINT" not in spec.env:
+            os.environ["PET_RDZV_ENDPOINT"] = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+    else:
+        # torch chose the port of the store the ranks meet at; publish it the way the operator does.
+        os.environ.setdefault("PET_MASTER_ADDR", os.environ.get("MASTER_ADDR", ""))
+        os.environ.setdefault("PET_MASTER_PORT", os.environ.get("MASTER_PORT", ""))
     if spec.virtual_nodes:
-        os.environ["PET_NODE_RANK"] = str(rank // max(1, spec.nproc_per_node))
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        view = node_view(rank, world, spec.nproc_per_node, elastic=elastic)
+        os.environ.update(view)
+        node = int(view["GROUP_RANK"])
+        if node < len(spec.node_gpus):
+            os.environ["CUDA_VISIBLE_DEVICES"] = spec.node_gpus[node]
     # init_process_group ends with a barrier: without it (torch's default since 2.3) a rank whose function returns
     # right after joining can close its sockets while a peer is still connecting its gloo mesh, and that peer fails
     # with "Connection closed by peer" (seen with the decorator reference's init-then-destroy snippet on a loaded

@@ -60,6 +60,7 @@ from flytekitplugins_pytorch._plan import (
     LaunchPlan,
     TaskConfig,
     cluster_role,
+    direct_view,
     plan_launch,
     resolve_nproc,
 )
@@ -188,15 +189,18 @@ def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: Launch
 
 
 def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) -> Any:
-    """A pod with one rank: the function runs in the pod process, under the operator's ``RANK``."""
+    """A pod with one rank: the function runs in the pod process, under the operator's ``RANK``, with the per-node
+    variables an agent would add (``_plan.direct_view``)."""
     from flytekit.core.base_task import IgnoreOutputs
 
-    restore = install_collective_timeout(plan.collective_timeout_s)
-    try:
-        value = fn(**kwargs)
-    finally:
-        restore()
-    if int(os.environ.get("RANK", "0")) != 0:
+    rank = int(os.environ.get("RANK", "0"))
+    with EnvPatch(direct_view(rank, int(os.environ.get("WORLD_SIZE", "1")))):
+        restore = install_collective_timeout(plan.collective_timeout_s)
+        try:
+            value = fn(**kwargs)
+        finally:
+            restore()
+    if rank != 0:
         raise IgnoreOutputs(f"rank {os.environ.get('RANK')} of a PyTorchJob: only rank 0 writes the task outputs")
     return value
 

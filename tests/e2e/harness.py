@@ -178,12 +178,13 @@ def _container_port(job: dict, rtype: str) -> Optional[int]:
 def operator_env(job: dict, rtype: str, index: int, master_port: int, rdzv_port: int) -> dict[str, str]:
     """The variables the Kubeflow training operator (v1.9, `pkg/controller.v1/pytorch`) adds to a replica's container.
 
-    Facts from its source: `PYTHONUNBUFFERED=0` always. With a Master spec: `MASTER_PORT`, `MASTER_ADDR`,
-    `PET_MASTER_PORT`, `PET_MASTER_ADDR` (the master-0 service), `WORLD_SIZE` = total replicas * int(nprocPerNode)
-    (1 when not an int), `RANK` = index (+1 for workers), `PET_NPROC_PER_NODE` = spec.nprocPerNode,
-    `PET_NODE_RANK` = RANK. With an elasticPolicy: `PET_RDZV_ENDPOINT` (worker-0 service and the worker's port),
-    `PET_RDZV_BACKEND` (default c10d), `PET_NNODES` = "min:max", `PET_MAX_RESTARTS` when set and
-    `PET_NPROC_PER_NODE` only from `elasticPolicy.nProcPerNode`; without one `PET_NNODES` = total replicas.
+    Facts from its source (`envvar.go`, `elastic.go`, `master.go` on the release-1.9 branch): `PYTHONUNBUFFERED=1`
+    always. With a Master spec: `MASTER_PORT`, `MASTER_ADDR`, `PET_MASTER_PORT`, `PET_MASTER_ADDR` (the master-0
+    service), `WORLD_SIZE` = total replicas * int(nprocPerNode) (1 when not an int), `RANK` = index (+1 for
+    workers), `PET_NODE_RANK` = RANK. On every job `PET_NPROC_PER_NODE` = spec.nprocPerNode (defaulted to "auto").
+    With an elasticPolicy: `PET_RDZV_ENDPOINT` (worker-0 service and the worker's port), `PET_RDZV_BACKEND` (default
+    c10d), `PET_NNODES` = "min:max", `PET_MAX_RESTARTS` when set and `PET_NPROC_PER_NODE` again from
+    `elasticPolicy.nProcPerNode` when set (appended later, so it wins); without one `PET_NNODES` = total replicas.
     Here every service address is 127.0.0.1 and the ports are free local ports.
 
     Args:
@@ -201,7 +202,7 @@ def operator_env(job: dict, rtype: str, index: int, master_port: int, rdzv_port:
     total = sum(int(r.get("replicas", 1)) for r in replicas.values())
     nproc_text = str(spec.get("nprocPerNode", "auto"))
     nproc = int(nproc_text) if nproc_text.isdigit() else 1
-    env = {"PYTHONUNBUFFERED": "0"}
+    env = {"PYTHONUNBUFFERED": "1", "PET_NPROC_PER_NODE": nproc_text}
     if "Master" in replicas:
         rank = index + (1 if rtype == "Worker" else 0)
         env.update(
@@ -212,7 +213,6 @@ def operator_env(job: dict, rtype: str, index: int, master_port: int, rdzv_port:
                 "PET_MASTER_ADDR": "127.0.0.1",
                 "WORLD_SIZE": str(total * nproc),
                 "RANK": str(rank),
-                "PET_NPROC_PER_NODE": nproc_text,
                 "PET_NODE_RANK": str(rank),
             }
         )
