@@ -17,8 +17,9 @@ Where it runs (see ``_plan.py``): locally as real ranks on this machine; in-proc
 Only global rank 0 returns the function's value (and its Decks); on a cluster, every other rank and every pod that
 does not hold rank 0 ends with flytekit's ``IgnoreOutputs``, so exactly one ``outputs.pb`` is written.
 
-A failed rank fails the task with the **earliest** failing rank's exception, rebuilt with its original type (plus
-:class:`RankFailure`) and a message ``rank 2 (of 3) failed: ValueError: boom`` followed by that rank's traceback.
+A failed rank fails the task with the **earliest** failing rank's exception, of its own type when it can be rebuilt
+here (else a :class:`RankFailure` naming the type), with a message ``rank 2 (of 3) failed: ValueError: boom``
+followed by that rank's traceback.
 Errors that are consequences of a lost peer (gloo/NCCL connection errors, collective timeouts) only win when no rank
 failed for its own reason. ``FlyteRecoverableException`` stays recoverable so Flyte retries the task.
 
@@ -112,8 +113,9 @@ def run_distributed(task: DistributedTask, kwargs: dict[str, Any]) -> Any:
         Any: what the function returned on global rank 0.
 
     Raises:
-        RankFailedError: a rank failed (or an exception of the rank's original type that also is a
-            :class:`RankFailure`; ``FlyteRecoverableException`` subclasses stay recoverable).
+        BaseException: a rank raised: an exception of its own type when it can be rebuilt and pickled here, else a
+            :class:`RankFailure` carrying the type's name (``FlyteRecoverableException`` stays recoverable).
+        RankFailedError: a rank died or did not arrive without raising an exception.
         flytekit.core.base_task.IgnoreOutputs: on a cluster, in every pod and rank that is not global rank 0.
         ValueError: the launch settings (``nproc_per_node``, ``FLYTE_PYTORCH_*``, the operator's variables) are
             invalid.

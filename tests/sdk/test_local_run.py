@@ -104,7 +104,8 @@ def test_a_failing_rank_is_reported_by_number_type_and_traceback(recoverable, ex
     with pytest.raises(expected_type) as info:
         local_tasks.failing_task(bad_rank=2, recoverable=recoverable)
     message = str(info.value)
-    assert isinstance(info.value, RankFailure) and info.value.rank == 2
+    assert type(info.value) is expected_type and info.value.rank == 2
+    assert not isinstance(info.value, RankFailure)  # the rank's own type, rebuilt: no hidden subclass
     assert text in message
     assert "--- traceback of rank 2 ---" in message and "local_tasks.py" in message
     assert _living_children() == []
