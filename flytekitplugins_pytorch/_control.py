@@ -58,6 +58,7 @@ class RankSpec:
             (``_plan.node_view``: ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ...).
         node_gpus: per declared node, its ranks' ``CUDA_VISIBLE_DEVICES`` (empty: leave the devices as they are).
         parent_pid: pid of the launching process, for the die-with-parent check.
+        retry_hangs: a hang is raised as a recoverable error (``_hang.py``).
         import_roots: directories the task's module is imported from, put on ``sys.path`` before the function is
             unpickled (``pyflyte run dir/wf.py`` adds the package root to ``sys.path`` only while it imports).
     """
@@ -74,6 +75,7 @@ class RankSpec:
     node_gpus: tuple[str, ...] = ()
     parent_pid: Optional[int] = None
     import_roots: tuple[str, ...] = ()
+    retry_hangs: bool = True
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class RankError:
         recoverable: the exception is a ``FlyteRecoverableException``.
         collateral: the exception looks like a consequence of another rank's failure (communication error/timeout).
         exc_bytes: the exception cloudpickled, or ``None`` if it could not be pickled and loaded back.
+        culprit: for a rank that gave up waiting and learnt from the group's store which rank did not arrive
+            (``_hang.py``), that rank; its message leads with it.
     """
 
     rank: int
@@ -99,6 +103,7 @@ class RankError:
     recoverable: bool
     collateral: bool
     exc_bytes: Optional[bytes] = None
+    culprit: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ import pickle
 import re
 import signal
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -59,6 +60,8 @@ def is_collateral(exc: BaseException) -> bool:
         bool: True for torch's ``DistError`` family, and for runtime, connection and timeout errors whose text
         names a lost connection, a timeout or a process-group internal.
     """
+    if isinstance(exc, HangError):
+        return True  # a waiting rank's report: the cause is the rank it names
     try:
         import torch.distributed as dist
 
@@ -101,6 +104,9 @@ class RankFailure(RuntimeError):
         self.original_message = original_message
         self.rank = rank
         self.world_size = world_size
+        # When it was raised, where flytekit's exceptions keep it: Flyte's error document carries it, and the
+        # recoverable variants read it (a rank's own time replaces it when the failure came from a rank).
+        self._timestamp = time.time()
 
     def __str__(self) -> str:
         # The message as given, also in ``RecoverableRankFailure`` (flytekit's exceptions prefix their kind).
@@ -112,30 +118,50 @@ class RankFailedError(RankFailure):
     arrive), or the launch itself failed; the message names the rank when one can be named."""
 
 
+class HangError(RankFailedError):
+    """A rank did not arrive at a collective in time: the message leads with that rank, its node and pod, and what it
+    was doing; ``rank`` is that rank (see ``_hang.py``). Raised as ``RecoverableHangError`` (also a
+    ``FlyteRecoverableException``) when hangs are retryable (``retry_hangs``, the default)."""
+
+
+#: Recoverable variants, made at first use (flytekit is not imported at module level here): name -> base.
+_RECOVERABLE = {"RecoverableRankFailure": RankFailure, "RecoverableHangError": HangError}
+
+
 def __getattr__(name: str) -> type:
-    """``RecoverableRankFailure``, made at first use (flytekit is not imported at module level here).
+    """``RecoverableRankFailure`` or ``RecoverableHangError``, made at first use.
 
     Args:
         name: the attribute asked for.
 
     Returns:
-        type: ``RecoverableRankFailure``: a :class:`RankFailure` that is also flytekit's
+        type: the base class (:class:`RankFailure`, :class:`HangError`) that is also flytekit's
         ``FlyteRecoverableException``, so that Flyte retries the task. Pickle finds it by this name.
 
     Raises:
         AttributeError: any other name.
     """
-    if name != "RecoverableRankFailure":
+    base = _RECOVERABLE.get(name)
+    if base is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from flytekit.exceptions.user import FlyteRecoverableException
 
-    cls = type(
-        name,
-        (RankFailure, FlyteRecoverableException),
-        {"__module__": __name__, "__qualname__": name, "__doc__": "A recoverable rank failure (Flyte retries it)."},
-    )
+    doc = f"A recoverable {base.__name__} (Flyte retries it)."
+    cls = type(name, (base, FlyteRecoverableException), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
     globals()[name] = cls
     return cls
+
+
+def hang_error_class(recoverable: bool) -> type[HangError]:
+    """The class a hang is raised as.
+
+    Args:
+        recoverable: hangs are retryable (``retry_hangs``).
+
+    Returns:
+        type[HangError]: ``RecoverableHangError`` or :class:`HangError`.
+    """
+    return cast("type[HangError]", __getattr__("RecoverableHangError")) if recoverable else HangError
 
 
 @dataclass(frozen=True)
@@ -289,6 +315,12 @@ def find_root_cause(outcomes: RankOutcomes) -> RootCause:
         missing = _not_arrived(outcomes)
         if missing:
             return _missing_cause(missing, outcomes)
+        named = next((err for err in outcomes.errors if err.culprit is not None), None)
+        if named is not None:
+            # A rank of another pod did not arrive: the waiting rank learnt which from the group's store (_hang.py).
+            headline = named.message.strip().splitlines()[0]
+            culprit = cast(int, named.culprit)
+            return RootCause(CauseKind.NOT_ARRIVED, culprit, outcomes.world_size, headline, (), named)
         return _from_report(CauseKind.COLLATERAL, outcomes.errors[0], outcomes)
     headline = f"the ranks failed after {outcomes.elapsed_s:.1f}s without reporting an error: {outcomes.agent_error}"
     return RootCause(CauseKind.UNKNOWN, None, outcomes.world_size, headline)
@@ -338,8 +370,15 @@ def main_thread_frames(dump: str) -> list[Frame]:
     return [Frame(m["path"], int(m["line"]), m["fn"]) for m in _FRAME.finditer(chosen)]
 
 
-def _activity(dump: str) -> tuple[bool, str]:
-    """(in a torch.distributed call, text saying where) for a still-running rank's dump."""
+def activity(dump: str) -> tuple[bool, str]:
+    """Where a still-running rank is, from its stack dump.
+
+    Args:
+        dump: the rank's stacks in ``faulthandler``'s format.
+
+    Returns:
+        tuple[bool, str]: (it waits in a ``torch.distributed`` call, text saying where).
+    """
     frames = main_thread_frames(dump)
     if not frames:
         return False, "still running (no stack sample)"
@@ -363,7 +402,7 @@ def _not_arrived(outcomes: RankOutcomes) -> dict[int, str]:
     for rank in outcomes.ranks:
         if rank in reported or rank in outcomes.done or rank not in outcomes.stacks:
             continue  # a running rank is named only on the evidence of its stack sample
-        in_dist, where = _activity(outcomes.stacks[rank])
+        in_dist, where = activity(outcomes.stacks[rank])
         (waiting if in_dist else running)[rank] = where
     found = {**returned, **running}
     # Ranks that all sat in (other) collectives are still what the others waited for when nobody else is left.
@@ -394,23 +433,30 @@ def _missing_cause(missing: dict[int, str], outcomes: RankOutcomes) -> RootCause
     return RootCause(CauseKind.NOT_ARRIVED, ranks[0], outcomes.world_size, headline, tuple(details), first)
 
 
-def to_exception(cause: RootCause) -> BaseException:
+def to_exception(cause: RootCause, *, retry_hangs: bool = True) -> BaseException:
     """The exception the task raises for ``cause``.
 
     Args:
         cause: the root cause.
+        retry_hangs: a rank that did not arrive is a recoverable :class:`HangError` (the config's ``retry_hangs``).
 
     Returns:
         BaseException: for a rank that raised, an exception of its very type (``type(e)`` is the rank's exception
         type) with ``cause.message`` as its text, when it can be rebuilt here and survives pickling; otherwise a
         :class:`RankFailure` carrying the type's name, its message and the rank (``RecoverableRankFailure``, also
         a ``FlyteRecoverableException``, when the rank's exception was recoverable). For a rank that raised
-        nothing, a :class:`RankFailedError`. ``rank`` and ``world_size`` are set whenever a rank is named.
+        nothing, a :class:`RankFailedError`, or a :class:`HangError` (``RecoverableHangError`` with ``retry_hangs``)
+        when it did not arrive. ``rank`` and ``world_size`` are set whenever a rank is named.
     """
     rank = cause.rank if cause.rank is not None else -1
-    if cause.error is None or cause.kind is CauseKind.NOT_ARRIVED:
-        # A rank that did not arrive raised nothing: the waiting rank's exception type would blame the wrong one.
+    if cause.error is None:
         return RankFailedError(cause.message, rank=rank, world_size=cause.world_size)
+    if cause.kind is CauseKind.NOT_ARRIVED:
+        # A rank that did not arrive raised nothing: the waiting rank's exception type would blame the wrong one.
+        hang = hang_error_class(retry_hangs)
+        error = hang(cause.message, rank=rank, world_size=cause.world_size)
+        setattr(error, "_timestamp", cause.error.timestamp)  # noqa: B010 - flytekit's attribute (error timestamp)
+        return error
     err = cause.error
     rebuilt = _load(err.exc_bytes)
     own = _own_type(rebuilt, cause.message, rank, cause.world_size) if rebuilt is not None else None

@@ -105,6 +105,7 @@ class LaunchPlan:
             rank); empty = leave the devices as they are.
         rdzv_configs: extra rendezvous settings (elastic timeouts, or the static rendezvous's node rank).
         preload_modules: modules the launcher imports before it starts the ranks (``preload_modules`` of the config).
+        retry_hangs: a rank that did not arrive fails the task with a recoverable error (``retry_hangs``).
     """
 
     kind: ExecutionKind
@@ -127,6 +128,7 @@ class LaunchPlan:
     node_gpus: tuple[str, ...] = ()
     rdzv_configs: dict[str, int] = field(default_factory=dict)
     preload_modules: tuple[str, ...] = ()
+    retry_hangs: bool = True
 
     @property
     def local_ranks(self) -> range:
@@ -298,6 +300,7 @@ def plan_launch(
             kind=ExecutionKind.IN_PROCESS,
             start_method=config.start_method,
             preload_modules=config.preload_modules,
+            retry_hangs=config.retry_hangs,
             collective_timeout_s=_collective_timeout_s(config),
             rank_env={"PET_NNODES": "1", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "1"},
             declared_world_size=1,
@@ -335,6 +338,7 @@ def _static_plan(config: TaskConfig, *, nnodes: int, node_rank: int, nproc: int,
         kind=ExecutionKind.CLUSTER_DIRECT if nproc == 1 else ExecutionKind.CLUSTER_FANOUT,
         start_method=config.start_method,
         preload_modules=config.preload_modules,
+        retry_hangs=config.retry_hangs,
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=nnodes,
         max_nodes=nnodes,
@@ -418,6 +422,7 @@ def _plan_local(config: TaskConfig, environ: Mapping[str, str], *, cuda_devices:
         kind=ExecutionKind.LOCAL,
         start_method=config.start_method,
         preload_modules=config.preload_modules,
+        retry_hangs=config.retry_hangs,
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=1,
         max_nodes=1,
@@ -528,6 +533,7 @@ def _plan_cluster_elastic(config: TaskConfig, environ: Mapping[str, str], nproc:
         kind=ExecutionKind.CLUSTER_ELASTIC,
         start_method=config.start_method,
         preload_modules=config.preload_modules,
+        retry_hangs=config.retry_hangs,
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=min_nodes,
         max_nodes=max_nodes,

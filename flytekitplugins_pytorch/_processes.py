@@ -191,6 +191,7 @@ def rank_spec(
         node_gpus=plan.node_gpus,
         parent_pid=os.getpid(),
         import_roots=_import_roots(fn),
+        retry_hangs=plan.retry_hangs,
     )
 
 

@@ -36,8 +36,9 @@ import cloudpickle
 from flytekitplugins_pytorch._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
 from flytekitplugins_pytorch._context import rank_context
 from flytekitplugins_pytorch._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
-from flytekitplugins_pytorch._failure import is_collateral
+from flytekitplugins_pytorch._failure import HangError, is_collateral
 from flytekitplugins_pytorch._forkserver import set_process_name
+from flytekitplugins_pytorch._hang import mark_done, name_culprit, pending_error, start_watch
 from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
 from flytekitplugins_pytorch._plan import node_view
 
@@ -93,15 +94,17 @@ def default_collective_timeout(backend: Any, configured_s: Optional[float]) -> d
     return datetime.timedelta(seconds=DEFAULT_NCCL_TIMEOUT_S if "nccl" in name else DEFAULT_GLOO_TIMEOUT_S)
 
 
-def install_collective_timeout(configured_s: Optional[float]) -> Callable[[], None]:
-    """Make ``torch.distributed.init_process_group`` default to our collective timeout.
+def install_collective_timeout(configured_s: Optional[float], *, retry_hangs: bool = True) -> Callable[[], None]:
+    """Make ``torch.distributed.init_process_group`` default to our collective timeout, and watch for hangs.
 
     Calls that pass ``timeout=`` are unchanged. Both ``torch.distributed.init_process_group`` and
     ``torch.distributed.distributed_c10d.init_process_group`` are replaced, so ``import torch.distributed as dist``
-    and ``from torch.distributed import init_process_group`` (done after this call) both see the default.
+    and ``from torch.distributed import init_process_group`` (done after this call) both see the default. Once the
+    group is up (more than one rank), the rank watches the group's store for peers that gave up (``_hang.py``).
 
     Args:
         configured_s: ``collective_timeout`` from the task config in seconds, or ``None`` for the backend default.
+        retry_hangs: a hang is raised as a recoverable error (the config's ``retry_hangs``).
 
     Returns:
         Callable[[], None]: undoes the replacement (used by the in-process mode, which runs in the task process).
@@ -119,7 +122,10 @@ def install_collective_timeout(configured_s: Optional[float]) -> Callable[[], No
         bound = signature.bind_partial(*args, **kwargs)
         if bound.arguments.get("timeout") is None:
             bound.arguments["timeout"] = default_collective_timeout(bound.arguments.get("backend"), configured_s)
-        return original(*bound.args, **bound.kwargs)
+        value = original(*bound.args, **bound.kwargs)
+        if dist.get_world_size() > 1:
+            start_watch(recoverable=retry_hangs)
+        return value
 
     init_process_group._flyte_collective_timeout = True  # type: ignore[attr-defined]
     previous = (dist.init_process_group, c10d.init_process_group)
@@ -238,7 +244,7 @@ def rank_entrypoint(spec: RankSpec) -> None:
     with RankConsole(rank, enabled=prefix_enabled(os.environ.get(RANK_PREFIX_ENV))):
         try:
             _set_rank_env(spec, rank)
-            install_collective_timeout(spec.collective_timeout_s)
+            install_collective_timeout(spec.collective_timeout_s, retry_hangs=spec.retry_hangs)
             for root in reversed(spec.import_roots):
                 if root not in sys.path:
                     sys.path.insert(0, root)
@@ -251,9 +257,14 @@ def rank_entrypoint(spec: RankSpec) -> None:
             new_ctx, params = rank_context(spec.context, base / f"rank-{rank}")
             with FlyteContextManager.with_context(new_ctx.new_builder()) as ctx:
                 value = fn(**kwargs)
+                mark_done()
                 if rank == 0:
                     control.write_result(_result(value, params, ctx))
-        except BaseException as exc:
+        except BaseException as raised:
+            exc = pending_error(raised)
+            if is_collateral(exc):
+                # Ask the group's store which rank did not arrive (it may run in another pod: _hang.py).
+                exc = name_culprit(exc) or exc
             report_error(control, rank, exc)
             if is_collateral(exc):
                 # A lost peer or a collective timeout is a consequence, not a cause. Ask the ranks still running where
@@ -262,6 +273,8 @@ def rank_entrypoint(spec: RankSpec) -> None:
                 # leaves no error file; its exit code is the only trace of it). The error file is already written.
                 control.request_stacks(rank)
                 time.sleep(COLLATERAL_GRACE_S)
+            if exc is not raised:
+                raise exc from raised
             raise
         control.mark_done(rank)
 
@@ -315,6 +328,7 @@ def report_error(control: ControlDir, rank: int, exc: BaseException) -> None:
                 recoverable=isinstance(exc, FlyteRecoverableException),
                 collateral=is_collateral(exc),
                 exc_bytes=exc_bytes,
+                culprit=exc.rank if isinstance(exc, HangError) else None,
             )
         )
     except Exception:  # noqa: BLE001 - reporting must never hide the user's exception

@@ -606,6 +606,7 @@ def _check_fields_common(owner: str, obj: Any) -> None:
     check_start_method(f"{owner}.start_method", obj.start_method)
     obj.collective_timeout = check_timeout(f"{owner}.collective_timeout", obj.collective_timeout)
     obj.preload_modules = check_preload_modules(f"{owner}.preload_modules", obj.preload_modules)
+    obj.retry_hangs = check_bool(f"{owner}.retry_hangs", obj.retry_hangs)
 
 
 def _check_min_available(owner: str, run_policy: RunPolicy, total: int, total_text: str) -> None:
@@ -779,6 +780,11 @@ class PyTorch:
             with ``"spawn"``). For example ``["torch._dynamo"]`` when the task wraps its model in
             DistributedDataParallel or FSDP, which import it on construction (about 70 MB and, on a laptop core,
             1.5 s per rank). Default ``[]``: nothing beyond torch, flytekit and the task's module.
+        retry_hangs: a hang (a rank that did not arrive at a collective within ``collective_timeout``) fails the
+            task with a recoverable error, so Flyte retries it while the task has ``retries`` left. Default True:
+            on a cluster the common cause is a bad node, GPU or link, and a retry runs on fresh pods; False makes
+            a hang a permanent failure (for code that can hang by itself, e.g. a data-dependent deadlock). Either
+            way the error names the rank that did not arrive.
 
     Raises:
         ConfigError: any invalid setting, including ``run_policy.min_available`` above the number of replicas.
@@ -794,6 +800,7 @@ class PyTorch:
     start_method: str = DEFAULT_START_METHOD
     collective_timeout: Optional[datetime.timedelta] = None
     preload_modules: tuple[str, ...] = ()
+    retry_hangs: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.master, Master):
@@ -851,6 +858,7 @@ class Elastic:
         gpu_resource: as `PyTorch.gpu_resource`.
         collective_timeout: as `PyTorch.collective_timeout`.
         preload_modules: as `PyTorch.preload_modules`.
+        retry_hangs: as `PyTorch.retry_hangs`.
 
     Raises:
         ConfigError: any invalid setting.
@@ -870,6 +878,7 @@ class Elastic:
     gpu_resource: Optional[str] = None
     collective_timeout: Optional[datetime.timedelta] = None
     preload_modules: tuple[str, ...] = ()
+    retry_hangs: bool = True
 
     def __post_init__(self) -> None:
         self._min_nodes, self._max_nodes = _parse_nnodes(self.nnodes)

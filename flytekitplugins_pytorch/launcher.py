@@ -48,8 +48,10 @@ from flytekitplugins_pytorch._failure import (
     RankFailure,
     RankOutcomes,
     find_root_cause,
+    is_collateral,
     to_exception,
 )
+from flytekitplugins_pytorch._hang import mark_done, name_culprit, pending_error
 from flytekitplugins_pytorch._nested import NestedLaunchError, refuse_nested_launch
 from flytekitplugins_pytorch._plan import (
     INPROCESS_ENV,
@@ -183,7 +185,7 @@ def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: Launch
     }
     env["PET_MASTER_PORT"] = env["MASTER_PORT"]
     with EnvPatch(env):
-        restore = install_collective_timeout(plan.collective_timeout_s)
+        restore = install_collective_timeout(plan.collective_timeout_s, retry_hangs=plan.retry_hangs)
         try:
             return fn(**kwargs)
         finally:
@@ -197,9 +199,19 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
 
     rank = int(os.environ.get("RANK", "0"))
     with EnvPatch(direct_view(rank, int(os.environ.get("WORLD_SIZE", "1")))):
-        restore = install_collective_timeout(plan.collective_timeout_s)
+        restore = install_collective_timeout(plan.collective_timeout_s, retry_hangs=plan.retry_hangs)
         try:
             value = fn(**kwargs)
+            mark_done()
+        except BaseException as raised:
+            exc = pending_error(raised)
+            named = name_culprit(exc) if is_collateral(exc) else None
+            if named is not None:
+                # Flyte's error document of this pod then leads with the rank that did not arrive (_hang.py).
+                raise named from raised
+            if exc is not raised:
+                raise exc from raised
+            raise
         finally:
             restore()
     if rank != 0:
@@ -223,7 +235,7 @@ def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
             elapsed_s=result.elapsed_s,
             stacks=result.record.stacks,
         )
-        raise to_exception(find_root_cause(outcomes))
+        raise to_exception(find_root_cause(outcomes), retry_hangs=plan.retry_hangs)
     rank0 = result.record.load_result()
     if rank0 is None:
         if plan.kind is ExecutionKind.LOCAL:

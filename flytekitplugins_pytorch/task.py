@@ -467,6 +467,7 @@ def pytorch_task(
     start_method: str = PyTorch.start_method,
     collective_timeout: Optional[Any] = None,
     preload_modules: Sequence[str] = (),
+    retry_hangs: bool = PyTorch.retry_hangs,
     **task_options: Any,
 ) -> Union[PyTorchFunctionTask, Callable[[Callable], PyTorchFunctionTask]]:
     """Decorate a typed function as a distributed PyTorch task (one master + ``workers_count`` workers).
@@ -508,6 +509,7 @@ def pytorch_task(
         start_method: `PyTorch.start_method`.
         collective_timeout: `PyTorch.collective_timeout`.
         preload_modules: `PyTorch.preload_modules`.
+        retry_hangs: `PyTorch.retry_hangs`.
         **task_options: any option of flytekit's ``@task`` (``retries``, ``timeout``, ``cache``, ``cache_version``,
             ``interruptible``, ``environment``, ``container_image``, ``secret_requests``, ``pod_template``,
             ``pod_template_name``, ``requests``, ``limits``, deck options, ...).
@@ -595,6 +597,7 @@ def pytorch_task(
             start_method=start_method,
             collective_timeout=collective_timeout,
             preload_modules=cast(tuple[str, ...], preload_modules),
+            retry_hangs=retry_hangs,
         )
 
     def wrapper(fn: Callable) -> PyTorchFunctionTask:

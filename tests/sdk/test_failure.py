@@ -11,6 +11,7 @@ from flytekitplugins_pytorch._control import RankError
 from flytekitplugins_pytorch._failure import (
     NEVER_RAN_HINT,
     CauseKind,
+    HangError,
     RankFailedError,
     RankFailure,
     RankOutcomes,
@@ -358,7 +359,11 @@ def test_a_sleeping_rank_is_named_with_where_it_was() -> None:
     assert "--- stack of rank 1 when rank 2 gave up (most recent call first) ---" in cause.message
     assert "  /home/me/train.py:42 in step_loop\n" in cause.message and " in watch" not in cause.message
     exc = to_exception(cause)
-    assert type(exc) is RankFailedError and exc.rank == 1  # not the waiting rank's RuntimeError
+    assert isinstance(exc, HangError) and exc.rank == 1  # not the waiting rank's RuntimeError
+    assert isinstance(exc, FlyteRecoverableException)  # retry_hangs=True: a bad node is worth a retry
+    permanent = to_exception(cause, retry_hangs=False)
+    assert type(permanent) is HangError and not isinstance(permanent, FlyteRecoverableException)
+    assert pickle.loads(pickle.dumps(exc)).rank == 1 and type(pickle.loads(pickle.dumps(exc))) is type(exc)
 
 
 def test_only_the_first_of_several_dumps_is_read() -> None:
