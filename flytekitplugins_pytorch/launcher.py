@@ -37,11 +37,14 @@ torch is imported lazily; this module imports without torch.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from flytekitplugins_pytorch._context import resumed_checkpoint
 from flytekitplugins_pytorch._control import RankResult
 from flytekitplugins_pytorch._failure import (
     RankFailedError,
@@ -184,7 +187,7 @@ def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: Launch
         **plan.rank_env,
     }
     env["PET_MASTER_PORT"] = env["MASTER_PORT"]
-    with EnvPatch(env):
+    with EnvPatch(env), _resumable_checkpoint():
         restore = install_collective_timeout(plan.collective_timeout_s, retry_hangs=plan.retry_hangs)
         try:
             return fn(**kwargs)
@@ -198,7 +201,7 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
     from flytekit.core.base_task import IgnoreOutputs
 
     rank = int(os.environ.get("RANK", "0"))
-    with EnvPatch(direct_view(rank, int(os.environ.get("WORLD_SIZE", "1")))):
+    with EnvPatch(direct_view(rank, int(os.environ.get("WORLD_SIZE", "1")))), _resumable_checkpoint():
         restore = install_collective_timeout(plan.collective_timeout_s, retry_hangs=plan.retry_hangs)
         try:
             value = fn(**kwargs)
@@ -216,6 +219,7 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
             restore()
     if rank != 0:
         raise IgnoreOutputs(f"rank {os.environ.get('RANK')} of a PyTorchJob: only rank 0 writes the task outputs")
+    remove_recovered_errors()
     return value
 
 
@@ -242,7 +246,56 @@ def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
             raise RankFailedError("all ranks finished but rank 0 wrote no result; this is a launcher bug")
         raise IgnoreOutputs("global rank 0 runs in another pod: only it writes the task outputs")
     _adopt(rank0)
+    if plan.kind is not ExecutionKind.LOCAL:
+        remove_recovered_errors()
     return rank0.value
+
+
+@contextlib.contextmanager
+def _resumable_checkpoint() -> Iterator[None]:
+    """For a function run in this process: ``current_context().checkpoint`` reads this attempt's own checkpoint
+    when a restarted run of the attempt wrote one (``_context.resume_source``), for the call only."""
+    from flytekit.core.context_manager import FlyteContextManager
+
+    ctx = FlyteContextManager.current_context()
+    params = ctx.user_space_params
+    original = getattr(params, "_checkpoint", None) if params is not None else None
+    if original is None:
+        yield
+        return
+    params._checkpoint = resumed_checkpoint(original, ctx.file_access)  # noqa: SLF001 - flytekit has no setter
+    try:
+        yield
+    finally:
+        params._checkpoint = original  # noqa: SLF001
+
+
+#: flytekit's error documents: ``error.pb``, or ``error-<uuid hex>.pb`` per replica (Flyte's ``_F_DES``).
+_ERROR_DOCUMENT = re.compile(r"^error(?:-[0-9a-f]{32})?\.pb\Z")
+
+
+def remove_recovered_errors() -> None:
+    """Delete the error documents in this attempt's output prefix when its global rank 0 succeeded.
+
+    A container that failed and was restarted within the attempt (``OnFailure``, ``ExitCode``, an elastic restart of
+    its pod) left flytekit's error document behind; the attempt then recovered, so no reader should find it next to
+    the outputs. Best effort: a document that cannot be listed or deleted is logged.
+    """
+    from flytekit.core.context_manager import FlyteContextManager
+
+    ctx = FlyteContextManager.current_context()
+    params = ctx.user_space_params
+    prefix = getattr(params, "output_metadata_prefix", None) if params is not None else None
+    if not prefix:
+        return
+    try:
+        fs = ctx.file_access.get_filesystem_for_path(prefix)
+        stale = [path for path in fs.ls(prefix, detail=False) if _ERROR_DOCUMENT.match(str(path).rsplit("/", 1)[-1])]
+        for path in stale:
+            fs.rm(path)
+            logger.info("removed %s: a restarted run of this attempt failed there and the attempt recovered", path)
+    except Exception as exc:  # noqa: BLE001 - outputs matter more than the clean-up
+        logger.warning("could not remove recovered error documents under %s: %s", prefix, exc)
 
 
 def _adopt(result: RankResult) -> None:
