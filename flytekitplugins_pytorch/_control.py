@@ -59,6 +59,8 @@ class RankSpec:
         node_gpus: per declared node, its ranks' ``CUDA_VISIBLE_DEVICES`` (empty: leave the devices as they are).
         parent_pid: pid of the launching process, for the die-with-parent check.
         retry_hangs: a hang is raised as a recoverable error (``_hang.py``).
+        preflight: run the preflight before the task's code (``_preflight.py``).
+        shm_size: the ``/dev/shm`` size the preflight checks (``None``: not checked).
         import_roots: directories the task's module is imported from, put on ``sys.path`` before the function is
             unpickled (``pyflyte run dir/wf.py`` adds the package root to ``sys.path`` only while it imports).
     """
@@ -76,6 +78,8 @@ class RankSpec:
     parent_pid: Optional[int] = None
     import_roots: tuple[str, ...] = ()
     retry_hangs: bool = True
+    preflight: bool = True
+    shm_size: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,8 @@ class LaunchPlan:
         rdzv_configs: extra rendezvous settings (elastic timeouts, or the static rendezvous's node rank).
         preload_modules: modules the launcher imports before it starts the ranks (``preload_modules`` of the config).
         retry_hangs: a rank that did not arrive fails the task with a recoverable error (``retry_hangs``).
+        preflight: every rank runs the preflight before the task's code (``preflight``).
+        shm_size: the ``/dev/shm`` size the preflight checks (a pod's ``shm_size``; ``None`` locally).
     """
 
     kind: ExecutionKind
@@ -129,6 +131,8 @@ class LaunchPlan:
     rdzv_configs: dict[str, int] = field(default_factory=dict)
     preload_modules: tuple[str, ...] = ()
     retry_hangs: bool = True
+    preflight: bool = True
+    shm_size: Optional[str] = None
 
     @property
     def local_ranks(self) -> range:
@@ -301,6 +305,7 @@ def plan_launch(
             start_method=config.start_method,
             preload_modules=config.preload_modules,
             retry_hangs=config.retry_hangs,
+            preflight=config.preflight,
             collective_timeout_s=_collective_timeout_s(config),
             rank_env={"PET_NNODES": "1", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "1"},
             declared_world_size=1,
@@ -336,9 +341,11 @@ def _static_plan(config: TaskConfig, *, nnodes: int, node_rank: int, nproc: int,
     """
     return LaunchPlan(
         kind=ExecutionKind.CLUSTER_DIRECT if nproc == 1 else ExecutionKind.CLUSTER_FANOUT,
+        shm_size=config.shm_size,
         start_method=config.start_method,
         preload_modules=config.preload_modules,
         retry_hangs=config.retry_hangs,
+        preflight=config.preflight,
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=nnodes,
         max_nodes=nnodes,
@@ -423,6 +430,7 @@ def _plan_local(config: TaskConfig, environ: Mapping[str, str], *, cuda_devices:
         start_method=config.start_method,
         preload_modules=config.preload_modules,
         retry_hangs=config.retry_hangs,
+        preflight=config.preflight,
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=1,
         max_nodes=1,
@@ -531,9 +539,11 @@ def _plan_cluster_elastic(config: TaskConfig, environ: Mapping[str, str], nproc:
     backend = environ.get("PET_RDZV_BACKEND", RDZV_BACKEND)
     return LaunchPlan(
         kind=ExecutionKind.CLUSTER_ELASTIC,
+        shm_size=config.shm_size,
         start_method=config.start_method,
         preload_modules=config.preload_modules,
         retry_hangs=config.retry_hangs,
+        preflight=config.preflight,
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=min_nodes,
         max_nodes=max_nodes,

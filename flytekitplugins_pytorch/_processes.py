@@ -199,6 +199,8 @@ def rank_spec(
         parent_pid=os.getpid(),
         import_roots=_import_roots(fn),
         retry_hangs=plan.retry_hangs,
+        preflight=plan.preflight,
+        shm_size=plan.shm_size,
     )
 
 

@@ -41,6 +41,7 @@ from flytekitplugins_pytorch._forkserver import set_process_name
 from flytekitplugins_pytorch._hang import mark_done, name_culprit, pending_error, start_watch
 from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
 from flytekitplugins_pytorch._plan import node_view
+from flytekitplugins_pytorch._preflight import run_preflight
 
 #: Environment variable: collective timeout in seconds used for ``init_process_group`` calls without ``timeout=``.
 #: It wins over ``collective_timeout`` in the task config (it is the knob for one run, e.g. a local debugging session).
@@ -92,6 +93,18 @@ def default_collective_timeout(backend: Any, configured_s: Optional[float]) -> d
 
         name = "nccl" if torch.cuda.is_available() else "gloo"
     return datetime.timedelta(seconds=DEFAULT_NCCL_TIMEOUT_S if "nccl" in name else DEFAULT_GLOO_TIMEOUT_S)
+
+
+def preflight_timeout_s(configured_s: Optional[float]) -> float:
+    """How long the preflight waits for every rank to join: the collective timeout gloo would get.
+
+    Args:
+        configured_s: ``collective_timeout`` from the task config in seconds, or ``None``.
+
+    Returns:
+        float: seconds.
+    """
+    return default_collective_timeout("gloo", configured_s).total_seconds()
 
 
 def install_collective_timeout(configured_s: Optional[float], *, retry_hangs: bool = True) -> Callable[[], None]:
@@ -245,6 +258,9 @@ def rank_entrypoint(spec: RankSpec) -> None:
         try:
             _set_rank_env(spec, rank)
             install_collective_timeout(spec.collective_timeout_s, retry_hangs=spec.retry_hangs)
+            if spec.preflight:
+                # Before the task's module is unpickled: its import is the task's code too.
+                run_preflight(shm_size=spec.shm_size, join_timeout_s=preflight_timeout_s(spec.collective_timeout_s))
             for root in reversed(spec.import_roots):
                 if root not in sys.path:
                     sys.path.insert(0, root)

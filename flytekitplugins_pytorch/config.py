@@ -607,6 +607,7 @@ def _check_fields_common(owner: str, obj: Any) -> None:
     obj.collective_timeout = check_timeout(f"{owner}.collective_timeout", obj.collective_timeout)
     obj.preload_modules = check_preload_modules(f"{owner}.preload_modules", obj.preload_modules)
     obj.retry_hangs = check_bool(f"{owner}.retry_hangs", obj.retry_hangs)
+    obj.preflight = check_bool(f"{owner}.preflight", obj.preflight)
 
 
 def _check_min_available(owner: str, run_policy: RunPolicy, total: int, total_text: str) -> None:
@@ -785,6 +786,11 @@ class PyTorch:
             on a cluster the common cause is a bad node, GPU or link, and a retry runs on fresh pods; False makes
             a hang a permanent failure (for code that can hang by itself, e.g. a data-dependent deadlock). Either
             way the error names the rank that did not arrive.
+        preflight: before the task's code runs, every rank resolves the master's address, checks ``/dev/shm``
+            against ``shm_size`` (on a cluster) and runs one all-reduce with the others. Default True: a node that
+            cannot reach its peers then fails in a fraction of a second with a retryable infrastructure error
+            naming the node and what failed, instead of inside the task after data loading and model set-up;
+            False skips it (its cost: a few milliseconds per rank, plus the wait for the slowest rank to start).
 
     Raises:
         ConfigError: any invalid setting, including ``run_policy.min_available`` above the number of replicas.
@@ -801,6 +807,7 @@ class PyTorch:
     collective_timeout: Optional[datetime.timedelta] = None
     preload_modules: tuple[str, ...] = ()
     retry_hangs: bool = True
+    preflight: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.master, Master):
@@ -859,6 +866,7 @@ class Elastic:
         collective_timeout: as `PyTorch.collective_timeout`.
         preload_modules: as `PyTorch.preload_modules`.
         retry_hangs: as `PyTorch.retry_hangs`.
+        preflight: as `PyTorch.preflight`.
 
     Raises:
         ConfigError: any invalid setting.
@@ -879,6 +887,7 @@ class Elastic:
     collective_timeout: Optional[datetime.timedelta] = None
     preload_modules: tuple[str, ...] = ()
     retry_hangs: bool = True
+    preflight: bool = True
 
     def __post_init__(self) -> None:
         self._min_nodes, self._max_nodes = _parse_nnodes(self.nnodes)

@@ -70,8 +70,9 @@ from flytekitplugins_pytorch._plan import (
     plan_launch,
     resolve_nproc,
 )
+from flytekitplugins_pytorch._preflight import run_preflight
 from flytekitplugins_pytorch._processes import AgentResult, EnvPatch, free_port, run_ranks
-from flytekitplugins_pytorch._rank import COLLECTIVE_TIMEOUT_ENV, install_collective_timeout
+from flytekitplugins_pytorch._rank import COLLECTIVE_TIMEOUT_ENV, install_collective_timeout, preflight_timeout_s
 
 __all__ = [
     "run_distributed",
@@ -204,6 +205,8 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
     with EnvPatch(direct_view(rank, int(os.environ.get("WORLD_SIZE", "1")))), _resumable_checkpoint():
         restore = install_collective_timeout(plan.collective_timeout_s, retry_hangs=plan.retry_hangs)
         try:
+            if plan.preflight:
+                run_preflight(shm_size=plan.shm_size, join_timeout_s=preflight_timeout_s(plan.collective_timeout_s))
             value = fn(**kwargs)
             mark_done()
         except BaseException as raised:

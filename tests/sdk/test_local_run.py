@@ -253,11 +253,13 @@ def test_two_simulated_pods_run_their_ranks_and_only_rank_0_returns() -> None:
 
 
 def test_a_non_zero_pod_rank_ignores_outputs(monkeypatch) -> None:
-    """nproc_per_node=1 pod with RANK=1: the function runs in the pod process, then IgnoreOutputs."""
+    """nproc_per_node=1 pod with RANK=1: the function runs in the pod process, then IgnoreOutputs (no peer runs
+    here, so no preflight: it would wait for rank 0)."""
     for name, value in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
         monkeypatch.setenv(name, value)
     calls = []
-    task = SimpleNamespace(task_config=PyTorch(), _task_function=lambda x: calls.append(x) or x, name="t")
+    config = PyTorch(preflight=False)
+    task = SimpleNamespace(task_config=config, _task_function=lambda x: calls.append(x) or x, name="t")
     with pytest.raises(IgnoreOutputs):
         launcher.run_distributed(task, {"x": 7})
     assert calls == [7]
