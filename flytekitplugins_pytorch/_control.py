@@ -61,6 +61,7 @@ class RankSpec:
         retry_hangs: a hang is raised as a recoverable error (``_hang.py``).
         preflight: run the preflight before the task's code (``_preflight.py``).
         shm_size: the ``/dev/shm`` size the preflight checks (``None``: not checked).
+        progress_timeout_s: ``progress_timeout`` in seconds (``_hang.py``), or ``None``.
         import_roots: directories the task's module is imported from, put on ``sys.path`` before the function is
             unpickled (``pyflyte run dir/wf.py`` adds the package root to ``sys.path`` only while it imports).
     """
@@ -80,6 +81,7 @@ class RankSpec:
     retry_hangs: bool = True
     preflight: bool = True
     shm_size: Optional[str] = None
+    progress_timeout_s: Optional[float] = None
 
 
 @dataclass(frozen=True)

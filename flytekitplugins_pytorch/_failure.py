@@ -295,7 +295,8 @@ def find_root_cause(outcomes: RankOutcomes) -> RootCause:
     Returns:
         RootCause: the rank, the rule that picked it, and the text for the task's exception.
     """
-    own = [err for err in outcomes.errors if not err.collateral]
+    # A rank that stopped itself for want of progress names itself: its report is its own failure.
+    own = [err for err in outcomes.errors if not err.collateral or err.culprit == err.rank]
     if own:
         return _from_report(CauseKind.RAISED, own[0], outcomes)
     reported = {err.rank for err in outcomes.errors}

@@ -57,6 +57,19 @@ SELF_EXIT_S = 10.0
 SELF_EXIT_CODE = 1
 
 _current: Optional[HangWatch] = None
+#: When this rank last reported progress (``report_progress``; the watch's start counts as one).
+_last_progress = time.monotonic()
+
+
+def report_progress() -> None:
+    """Tell the plugin that this rank made progress (call it once per step when ``progress_timeout`` is set).
+
+    A rank that has not called it for ``progress_timeout`` while outside ``torch.distributed`` stops itself with a
+    ``HangError`` that names it and where it is; without ``progress_timeout`` this does nothing but note the time.
+    It costs a clock read.
+    """
+    global _last_progress
+    _last_progress = time.monotonic()
 
 
 def _prefix() -> str:
@@ -102,10 +115,14 @@ class HangWatch:
         rank: this rank.
         world_size: ranks in the group.
         recoverable: a hang is raised as a recoverable error (``retry_hangs``).
+        progress_timeout_s: stop this rank when it reported no progress for this long outside torch.distributed.
     """
 
-    def __init__(self, store: Any, rank: int, world_size: int, *, recoverable: bool) -> None:
+    def __init__(
+        self, store: Any, rank: int, world_size: int, *, recoverable: bool, progress_timeout_s: Optional[float] = None
+    ) -> None:
         self.store = store
+        self.progress_timeout_s = progress_timeout_s
         self.rank = rank
         self.world_size = world_size
         self.recoverable = recoverable
@@ -136,6 +153,8 @@ class HangWatch:
             while not self.stopped.wait(POLL_S):
                 if self.store.check([request]):
                     break
+                if self._stalled():
+                    return
             else:
                 return
             asker = self.store.get(request).decode()
@@ -146,6 +165,40 @@ class HangWatch:
         except Exception:  # noqa: BLE001 - the store went away with the group: nothing to watch
             return
         self._stop_self(int(asker))
+
+    def _stalled(self) -> bool:
+        """Whether this rank made no progress for ``progress_timeout`` outside torch.distributed; if so, tell the
+        others (they answer, and learn who stopped) and stop this rank with a HangError naming it."""
+        limit = self.progress_timeout_s
+        if limit is None or time.monotonic() - _last_progress <= limit or self.giving_up.is_set():
+            return False
+        in_dist, doing = activity(_main_stack())
+        if in_dist:
+            return False  # waiting in a collective: the collective timeout bounds it
+        where = where_am_i(self.rank)
+        message = (
+            f"rank {self.rank} (of {self.world_size}) on node {where['node']} (pod {where['pod']}) made no progress "
+            f"for {limit:.0f}s (progress_timeout): {doing}"
+        )
+        try:
+            self.store.compare_set(f"{self.prefix}request", "", str(self.rank))
+        except Exception:  # noqa: BLE001 - the store is gone: stop this rank all the same
+            pass
+        self._raise_in_main(message)
+        return True
+
+    def _raise_in_main(self, message: str) -> None:
+        """Raise a HangError with ``message`` in the main thread; exit if it is still running SELF_EXIT_S later."""
+        error = hang_error_class(self.recoverable)(message, rank=self.rank, world_size=self.world_size)
+        main = threading.main_thread().ident
+        if main is not None:
+            _pending[main] = error
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(main), ctypes.py_object(_SelfStop))
+        if self.stopped.wait(SELF_EXIT_S):
+            return
+        sys.stderr.write(f"{message}; its main thread did not stop, exiting\n")
+        sys.stderr.flush()
+        os._exit(SELF_EXIT_CODE)
 
     def _stop_self(self, asker: int) -> None:
         """A peer gave up on the group: end this rank too, however it is stuck (module docstring)."""
@@ -162,16 +215,7 @@ class HangWatch:
                 f"rank {self.rank} (of {self.world_size}) on node {where['node']} (pod {where['pod']}) was stopped: "
                 f"rank {asker} gave up on the group {SELF_STOP_S:.0f}s earlier, and this rank was still {doing}"
             )
-        error = hang_error_class(self.recoverable)(message, rank=self.rank, world_size=self.world_size)
-        main = threading.main_thread().ident
-        if main is not None:
-            _pending[main] = error
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(main), ctypes.py_object(_SelfStop))
-        if self.stopped.wait(SELF_EXIT_S):
-            return
-        sys.stderr.write(f"{message}; its main thread did not stop, exiting\n")
-        sys.stderr.flush()
-        os._exit(SELF_EXIT_CODE)
+        self._raise_in_main(message)
 
 
 class _SelfStop(BaseException):
@@ -199,13 +243,15 @@ def pending_error(exc: BaseException) -> BaseException:
     return exc
 
 
-def start_watch(*, recoverable: bool) -> None:
+def start_watch(*, recoverable: bool, progress_timeout_s: Optional[float] = None) -> None:
     """Start watching the default process group's store (called right after ``init_process_group`` returned).
 
     Args:
         recoverable: a hang is raised as a recoverable error (``retry_hangs``).
+        progress_timeout_s: ``progress_timeout`` in seconds, or ``None`` (off).
     """
-    global _current
+    global _current, _last_progress
+    _last_progress = time.monotonic()
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
@@ -214,7 +260,13 @@ def start_watch(*, recoverable: bool) -> None:
         _current = None
     try:
         store = c10d._get_default_store().clone()  # type: ignore[attr-defined]
-        watch = HangWatch(store, dist.get_rank(), dist.get_world_size(), recoverable=recoverable)
+        watch = HangWatch(
+            store,
+            dist.get_rank(),
+            dist.get_world_size(),
+            recoverable=recoverable,
+            progress_timeout_s=progress_timeout_s,
+        )
     except Exception:  # noqa: BLE001 - a store that cannot be cloned (FileStore): no watch, errors as before
         return
     _current = watch
@@ -240,8 +292,8 @@ def name_culprit(exc: BaseException) -> Optional[BaseException]:
         there is no watch or nobody can be named.
     """
     watch = _current
-    if watch is None:
-        return None
+    if watch is None or isinstance(exc, HangError):
+        return None  # a HangError already names the rank (this one, when it stopped for want of progress)
     watch.giving_up.set()
     watch.stop()
     store, prefix = watch.store, watch.prefix
@@ -300,4 +352,4 @@ def name_culprit(exc: BaseException) -> Optional[BaseException]:
     return error
 
 
-__all__ = ["HangError", "HangWatch", "start_watch", "mark_done", "name_culprit", "pending_error"]
+__all__ = ["HangError", "HangWatch", "start_watch", "mark_done", "name_culprit", "pending_error", "report_progress"]

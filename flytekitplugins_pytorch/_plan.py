@@ -30,6 +30,7 @@ own (the local monitor interval, the operator's fallback ports), each with its r
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -108,6 +109,7 @@ class LaunchPlan:
         retry_hangs: a rank that did not arrive fails the task with a recoverable error (``retry_hangs``).
         preflight: every rank runs the preflight before the task's code (``preflight``).
         shm_size: the ``/dev/shm`` size the preflight checks (a pod's ``shm_size``; ``None`` locally).
+        progress_timeout_s: ``progress_timeout`` in seconds, or ``None`` (off).
     """
 
     kind: ExecutionKind
@@ -133,6 +135,7 @@ class LaunchPlan:
     retry_hangs: bool = True
     preflight: bool = True
     shm_size: Optional[str] = None
+    progress_timeout_s: Optional[float] = None
 
     @property
     def local_ranks(self) -> range:
@@ -266,6 +269,10 @@ def plan_trainjob_node(
     return replace(plan, kind=ExecutionKind.CLUSTER_FANOUT)
 
 
+def _seconds(value: Optional[datetime.timedelta]) -> Optional[float]:
+    return value.total_seconds() if value is not None else None
+
+
 def _collective_timeout_s(config: TaskConfig) -> Optional[float]:
     timeout = config.collective_timeout
     return timeout.total_seconds() if timeout is not None else None
@@ -306,6 +313,7 @@ def plan_launch(
             preload_modules=config.preload_modules,
             retry_hangs=config.retry_hangs,
             preflight=config.preflight,
+            progress_timeout_s=_seconds(config.progress_timeout),
             collective_timeout_s=_collective_timeout_s(config),
             rank_env={"PET_NNODES": "1", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "1"},
             declared_world_size=1,
@@ -346,6 +354,7 @@ def _static_plan(config: TaskConfig, *, nnodes: int, node_rank: int, nproc: int,
         preload_modules=config.preload_modules,
         retry_hangs=config.retry_hangs,
         preflight=config.preflight,
+        progress_timeout_s=_seconds(config.progress_timeout),
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=nnodes,
         max_nodes=nnodes,
@@ -431,6 +440,7 @@ def _plan_local(config: TaskConfig, environ: Mapping[str, str], *, cuda_devices:
         preload_modules=config.preload_modules,
         retry_hangs=config.retry_hangs,
         preflight=config.preflight,
+        progress_timeout_s=_seconds(config.progress_timeout),
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=1,
         max_nodes=1,
@@ -544,6 +554,7 @@ def _plan_cluster_elastic(config: TaskConfig, environ: Mapping[str, str], nproc:
         preload_modules=config.preload_modules,
         retry_hangs=config.retry_hangs,
         preflight=config.preflight,
+        progress_timeout_s=_seconds(config.progress_timeout),
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=min_nodes,
         max_nodes=max_nodes,

@@ -201,6 +201,7 @@ def rank_spec(
         retry_hangs=plan.retry_hangs,
         preflight=plan.preflight,
         shm_size=plan.shm_size,
+        progress_timeout_s=plan.progress_timeout_s,
     )
 
 

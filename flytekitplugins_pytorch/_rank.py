@@ -107,7 +107,9 @@ def preflight_timeout_s(configured_s: Optional[float]) -> float:
     return default_collective_timeout("gloo", configured_s).total_seconds()
 
 
-def install_collective_timeout(configured_s: Optional[float], *, retry_hangs: bool = True) -> Callable[[], None]:
+def install_collective_timeout(
+    configured_s: Optional[float], *, retry_hangs: bool = True, progress_timeout_s: Optional[float] = None
+) -> Callable[[], None]:
     """Make ``torch.distributed.init_process_group`` default to our collective timeout, and watch for hangs.
 
     Calls that pass ``timeout=`` are unchanged. Both ``torch.distributed.init_process_group`` and
@@ -118,6 +120,7 @@ def install_collective_timeout(configured_s: Optional[float], *, retry_hangs: bo
     Args:
         configured_s: ``collective_timeout`` from the task config in seconds, or ``None`` for the backend default.
         retry_hangs: a hang is raised as a recoverable error (the config's ``retry_hangs``).
+        progress_timeout_s: the config's ``progress_timeout`` in seconds, or ``None``.
 
     Returns:
         Callable[[], None]: undoes the replacement (used by the in-process mode, which runs in the task process).
@@ -137,7 +140,7 @@ def install_collective_timeout(configured_s: Optional[float], *, retry_hangs: bo
             bound.arguments["timeout"] = default_collective_timeout(bound.arguments.get("backend"), configured_s)
         value = original(*bound.args, **bound.kwargs)
         if dist.get_world_size() > 1:
-            start_watch(recoverable=retry_hangs)
+            start_watch(recoverable=retry_hangs, progress_timeout_s=progress_timeout_s)
         return value
 
     init_process_group._flyte_collective_timeout = True  # type: ignore[attr-defined]
@@ -257,7 +260,9 @@ def rank_entrypoint(spec: RankSpec) -> None:
     with RankConsole(rank, enabled=prefix_enabled(os.environ.get(RANK_PREFIX_ENV))):
         try:
             _set_rank_env(spec, rank)
-            install_collective_timeout(spec.collective_timeout_s, retry_hangs=spec.retry_hangs)
+            install_collective_timeout(
+                spec.collective_timeout_s, retry_hangs=spec.retry_hangs, progress_timeout_s=spec.progress_timeout_s
+            )
             if spec.preflight:
                 # Before the task's module is unpickled: its import is the task's code too.
                 run_preflight(shm_size=spec.shm_size, join_timeout_s=preflight_timeout_s(spec.collective_timeout_s))

@@ -608,6 +608,7 @@ def _check_fields_common(owner: str, obj: Any) -> None:
     obj.preload_modules = check_preload_modules(f"{owner}.preload_modules", obj.preload_modules)
     obj.retry_hangs = check_bool(f"{owner}.retry_hangs", obj.retry_hangs)
     obj.preflight = check_bool(f"{owner}.preflight", obj.preflight)
+    obj.progress_timeout = check_timeout(f"{owner}.progress_timeout", obj.progress_timeout)
 
 
 def _check_min_available(owner: str, run_policy: RunPolicy, total: int, total_text: str) -> None:
@@ -791,6 +792,10 @@ class PyTorch:
             cannot reach its peers then fails in a fraction of a second with a retryable infrastructure error
             naming the node and what failed, instead of inside the task after data loading and model set-up;
             False skips it (its cost: a few milliseconds per rank, plus the wait for the slowest rank to start).
+        progress_timeout: a rank that has not called ``flytekitplugins_pytorch.report_progress()`` for this long
+            while outside ``torch.distributed`` stops itself with a ``HangError`` naming it and where it is (its
+            peers, waiting in a collective, are told through the group's store). Default None: off, because only
+            code that reports progress (once per step, say) can use it; the collective timeout bounds the rest.
 
     Raises:
         ConfigError: any invalid setting, including ``run_policy.min_available`` above the number of replicas.
@@ -808,6 +813,7 @@ class PyTorch:
     preload_modules: tuple[str, ...] = ()
     retry_hangs: bool = True
     preflight: bool = True
+    progress_timeout: Optional[datetime.timedelta] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.master, Master):
@@ -867,6 +873,7 @@ class Elastic:
         preload_modules: as `PyTorch.preload_modules`.
         retry_hangs: as `PyTorch.retry_hangs`.
         preflight: as `PyTorch.preflight`.
+        progress_timeout: as `PyTorch.progress_timeout`.
 
     Raises:
         ConfigError: any invalid setting.
@@ -888,6 +895,7 @@ class Elastic:
     preload_modules: tuple[str, ...] = ()
     retry_hangs: bool = True
     preflight: bool = True
+    progress_timeout: Optional[datetime.timedelta] = None
 
     def __post_init__(self) -> None:
         self._min_nodes, self._max_nodes = _parse_nnodes(self.nnodes)

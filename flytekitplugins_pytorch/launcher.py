@@ -189,7 +189,9 @@ def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: Launch
     }
     env["PET_MASTER_PORT"] = env["MASTER_PORT"]
     with EnvPatch(env), _resumable_checkpoint():
-        restore = install_collective_timeout(plan.collective_timeout_s, retry_hangs=plan.retry_hangs)
+        restore = install_collective_timeout(
+            plan.collective_timeout_s, retry_hangs=plan.retry_hangs, progress_timeout_s=plan.progress_timeout_s
+        )
         try:
             return fn(**kwargs)
         finally:
@@ -203,7 +205,9 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
 
     rank = int(os.environ.get("RANK", "0"))
     with EnvPatch(direct_view(rank, int(os.environ.get("WORLD_SIZE", "1")))), _resumable_checkpoint():
-        restore = install_collective_timeout(plan.collective_timeout_s, retry_hangs=plan.retry_hangs)
+        restore = install_collective_timeout(
+            plan.collective_timeout_s, retry_hangs=plan.retry_hangs, progress_timeout_s=plan.progress_timeout_s
+        )
         try:
             if plan.preflight:
                 run_preflight(shm_size=plan.shm_size, join_timeout_s=preflight_timeout_s(plan.collective_timeout_s))

@@ -497,6 +497,7 @@ def pytorch_task(
     preload_modules: Sequence[str] = (),
     retry_hangs: bool = PyTorch.retry_hangs,
     preflight: bool = PyTorch.preflight,
+    progress_timeout: Optional[Any] = None,
     **task_options: Any,
 ) -> Union[PyTorchFunctionTask, Callable[[Callable], PyTorchFunctionTask]]:
     """Decorate a typed function as a distributed PyTorch task (one master + ``workers_count`` workers).
@@ -540,6 +541,7 @@ def pytorch_task(
         preload_modules: `PyTorch.preload_modules`.
         retry_hangs: `PyTorch.retry_hangs`.
         preflight: `PyTorch.preflight`.
+        progress_timeout: `PyTorch.progress_timeout`.
         **task_options: any option of flytekit's ``@task`` (``retries``, ``timeout``, ``cache``, ``cache_version``,
             ``interruptible``, ``environment``, ``container_image``, ``secret_requests``, ``pod_template``,
             ``pod_template_name``, ``requests``, ``limits``, deck options, ...).
@@ -629,6 +631,7 @@ def pytorch_task(
             preload_modules=cast(tuple[str, ...], preload_modules),
             retry_hangs=retry_hangs,
             preflight=preflight,
+            progress_timeout=progress_timeout,
         )
 
     def wrapper(fn: Callable) -> PyTorchFunctionTask:

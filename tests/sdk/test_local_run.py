@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -285,3 +286,19 @@ def test_import_roots_name_the_package_root_pyflyte_run_removed_from_sys_path(tm
     finally:
         sys.modules.pop("roots_pkg.wf", None)
         sys.modules.pop("roots_pkg", None)
+
+
+@pytest.mark.slow
+def test_a_rank_without_progress_stops_itself_and_is_named() -> None:
+    from flytekitplugins_pytorch._failure import HangError
+
+    started = time.monotonic()
+    with pytest.raises(HangError) as info:
+        local_tasks.stalls_task()
+    took = time.monotonic() - started
+    text = str(info.value)
+    lead = "rank 1 (of 2) failed: RecoverableHangError: rank 1 (of 2) on node 1 (pod "
+    assert info.value.rank == 1 and lead in text and "made no progress for 2s (progress_timeout)" in text, text
+    assert "in stalls_task, outside torch.distributed" in text, text
+    assert took < 30  # far below the 60 s collective timeout
+    assert _living_children() == []
