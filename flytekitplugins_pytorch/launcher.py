@@ -8,7 +8,11 @@ modules, one job each:
 ``_processes.py``      start the ranks (torch's elastic agent, fork server), stop them on a signal, no orphans
 ``_failure.py``        pure: what the ranks reported -> the root-cause rank and the exception the task raises
 ``_control.py``        the files a rank writes and the launcher reads (with ``_rank.py``, the rank side, and
-                       ``_context.py``, the Flyte context carried into each rank)
+                       ``_context.py``, the Flyte context carried into each rank, whose checkpoint resumes after a
+                       restart within the attempt)
+``_hang.py``           in each rank: naming the rank that did not arrive through the group's store (pods share no
+                       folder), and ``progress_timeout``
+``_preflight.py``      in each rank, before the task's code: master address, ``/dev/shm``, one all-reduce
 =====================  ==========================================================================================
 
 Where it runs (see ``_plan.py``): locally as real ranks on this machine; in-process with world size 1
