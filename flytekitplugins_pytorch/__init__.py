@@ -12,6 +12,7 @@ Local-run environment variables (read by the launcher):
 - ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per rank (default: an even share of the cores).
 """
 
+from flytekitplugins_pytorch._hang import report_progress
 from flytekitplugins_pytorch.config import (
     CleanPodPolicy,
     ConfigError,
@@ -38,4 +39,5 @@ __all__ = [
     "UnknownOptionError",
     "PyTorchFunctionTask",
     "ElasticPyTorchFunctionTask",
+    "report_progress",
 ]

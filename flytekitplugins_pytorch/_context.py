@@ -102,9 +102,10 @@ def rank_context(snapshot: ContextSnapshot, workdir: Path) -> tuple[Any, Any]:
 
     workdir.mkdir(parents=True, exist_ok=True)
     checkpoint = None
-    if snapshot.checkpoint_dest:
-        checkpoint = SyncCheckpoint(checkpoint_dest=snapshot.checkpoint_dest, checkpoint_src=snapshot.checkpoint_src)
     ctx = FlyteContextManager.current_context()
+    if snapshot.checkpoint_dest:
+        src = resume_source(ctx.file_access, snapshot.checkpoint_dest, snapshot.checkpoint_src)
+        checkpoint = SyncCheckpoint(checkpoint_dest=snapshot.checkpoint_dest, checkpoint_src=src)
     raw_prefix = snapshot.raw_output_prefix or ctx.file_access.raw_output_prefix
     params = ExecutionParameters(
         execution_date=snapshot.execution_date or datetime.datetime.now(datetime.timezone.utc),
@@ -130,3 +131,61 @@ def rank_context(snapshot: ContextSnapshot, workdir: Path) -> tuple[Any, Any]:
         .build()
     )
     return new_ctx, params
+
+
+def holds_checkpoint(file_access: Any, path: str) -> bool:
+    """Whether ``path`` (a local folder or a blob prefix) holds a checkpoint: it exists and is not empty.
+
+    Args:
+        file_access: flytekit's ``FileAccessProvider`` (its file systems reach the blob store).
+        path: this attempt's checkpoint prefix.
+
+    Returns:
+        bool: something was written there; ``False`` also when the store cannot be asked (logged).
+    """
+    try:
+        fs = file_access.get_filesystem_for_path(path)
+        return bool(fs.exists(path) and fs.ls(path))
+    except Exception as exc:  # noqa: BLE001 - an unreachable store must not fail the task here: read as before
+        logging.getLogger(__name__).warning("could not look for a checkpoint at %s: %s", path, exc)
+        return False
+
+
+def resume_source(file_access: Any, dest: str, src: Optional[str]) -> Optional[str]:
+    """Where ``checkpoint.read()`` / ``restore()`` read from: the checkpoint to resume.
+
+    flytekit's checkpoint reads only the previous Flyte attempt's prefix (``--prev-checkpoint``). When this attempt's
+    own prefix already holds a checkpoint, an earlier run of this attempt wrote it and was restarted (an elastic
+    restart, a container restarted by ``OnFailure`` or ``ExitCode``): that one is newer, so it is read instead. A
+    Flyte retry then reads what the failed attempt wrote last, restarts included. One API on every layer.
+
+    Args:
+        file_access: flytekit's ``FileAccessProvider``.
+        dest: this attempt's checkpoint prefix (where ``write()`` / ``save()`` go).
+        src: the previous attempt's prefix, or ``None``.
+
+    Returns:
+        Optional[str]: ``dest`` when it holds a checkpoint, else ``src``.
+    """
+    return dest if holds_checkpoint(file_access, dest) else src
+
+
+def resumed_checkpoint(checkpoint: Any, file_access: Any) -> Any:
+    """The task process's own checkpoint, reading this attempt's prefix when a restarted run wrote one there.
+
+    Args:
+        checkpoint: flytekit's ``SyncCheckpoint`` of the context (or ``None``).
+        file_access: flytekit's ``FileAccessProvider``.
+
+    Returns:
+        Any: ``checkpoint`` itself, or a ``SyncCheckpoint`` with the same destination that reads ``dest`` (see
+        :func:`resume_source`).
+    """
+    from flytekit.core.checkpointer import SyncCheckpoint
+
+    dest = getattr(checkpoint, "_checkpoint_dest", None)
+    if not dest:
+        return checkpoint
+    src = getattr(checkpoint, "_checkpoint_src", None)
+    chosen = resume_source(file_access, str(dest), src)
+    return checkpoint if chosen == src else SyncCheckpoint(checkpoint_dest=str(dest), checkpoint_src=chosen)

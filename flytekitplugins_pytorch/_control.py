@@ -53,9 +53,15 @@ class RankSpec:
         threads: intra-op threads for this rank (``OMP_NUM_THREADS`` unless the user set it).
         collective_timeout_s: timeout filled into ``init_process_group``; ``None`` = per-backend default.
         env: extra variables every rank sees (the ``PET_*`` set).
-        nproc_per_node: processes per (virtual) node; used for ``PET_NODE_RANK`` when ``virtual_nodes``.
-        virtual_nodes: locally, several declared nodes share one agent: derive ``PET_NODE_RANK`` from ``RANK``.
+        nproc_per_node: processes per (virtual) node; used for the node's view when ``virtual_nodes``.
+        virtual_nodes: locally, several declared nodes share one agent: give each rank its node's view
+            (``_plan.node_view``: ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ...).
+        node_gpus: per declared node, its ranks' ``CUDA_VISIBLE_DEVICES`` (empty: leave the devices as they are).
         parent_pid: pid of the launching process, for the die-with-parent check.
+        retry_hangs: a hang is raised as a recoverable error (``_hang.py``).
+        preflight: run the preflight before the task's code (``_preflight.py``).
+        shm_size: the ``/dev/shm`` size the preflight checks (``None``: not checked).
+        progress_timeout_s: ``progress_timeout`` in seconds (``_hang.py``), or ``None``.
         import_roots: directories the task's module is imported from, put on ``sys.path`` before the function is
             unpickled (``pyflyte run dir/wf.py`` adds the package root to ``sys.path`` only while it imports).
     """
@@ -69,8 +75,13 @@ class RankSpec:
     env: dict[str, str] = field(default_factory=dict)
     nproc_per_node: int = 1
     virtual_nodes: bool = False
+    node_gpus: tuple[str, ...] = ()
     parent_pid: Optional[int] = None
     import_roots: tuple[str, ...] = ()
+    retry_hangs: bool = True
+    preflight: bool = True
+    shm_size: Optional[str] = None
+    progress_timeout_s: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,8 @@ class RankError:
         recoverable: the exception is a ``FlyteRecoverableException``.
         collateral: the exception looks like a consequence of another rank's failure (communication error/timeout).
         exc_bytes: the exception cloudpickled, or ``None`` if it could not be pickled and loaded back.
+        culprit: for a rank that gave up waiting and learnt from the group's store which rank did not arrive
+            (``_hang.py``), that rank; its message leads with it.
     """
 
     rank: int
@@ -96,6 +109,7 @@ class RankError:
     recoverable: bool
     collateral: bool
     exc_bytes: Optional[bytes] = None
+    culprit: Optional[int] = None
 
 
 @dataclass(frozen=True)

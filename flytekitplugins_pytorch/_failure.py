@@ -18,9 +18,9 @@ The rules, in order:
 5. else nobody can be named, and the agent's own error is reported.
 
 The message names the rank, ``rank 2 (of 3) failed: ValueError: boom``, then the other ranks (failed afterwards,
-still running, never started), then the root cause's traceback. The exception keeps the rank's original type when it
-can be rebuilt here (it also derives from :class:`RankFailure`); ``FlyteRecoverableException`` stays recoverable so
-Flyte retries the task.
+still running, never started), then the root cause's traceback. The exception is of the rank's own type when it can be
+rebuilt here and pickles back as itself; otherwise it is a :class:`RankFailure` that carries the type's name, its
+message and the rank. A ``FlyteRecoverableException`` stays recoverable either way, so Flyte retries the task.
 
 Whether an exception is collateral (a consequence of a lost peer) is decided in the rank, where its type is known
 (:func:`is_collateral`), and travels in the report. Neither torch nor flytekit is imported at module level.
@@ -31,6 +31,8 @@ from __future__ import annotations
 import pickle
 import re
 import signal
+import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -58,6 +60,8 @@ def is_collateral(exc: BaseException) -> bool:
         bool: True for torch's ``DistError`` family, and for runtime, connection and timeout errors whose text
         names a lost connection, a timeout or a process-group internal.
     """
+    if isinstance(exc, HangError):
+        return True  # a waiting rank's report: the cause is the rank it names
     try:
         import torch.distributed as dist
 
@@ -70,31 +74,94 @@ def is_collateral(exc: BaseException) -> bool:
     )
 
 
-class RankFailure:
-    """Mixin carried by every exception ``run_distributed`` raises for a failed rank.
+class RankFailure(RuntimeError):
+    """A rank failed and its exception cannot be raised as its own type here; the message names the rank.
 
-    Attributes:
+    Raised when the rank's exception could not be rebuilt in the task process as an exception of its own type that
+    survives pickling (its class is not importable here, its constructor needs other arguments, ...). When it can
+    be, the task raises that type itself (``type(e) is ValueError``, ``except ValueError`` catches it), with the
+    attributes below added unless the exception has its own of the same name. Instances pickle.
+
+    Args:
+        message: the whole text: the headline naming the rank, the other ranks, the rank's traceback.
+        type_name: ``module.QualName`` of the rank's exception type (``""`` when the rank raised nothing).
+        original_message: ``str()`` of the rank's exception.
         rank: global rank whose failure is the root cause (-1 when none could be named).
         world_size: global ranks in the run.
+
+    Attributes:
+        type_name: as above.
+        original_message: as above.
+        rank: as above.
+        world_size: as above.
     """
 
-    rank: int = -1
-    world_size: int = 0
+    def __init__(
+        self, message: str, *, type_name: str = "", original_message: str = "", rank: int = -1, world_size: int = 0
+    ) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.original_message = original_message
+        self.rank = rank
+        self.world_size = world_size
+        # When it was raised, where flytekit's exceptions keep it: Flyte's error document carries it, and the
+        # recoverable variants read it (a rank's own time replaces it when the failure came from a rank).
+        self._timestamp = time.time()
 
     def __str__(self) -> str:
-        args: tuple[object, ...] = getattr(self, "args", ())
-        if len(args) == 1 and isinstance(args[0], str):
-            return args[0]
-        return super().__str__()
+        # The message as given, also in ``RecoverableRankFailure`` (flytekit's exceptions prefix their kind).
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
 
 
-class RankFailedError(RankFailure, RuntimeError):
-    """A rank of a distributed task failed; the message names the rank and carries its traceback.
+class RankFailedError(RankFailure):
+    """A rank of a distributed task failed without an exception of its own (killed by a signal, exited, did not
+    arrive), or the launch itself failed; the message names the rank when one can be named."""
 
-    When the failing rank's exception can be rebuilt in the task process, the task raises an exception of the
-    original type that also derives from :class:`RankFailure`; this class is the fallback (and is used for ranks
-    killed by a signal).
+
+class HangError(RankFailedError):
+    """A rank did not arrive at a collective in time: the message leads with that rank, its node and pod, and what it
+    was doing; ``rank`` is that rank (see ``_hang.py``). Raised as ``RecoverableHangError`` (also a
+    ``FlyteRecoverableException``) when hangs are retryable (``retry_hangs``, the default)."""
+
+
+#: Recoverable variants, made at first use (flytekit is not imported at module level here): name -> base.
+_RECOVERABLE = {"RecoverableRankFailure": RankFailure, "RecoverableHangError": HangError}
+
+
+def __getattr__(name: str) -> type:
+    """``RecoverableRankFailure`` or ``RecoverableHangError``, made at first use.
+
+    Args:
+        name: the attribute asked for.
+
+    Returns:
+        type: the base class (:class:`RankFailure`, :class:`HangError`) that is also flytekit's
+        ``FlyteRecoverableException``, so that Flyte retries the task. Pickle finds it by this name.
+
+    Raises:
+        AttributeError: any other name.
     """
+    base = _RECOVERABLE.get(name)
+    if base is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from flytekit.exceptions.user import FlyteRecoverableException
+
+    doc = f"A recoverable {base.__name__} (Flyte retries it)."
+    cls = type(name, (base, FlyteRecoverableException), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
+    globals()[name] = cls
+    return cls
+
+
+def hang_error_class(recoverable: bool) -> type[HangError]:
+    """The class a hang is raised as.
+
+    Args:
+        recoverable: hangs are retryable (``retry_hangs``).
+
+    Returns:
+        type[HangError]: ``RecoverableHangError`` or :class:`HangError`.
+    """
+    return cast("type[HangError]", __getattr__("RecoverableHangError")) if recoverable else HangError
 
 
 @dataclass(frozen=True)
@@ -228,7 +295,8 @@ def find_root_cause(outcomes: RankOutcomes) -> RootCause:
     Returns:
         RootCause: the rank, the rule that picked it, and the text for the task's exception.
     """
-    own = [err for err in outcomes.errors if not err.collateral]
+    # A rank that stopped itself for want of progress names itself: its report is its own failure.
+    own = [err for err in outcomes.errors if not err.collateral or err.culprit == err.rank]
     if own:
         return _from_report(CauseKind.RAISED, own[0], outcomes)
     reported = {err.rank for err in outcomes.errors}
@@ -248,6 +316,12 @@ def find_root_cause(outcomes: RankOutcomes) -> RootCause:
         missing = _not_arrived(outcomes)
         if missing:
             return _missing_cause(missing, outcomes)
+        named = next((err for err in outcomes.errors if err.culprit is not None), None)
+        if named is not None:
+            # A rank of another pod did not arrive: the waiting rank learnt which from the group's store (_hang.py).
+            headline = named.message.strip().splitlines()[0]
+            culprit = cast(int, named.culprit)
+            return RootCause(CauseKind.NOT_ARRIVED, culprit, outcomes.world_size, headline, (), named)
         return _from_report(CauseKind.COLLATERAL, outcomes.errors[0], outcomes)
     headline = f"the ranks failed after {outcomes.elapsed_s:.1f}s without reporting an error: {outcomes.agent_error}"
     return RootCause(CauseKind.UNKNOWN, None, outcomes.world_size, headline)
@@ -297,8 +371,15 @@ def main_thread_frames(dump: str) -> list[Frame]:
     return [Frame(m["path"], int(m["line"]), m["fn"]) for m in _FRAME.finditer(chosen)]
 
 
-def _activity(dump: str) -> tuple[bool, str]:
-    """(in a torch.distributed call, text saying where) for a still-running rank's dump."""
+def activity(dump: str) -> tuple[bool, str]:
+    """Where a still-running rank is, from its stack dump.
+
+    Args:
+        dump: the rank's stacks in ``faulthandler``'s format.
+
+    Returns:
+        tuple[bool, str]: (it waits in a ``torch.distributed`` call, text saying where).
+    """
     frames = main_thread_frames(dump)
     if not frames:
         return False, "still running (no stack sample)"
@@ -322,7 +403,7 @@ def _not_arrived(outcomes: RankOutcomes) -> dict[int, str]:
     for rank in outcomes.ranks:
         if rank in reported or rank in outcomes.done or rank not in outcomes.stacks:
             continue  # a running rank is named only on the evidence of its stack sample
-        in_dist, where = _activity(outcomes.stacks[rank])
+        in_dist, where = activity(outcomes.stacks[rank])
         (waiting if in_dist else running)[rank] = where
     found = {**returned, **running}
     # Ranks that all sat in (other) collectives are still what the others waited for when nobody else is left.
@@ -353,30 +434,42 @@ def _missing_cause(missing: dict[int, str], outcomes: RankOutcomes) -> RootCause
     return RootCause(CauseKind.NOT_ARRIVED, ranks[0], outcomes.world_size, headline, tuple(details), first)
 
 
-def to_exception(cause: RootCause) -> BaseException:
+def to_exception(cause: RootCause, *, retry_hangs: bool = True) -> BaseException:
     """The exception the task raises for ``cause``.
 
     Args:
         cause: the root cause.
+        retry_hangs: a rank that did not arrive is a recoverable :class:`HangError` (the config's ``retry_hangs``).
 
     Returns:
-        BaseException: for a rank that raised, an exception of its original type that also is a
-        :class:`RankFailure` when the type can be rebuilt here (a ``FlyteRecoverableException`` that cannot is
-        rebuilt as a recoverable :class:`RankFailure`); otherwise a :class:`RankFailedError`. ``rank`` and
-        ``world_size`` are set whenever a rank is named.
+        BaseException: for a rank that raised, an exception of its very type (``type(e)`` is the rank's exception
+        type) with ``cause.message`` as its text, when it can be rebuilt here and survives pickling; otherwise a
+        :class:`RankFailure` carrying the type's name, its message and the rank (``RecoverableRankFailure``, also
+        a ``FlyteRecoverableException``, when the rank's exception was recoverable). For a rank that raised
+        nothing, a :class:`RankFailedError`, or a :class:`HangError` (``RecoverableHangError`` with ``retry_hangs``)
+        when it did not arrive. ``rank`` and ``world_size`` are set whenever a rank is named.
     """
-    exc: BaseException
-    if cause.error is None or cause.kind is CauseKind.NOT_ARRIVED:
+    rank = cause.rank if cause.rank is not None else -1
+    if cause.error is None:
+        return RankFailedError(cause.message, rank=rank, world_size=cause.world_size)
+    if cause.kind is CauseKind.NOT_ARRIVED:
         # A rank that did not arrive raised nothing: the waiting rank's exception type would blame the wrong one.
-        exc = RankFailedError(cause.message)
-    else:
-        rebuilt = _load(cause.error.exc_bytes)
-        exc = (_rebrand(rebuilt, cause.message, cause.error) if rebuilt is not None else None) or _wrapper(
-            cause.message, cause.error
-        )
-    if cause.rank is not None:
-        exc.rank, exc.world_size = cause.rank, cause.world_size  # type: ignore[attr-defined]
-    return exc
+        hang = hang_error_class(retry_hangs)
+        error = hang(cause.message, rank=rank, world_size=cause.world_size)
+        setattr(error, "_timestamp", cause.error.timestamp)  # noqa: B010 - flytekit's attribute (error timestamp)
+        return error
+    err = cause.error
+    rebuilt = _load(err.exc_bytes)
+    own = _own_type(rebuilt, cause.message, rank, cause.world_size) if rebuilt is not None else None
+    if own is not None:
+        return own
+    cls = getattr(sys.modules[__name__], "RecoverableRankFailure") if err.recoverable else RankFailure  # noqa: B009
+    failure = cls(
+        cause.message, type_name=err.type_name, original_message=err.message, rank=rank, world_size=cause.world_size
+    )
+    if err.recoverable:
+        setattr(failure, "_timestamp", err.timestamp)  # noqa: B010 - flytekit's attribute, unknown to RankFailure
+    return cast(BaseException, failure)
 
 
 def _load(exc_bytes: Optional[bytes]) -> Optional[BaseException]:
@@ -384,43 +477,25 @@ def _load(exc_bytes: Optional[bytes]) -> Optional[BaseException]:
         return None
     try:
         loaded = pickle.loads(exc_bytes)
-    except Exception:  # noqa: BLE001 - the type cannot be rebuilt here: fall back to a wrapper
+    except Exception:  # noqa: BLE001 - the type cannot be rebuilt here: fall back to RankFailure
         return None
     return loaded if isinstance(loaded, BaseException) else None
 
 
-#: Exception type -> its RankFailure subclass, made once per type.
-_REBRANDED: dict[type[BaseException], type[BaseException]] = {}
-
-
-def _rebrand(original: BaseException, message: str, err: RankError) -> Optional[BaseException]:
-    """An exception of ``type(original)`` that also is a :class:`RankFailure`, with ``message`` as its text."""
+def _own_type(original: BaseException, message: str, rank: int, world_size: int) -> Optional[BaseException]:
+    """``original``'s type itself, with ``message`` as its text and its attributes; ``None`` unless it pickles back
+    as the same type with the same text (Flyte, multiprocessing and a user's own code pickle exceptions)."""
     cls = type(original)
     try:
-        sub = _REBRANDED.get(cls)
-        if sub is None:
-            namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-            sub = cast("type[BaseException]", type(cls.__name__, (RankFailure, cls), namespace))
-            _REBRANDED[cls] = sub
-        exc = sub.__new__(sub, message)
+        exc = cls.__new__(cls, message)
         exc.__dict__.update(getattr(original, "__dict__", {}))
         exc.args = (message,)
-        if hasattr(original, "_timestamp"):
-            exc._timestamp = err.timestamp  # type: ignore[attr-defined]
+        for name, value in (("rank", rank), ("world_size", world_size)):
+            if not hasattr(exc, name):
+                setattr(exc, name, value)
+        back = pickle.loads(pickle.dumps(exc))
+        if type(back) is not cls or str(back) != str(exc):
+            return None
         return exc
-    except Exception:  # noqa: BLE001 - e.g. a final or layout-incompatible type: use the wrapper
+    except Exception:  # noqa: BLE001 - a constructor that needs other arguments, an unpicklable attribute, ...
         return None
-
-
-def _wrapper(message: str, err: RankError) -> BaseException:
-    if err.recoverable:
-        from flytekit.exceptions.user import FlyteRecoverableException
-
-        cls = _REBRANDED.get(FlyteRecoverableException)
-        if cls is None:
-            bases = (RankFailure, FlyteRecoverableException)
-            cls = type("RecoverableRankFailedError", bases, {"__module__": __name__})
-            _REBRANDED[FlyteRecoverableException] = cls
-        recoverable = cast("type[FlyteRecoverableException]", cls)
-        return recoverable(message, timestamp=err.timestamp)
-    return RankFailedError(message)

@@ -7,8 +7,11 @@ No process is started, no torch is imported and nothing is read but the argument
   the declared world size runs as real processes on this machine, started by torch's elastic agent with a
   static rendezvous (``Elastic``: c10d) on 127.0.0.1 and a free port. ``PyTorch``:
   ``(1 + worker.replicas) * nproc_per_node`` ranks; ``Elastic``: ``min_nodes * nproc_per_node`` ranks (a local run
-  never waits for nodes that cannot come).
-  ``PET_NODE_RANK`` is the declared node, ``RANK // nproc_per_node`` (one agent plays every declared node).
+  never waits for nodes that cannot come). One agent runs every rank, and each rank is then given the view of its
+  declared node that torch's agent in a pod of that node would give it (:func:`node_view`): ``LOCAL_RANK`` and
+  ``LOCAL_WORLD_SIZE`` within the node, ``GROUP_RANK`` = the node (also ``PET_NODE_RANK`` for ``PyTorch``, which
+  the operator sets on a fixed-size job only), and, when the machine has a GPU for every rank, only its node's GPUs
+  in ``CUDA_VISIBLE_DEVICES``, as a pod sees only its own.
 - **in-process** (``FLYTE_PYTORCH_INPROCESS=1``): the function runs in the task process with world size 1.
 - **cluster replica, non-elastic** (a PyTorchJob pod: ``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` set by the operator):
   with ``nproc_per_node == 1`` the function runs in the pod process (``CLUSTER_DIRECT``); with more,
@@ -27,6 +30,7 @@ own (the local monitor interval, the operator's fallback ports), each with its r
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -96,9 +100,16 @@ class LaunchPlan:
         threads: intra-op threads per rank, or ``None`` to leave torch's default.
         rank_env: ``PET_*`` variables every rank sees.
         declared_world_size: the world size the config asks for (locally it may have been capped).
-        virtual_nodes: several declared nodes run in this one agent (local runs): ``PET_NODE_RANK`` = rank // nproc.
+        virtual_nodes: several declared nodes run in this one agent (local runs): each rank gets its node's view
+            (:func:`node_view`).
+        node_gpus: per declared node, the ``CUDA_VISIBLE_DEVICES`` its ranks see (local runs with a GPU for every
+            rank); empty = leave the devices as they are.
         rdzv_configs: extra rendezvous settings (elastic timeouts, or the static rendezvous's node rank).
         preload_modules: modules the launcher imports before it starts the ranks (``preload_modules`` of the config).
+        retry_hangs: a rank that did not arrive fails the task with a recoverable error (``retry_hangs``).
+        preflight: every rank runs the preflight before the task's code (``preflight``).
+        shm_size: the ``/dev/shm`` size the preflight checks (a pod's ``shm_size``; ``None`` locally).
+        progress_timeout_s: ``progress_timeout`` in seconds, or ``None`` (off).
     """
 
     kind: ExecutionKind
@@ -118,8 +129,13 @@ class LaunchPlan:
     rank_env: dict[str, str] = field(default_factory=dict)
     declared_world_size: int = 1
     virtual_nodes: bool = False
+    node_gpus: tuple[str, ...] = ()
     rdzv_configs: dict[str, int] = field(default_factory=dict)
     preload_modules: tuple[str, ...] = ()
+    retry_hangs: bool = True
+    preflight: bool = True
+    shm_size: Optional[str] = None
+    progress_timeout_s: Optional[float] = None
 
     @property
     def local_ranks(self) -> range:
@@ -253,6 +269,10 @@ def plan_trainjob_node(
     return replace(plan, kind=ExecutionKind.CLUSTER_FANOUT)
 
 
+def _seconds(value: Optional[datetime.timedelta]) -> Optional[float]:
+    return value.total_seconds() if value is not None else None
+
+
 def _collective_timeout_s(config: TaskConfig) -> Optional[float]:
     timeout = config.collective_timeout
     return timeout.total_seconds() if timeout is not None else None
@@ -291,6 +311,9 @@ def plan_launch(
             kind=ExecutionKind.IN_PROCESS,
             start_method=config.start_method,
             preload_modules=config.preload_modules,
+            retry_hangs=config.retry_hangs,
+            preflight=config.preflight,
+            progress_timeout_s=_seconds(config.progress_timeout),
             collective_timeout_s=_collective_timeout_s(config),
             rank_env={"PET_NNODES": "1", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "1"},
             declared_world_size=1,
@@ -326,8 +349,12 @@ def _static_plan(config: TaskConfig, *, nnodes: int, node_rank: int, nproc: int,
     """
     return LaunchPlan(
         kind=ExecutionKind.CLUSTER_DIRECT if nproc == 1 else ExecutionKind.CLUSTER_FANOUT,
+        shm_size=config.shm_size,
         start_method=config.start_method,
         preload_modules=config.preload_modules,
+        retry_hangs=config.retry_hangs,
+        preflight=config.preflight,
+        progress_timeout_s=_seconds(config.progress_timeout),
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=nnodes,
         max_nodes=nnodes,
@@ -389,6 +416,7 @@ def _plan_local(config: TaskConfig, environ: Mapping[str, str], *, cuda_devices:
     nodes, nproc = _cap_world(nodes, nproc, cap)
     world = nodes * nproc
     env = {"PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(nproc), "PET_MASTER_ADDR": LOCAL_ADDR}
+    node_gpus = _node_gpus(nodes, nproc, cuda_devices, environ)
     # One agent, one node, no restarts: a static rendezvous (a TCP store in the launcher, on a free port that
     # _processes picks) is all it takes; torch's dynamic c10d rendezvous costs about a second per launch.
     rdzv_backend = "static"
@@ -396,8 +424,11 @@ def _plan_local(config: TaskConfig, environ: Mapping[str, str], *, cuda_devices:
     max_restarts = 0
     monitor = LOCAL_MONITOR_INTERVAL_S
     if isinstance(config, Elastic):
+        # The operator sets neither PET_MASTER_* nor PET_NODE_RANK on an elastic job (the rendezvous assigns nodes),
+        # and writes PET_NNODES as "min:max" whenever the job has an elasticPolicy with both (ours always has).
+        del env["PET_MASTER_ADDR"]
         rdzv_backend = RDZV_BACKEND
-        env["PET_NNODES"] = _node_range_text(nodes, max(nodes, max_nodes))
+        env["PET_NNODES"] = f"{nodes}:{max(nodes, max_nodes)}"
         env["PET_RDZV_BACKEND"] = RDZV_BACKEND
         max_restarts = config.max_restarts
         env["PET_MAX_RESTARTS"] = str(max_restarts)
@@ -407,6 +438,9 @@ def _plan_local(config: TaskConfig, environ: Mapping[str, str], *, cuda_devices:
         kind=ExecutionKind.LOCAL,
         start_method=config.start_method,
         preload_modules=config.preload_modules,
+        retry_hangs=config.retry_hangs,
+        preflight=config.preflight,
+        progress_timeout_s=_seconds(config.progress_timeout),
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=1,
         max_nodes=1,
@@ -421,8 +455,76 @@ def _plan_local(config: TaskConfig, environ: Mapping[str, str], *, cuda_devices:
         threads=_threads_per_rank(world, cpu_count, environ),
         rank_env=env,
         virtual_nodes=True,
+        node_gpus=node_gpus,
         rdzv_configs=rdzv_configs,
     )
+
+
+def _node_gpus(nodes: int, nproc: int, cuda_devices: int, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """Each declared node's share of the visible GPUs, when there is one for every rank (else nothing changes).
+
+    A pod sees only its own GPUs, so ``torch.cuda.set_device(LOCAL_RANK)`` picks a different device in every pod;
+    locally the nodes share one machine, and without this their ranks with the same ``LOCAL_RANK`` would share a GPU.
+    """
+    if nodes < 2 or cuda_devices < nodes * nproc:
+        return ()
+    visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if len(visible) < nodes * nproc:
+        visible = [str(i) for i in range(cuda_devices)]
+    return tuple(",".join(visible[n * nproc : (n + 1) * nproc]) for n in range(nodes))
+
+
+def node_view(rank: int, world_size: int, procs_per_node: int, *, elastic: bool) -> dict[str, str]:
+    """What torch's agent in the pod of ``rank``'s declared node gives that rank (locally one agent runs them all).
+
+    torch's agent sets ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` and ``GROUP_WORLD_SIZE`` per node;
+    ``RANK``, ``ROLE_RANK``, ``WORLD_SIZE`` and ``ROLE_WORLD_SIZE`` are global and already right. The operator sets
+    ``PET_NODE_RANK`` on a fixed-size job (the node's replica rank), not on an elastic one.
+
+    Args:
+        rank: global rank.
+        world_size: ranks in the job.
+        procs_per_node: ranks per declared node.
+        elastic: the task is ``Elastic`` (no ``PET_NODE_RANK``).
+
+    Returns:
+        dict[str, str]: the variables to set in the rank.
+    """
+    nproc = max(1, procs_per_node)
+    node, local = divmod(rank, nproc)
+    view = {
+        "LOCAL_RANK": str(local),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": str(node),
+        "GROUP_WORLD_SIZE": str(max(1, world_size // nproc)),
+    }
+    if not elastic:
+        view["PET_NODE_RANK"] = str(node)
+    return view
+
+
+def direct_view(rank: int, world_size: int) -> dict[str, str]:
+    """What torch's agent would give the one rank of a pod that runs the function itself (``CLUSTER_DIRECT``).
+
+    The operator sets ``RANK``, ``WORLD_SIZE`` and ``MASTER_*``; an agent with one process per node would add the
+    per-node variables below, which code written for torchrun reads (``LOCAL_RANK`` above all).
+
+    Args:
+        rank: the pod's rank (the operator's ``RANK``).
+        world_size: the operator's ``WORLD_SIZE``.
+
+    Returns:
+        dict[str, str]: the variables to set.
+    """
+    return {
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": str(rank),
+        "GROUP_WORLD_SIZE": str(world_size),
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(world_size),
+        "ROLE_NAME": "default",
+    }
 
 
 def _elastic_rdzv_configs(config: Elastic) -> dict[str, int]:
@@ -447,8 +549,12 @@ def _plan_cluster_elastic(config: TaskConfig, environ: Mapping[str, str], nproc:
     backend = environ.get("PET_RDZV_BACKEND", RDZV_BACKEND)
     return LaunchPlan(
         kind=ExecutionKind.CLUSTER_ELASTIC,
+        shm_size=config.shm_size,
         start_method=config.start_method,
         preload_modules=config.preload_modules,
+        retry_hangs=config.retry_hangs,
+        preflight=config.preflight,
+        progress_timeout_s=_seconds(config.progress_timeout),
         collective_timeout_s=_collective_timeout_s(config),
         min_nodes=min_nodes,
         max_nodes=max_nodes,

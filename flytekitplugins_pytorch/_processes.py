@@ -52,6 +52,11 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between SIGTERM and SIGKILL when the local agent stops its ranks (torch's default, 30 s, is for pods).
 LOCAL_SHUTDOWN_TIMEOUT_S = 5
+#: The role name torchrun gives its workers (``ROLE_NAME``; ``--role`` defaults to it); torch's ``LaunchConfig``
+#: would say ``default_role``, which code written for torchrun does not expect.
+TORCHRUN_ROLE = "default"
+#: torch's switch for a rendezvous store of its own per round (see ``run_ranks``); a value the user set wins.
+SHARED_RDZV_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 #: Signals during which a launch stops its ranks and then lets the previous handler act.
 _HANDLED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 #: Modules the fork server imports once, before it forks any rank. The task's own module is imported last, through
@@ -120,6 +125,11 @@ def run_ranks(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) 
     # Everything started during the launch (the fork server, the ranks, what they start) carries the launcher's pid,
     # so that a launch attempted there is refused (``_nested.py``) instead of multiplying processes.
     launch_env = {LAUNCHER_PID_ENV: str(os.getpid())}
+    if plan.rdzv_backend != "static" and SHARED_RDZV_STORE_ENV not in os.environ:
+        # torch 2.13's c10d rendezvous shares one TCP store across restarts of the group, and the restarted ranks
+        # then read their predecessors' gloo addresses from it ("Connection refused" at init_process_group after an
+        # elastic restart, 4 times in 6 local runs). A store per round, as before torch shared it, has no stale keys.
+        launch_env[SHARED_RDZV_STORE_ENV] = "1"
     if plan.start_method != "spawn":
         import_preloads(plan.preload_modules)  # shared by every rank forked from here or from the forked server
     if plan.start_method == "forkserver":
@@ -185,8 +195,13 @@ def rank_spec(
         env=dict(plan.rank_env),
         nproc_per_node=plan.procs_per_node,
         virtual_nodes=plan.virtual_nodes,
+        node_gpus=plan.node_gpus,
         parent_pid=os.getpid(),
         import_roots=_import_roots(fn),
+        retry_hangs=plan.retry_hangs,
+        preflight=plan.preflight,
+        shm_size=plan.shm_size,
+        progress_timeout_s=plan.progress_timeout_s,
     )
 
 
@@ -204,6 +219,7 @@ def _agent_config(plan: LaunchPlan, *, log_dir: Path) -> Any:
         max_nodes=plan.max_nodes,
         nproc_per_node=plan.nproc_per_node,
         run_id=_run_id(plan),
+        role=TORCHRUN_ROLE,
         rdzv_backend=plan.rdzv_backend,
         rdzv_endpoint=endpoint,
         rdzv_configs=dict(plan.rdzv_configs),

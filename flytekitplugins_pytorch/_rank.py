@@ -36,9 +36,12 @@ import cloudpickle
 from flytekitplugins_pytorch._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
 from flytekitplugins_pytorch._context import rank_context
 from flytekitplugins_pytorch._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
-from flytekitplugins_pytorch._failure import is_collateral
+from flytekitplugins_pytorch._failure import HangError, is_collateral
 from flytekitplugins_pytorch._forkserver import set_process_name
+from flytekitplugins_pytorch._hang import mark_done, name_culprit, pending_error, start_watch
 from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
+from flytekitplugins_pytorch._plan import node_view
+from flytekitplugins_pytorch._preflight import run_preflight
 
 #: Environment variable: collective timeout in seconds used for ``init_process_group`` calls without ``timeout=``.
 #: It wins over ``collective_timeout`` in the task config (it is the knob for one run, e.g. a local debugging session).
@@ -92,15 +95,32 @@ def default_collective_timeout(backend: Any, configured_s: Optional[float]) -> d
     return datetime.timedelta(seconds=DEFAULT_NCCL_TIMEOUT_S if "nccl" in name else DEFAULT_GLOO_TIMEOUT_S)
 
 
-def install_collective_timeout(configured_s: Optional[float]) -> Callable[[], None]:
-    """Make ``torch.distributed.init_process_group`` default to our collective timeout.
+def preflight_timeout_s(configured_s: Optional[float]) -> float:
+    """How long the preflight waits for every rank to join: the collective timeout gloo would get.
+
+    Args:
+        configured_s: ``collective_timeout`` from the task config in seconds, or ``None``.
+
+    Returns:
+        float: seconds.
+    """
+    return default_collective_timeout("gloo", configured_s).total_seconds()
+
+
+def install_collective_timeout(
+    configured_s: Optional[float], *, retry_hangs: bool = True, progress_timeout_s: Optional[float] = None
+) -> Callable[[], None]:
+    """Make ``torch.distributed.init_process_group`` default to our collective timeout, and watch for hangs.
 
     Calls that pass ``timeout=`` are unchanged. Both ``torch.distributed.init_process_group`` and
     ``torch.distributed.distributed_c10d.init_process_group`` are replaced, so ``import torch.distributed as dist``
-    and ``from torch.distributed import init_process_group`` (done after this call) both see the default.
+    and ``from torch.distributed import init_process_group`` (done after this call) both see the default. Once the
+    group is up (more than one rank), the rank watches the group's store for peers that gave up (``_hang.py``).
 
     Args:
         configured_s: ``collective_timeout`` from the task config in seconds, or ``None`` for the backend default.
+        retry_hangs: a hang is raised as a recoverable error (the config's ``retry_hangs``).
+        progress_timeout_s: the config's ``progress_timeout`` in seconds, or ``None``.
 
     Returns:
         Callable[[], None]: undoes the replacement (used by the in-process mode, which runs in the task process).
@@ -118,7 +138,10 @@ def install_collective_timeout(configured_s: Optional[float]) -> Callable[[], No
         bound = signature.bind_partial(*args, **kwargs)
         if bound.arguments.get("timeout") is None:
             bound.arguments["timeout"] = default_collective_timeout(bound.arguments.get("backend"), configured_s)
-        return original(*bound.args, **bound.kwargs)
+        value = original(*bound.args, **bound.kwargs)
+        if dist.get_world_size() > 1:
+            start_watch(recoverable=retry_hangs, progress_timeout_s=progress_timeout_s)
+        return value
 
     init_process_group._flyte_collective_timeout = True  # type: ignore[attr-defined]
     previous = (dist.init_process_group, c10d.init_process_group)
@@ -184,13 +207,22 @@ def _set_rank_env(spec: RankSpec, rank: int) -> None:
     os.environ.update(spec.env)
     # A launch attempted in this rank (e.g. by the task's module, imported below) is refused (``_nested.py``).
     os.environ[LAUNCHER_PID_ENV] = str(spec.parent_pid if spec.parent_pid is not None else os.getppid())
-    # torch chose the port of the store the ranks meet at; publish it the way the operator does.
-    os.environ.setdefault("PET_MASTER_ADDR", os.environ.get("MASTER_ADDR", ""))
-    os.environ.setdefault("PET_MASTER_PORT", os.environ.get("MASTER_PORT", ""))
-    if "PET_RDZV_BACKEND" in spec.env and "PET_RDZV_ENDPOINT" not in spec.env:
-        os.environ["PET_RDZV_ENDPOINT"] = f"{os.environ['PET_MASTER_ADDR']}:{os.environ['PET_MASTER_PORT']}"
+    elastic = "PET_RDZV_BACKEND" in spec.env
+    if elastic:
+        # The operator sets no PET_MASTER_* on an elastic job; locally the rendezvous store is the agent's.
+        if "PET_RDZV_ENDPOINT" not in spec.env:
+            os.environ["PET_RDZV_ENDPOINT"] = f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"
+    else:
+        # torch chose the port of the store the ranks meet at; publish it the way the operator does.
+        os.environ.setdefault("PET_MASTER_ADDR", os.environ.get("MASTER_ADDR", ""))
+        os.environ.setdefault("PET_MASTER_PORT", os.environ.get("MASTER_PORT", ""))
     if spec.virtual_nodes:
-        os.environ["PET_NODE_RANK"] = str(rank // max(1, spec.nproc_per_node))
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        view = node_view(rank, world, spec.nproc_per_node, elastic=elastic)
+        os.environ.update(view)
+        node = int(view["GROUP_RANK"])
+        if node < len(spec.node_gpus):
+            os.environ["CUDA_VISIBLE_DEVICES"] = spec.node_gpus[node]
     # init_process_group ends with a barrier: without it (torch's default since 2.3) a rank whose function returns
     # right after joining can close its sockets while a peer is still connecting its gloo mesh, and that peer fails
     # with "Connection closed by peer" (seen with the decorator reference's init-then-destroy snippet on a loaded
@@ -228,7 +260,12 @@ def rank_entrypoint(spec: RankSpec) -> None:
     with RankConsole(rank, enabled=prefix_enabled(os.environ.get(RANK_PREFIX_ENV))):
         try:
             _set_rank_env(spec, rank)
-            install_collective_timeout(spec.collective_timeout_s)
+            install_collective_timeout(
+                spec.collective_timeout_s, retry_hangs=spec.retry_hangs, progress_timeout_s=spec.progress_timeout_s
+            )
+            if spec.preflight:
+                # Before the task's module is unpickled: its import is the task's code too.
+                run_preflight(shm_size=spec.shm_size, join_timeout_s=preflight_timeout_s(spec.collective_timeout_s))
             for root in reversed(spec.import_roots):
                 if root not in sys.path:
                     sys.path.insert(0, root)
@@ -241,9 +278,14 @@ def rank_entrypoint(spec: RankSpec) -> None:
             new_ctx, params = rank_context(spec.context, base / f"rank-{rank}")
             with FlyteContextManager.with_context(new_ctx.new_builder()) as ctx:
                 value = fn(**kwargs)
+                mark_done()
                 if rank == 0:
                     control.write_result(_result(value, params, ctx))
-        except BaseException as exc:
+        except BaseException as raised:
+            exc = pending_error(raised)
+            if is_collateral(exc):
+                # Ask the group's store which rank did not arrive (it may run in another pod: _hang.py).
+                exc = name_culprit(exc) or exc
             report_error(control, rank, exc)
             if is_collateral(exc):
                 # A lost peer or a collective timeout is a consequence, not a cause. Ask the ranks still running where
@@ -252,6 +294,8 @@ def rank_entrypoint(spec: RankSpec) -> None:
                 # leaves no error file; its exit code is the only trace of it). The error file is already written.
                 control.request_stacks(rank)
                 time.sleep(COLLATERAL_GRACE_S)
+            if exc is not raised:
+                raise exc from raised
             raise
         control.mark_done(rank)
 
@@ -305,6 +349,7 @@ def report_error(control: ControlDir, rank: int, exc: BaseException) -> None:
                 recoverable=isinstance(exc, FlyteRecoverableException),
                 collateral=is_collateral(exc),
                 exc_bytes=exc_bytes,
+                culprit=exc.rank if isinstance(exc, HangError) else None,
             )
         )
     except Exception:  # noqa: BLE001 - reporting must never hide the user's exception

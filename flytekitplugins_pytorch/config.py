@@ -608,6 +608,9 @@ def _check_fields_common(owner: str, obj: Any) -> None:
     check_start_method(f"{owner}.start_method", obj.start_method)
     obj.collective_timeout = check_timeout(f"{owner}.collective_timeout", obj.collective_timeout)
     obj.preload_modules = check_preload_modules(f"{owner}.preload_modules", obj.preload_modules)
+    obj.retry_hangs = check_bool(f"{owner}.retry_hangs", obj.retry_hangs)
+    obj.preflight = check_bool(f"{owner}.preflight", obj.preflight)
+    obj.progress_timeout = check_timeout(f"{owner}.progress_timeout", obj.progress_timeout)
 
 
 def _check_min_available(owner: str, run_policy: RunPolicy, total: int, total_text: str) -> None:
@@ -781,6 +784,20 @@ class PyTorch:
             with ``"spawn"``). For example ``["torch._dynamo"]`` when the task wraps its model in
             DistributedDataParallel or FSDP, which import it on construction (about 70 MB and, on a laptop core,
             1.5 s per rank). Default ``[]``: nothing beyond torch, flytekit and the task's module.
+        retry_hangs: a hang (a rank that did not arrive at a collective within ``collective_timeout``) fails the
+            task with a recoverable error, so Flyte retries it while the task has ``retries`` left. Default True:
+            on a cluster the common cause is a bad node, GPU or link, and a retry runs on fresh pods; False makes
+            a hang a permanent failure (for code that can hang by itself, e.g. a data-dependent deadlock). Either
+            way the error names the rank that did not arrive.
+        preflight: before the task's code runs, every rank resolves the master's address, checks ``/dev/shm``
+            against ``shm_size`` (on a cluster) and runs one all-reduce with the others. Default True: a node that
+            cannot reach its peers then fails in a fraction of a second with a retryable infrastructure error
+            naming the node and what failed, instead of inside the task after data loading and model set-up;
+            False skips it (its cost: a few milliseconds per rank, plus the wait for the slowest rank to start).
+        progress_timeout: a rank that has not called ``flytekitplugins_pytorch.report_progress()`` for this long
+            while outside ``torch.distributed`` stops itself with a ``HangError`` naming it and where it is (its
+            peers, waiting in a collective, are told through the group's store). Default None: off, because only
+            code that reports progress (once per step, say) can use it; the collective timeout bounds the rest.
 
     Raises:
         ConfigError: any invalid setting, including ``run_policy.min_available`` above the number of replicas.
@@ -796,6 +813,9 @@ class PyTorch:
     start_method: str = DEFAULT_START_METHOD
     collective_timeout: Optional[datetime.timedelta] = None
     preload_modules: tuple[str, ...] = ()
+    retry_hangs: bool = True
+    preflight: bool = True
+    progress_timeout: Optional[datetime.timedelta] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.master, Master):
@@ -853,6 +873,9 @@ class Elastic:
         gpu_resource: as `PyTorch.gpu_resource`.
         collective_timeout: as `PyTorch.collective_timeout`.
         preload_modules: as `PyTorch.preload_modules`.
+        retry_hangs: as `PyTorch.retry_hangs`.
+        preflight: as `PyTorch.preflight`.
+        progress_timeout: as `PyTorch.progress_timeout`.
 
     Raises:
         ConfigError: any invalid setting.
@@ -872,6 +895,9 @@ class Elastic:
     gpu_resource: Optional[str] = None
     collective_timeout: Optional[datetime.timedelta] = None
     preload_modules: tuple[str, ...] = ()
+    retry_hangs: bool = True
+    preflight: bool = True
+    progress_timeout: Optional[datetime.timedelta] = None
 
     def __post_init__(self) -> None:
         self._min_nodes, self._max_nodes = _parse_nnodes(self.nnodes)

@@ -8,7 +8,11 @@ modules, one job each:
 ``_processes.py``      start the ranks (torch's elastic agent, fork server), stop them on a signal, no orphans
 ``_failure.py``        pure: what the ranks reported -> the root-cause rank and the exception the task raises
 ``_control.py``        the files a rank writes and the launcher reads (with ``_rank.py``, the rank side, and
-                       ``_context.py``, the Flyte context carried into each rank)
+                       ``_context.py``, the Flyte context carried into each rank, whose checkpoint resumes after a
+                       restart within the attempt)
+``_hang.py``           in each rank: naming the rank that did not arrive through the group's store (pods share no
+                       folder), and ``progress_timeout``
+``_preflight.py``      in each rank, before the task's code: master address, ``/dev/shm``, one all-reduce
 =====================  ==========================================================================================
 
 Where it runs (see ``_plan.py``): locally as real ranks on this machine; in-process with world size 1
@@ -17,8 +21,9 @@ Where it runs (see ``_plan.py``): locally as real ranks on this machine; in-proc
 Only global rank 0 returns the function's value (and its Decks); on a cluster, every other rank and every pod that
 does not hold rank 0 ends with flytekit's ``IgnoreOutputs``, so exactly one ``outputs.pb`` is written.
 
-A failed rank fails the task with the **earliest** failing rank's exception, rebuilt with its original type (plus
-:class:`RankFailure`) and a message ``rank 2 (of 3) failed: ValueError: boom`` followed by that rank's traceback.
+A failed rank fails the task with the **earliest** failing rank's exception, of its own type when it can be rebuilt
+here (else a :class:`RankFailure` naming the type), with a message ``rank 2 (of 3) failed: ValueError: boom``
+followed by that rank's traceback.
 Errors that are consequences of a lost peer (gloo/NCCL connection errors, collective timeouts) only win when no rank
 failed for its own reason. ``FlyteRecoverableException`` stays recoverable so Flyte retries the task.
 
@@ -36,19 +41,24 @@ torch is imported lazily; this module imports without torch.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from flytekitplugins_pytorch._context import resumed_checkpoint
 from flytekitplugins_pytorch._control import RankResult
 from flytekitplugins_pytorch._failure import (
     RankFailedError,
     RankFailure,
     RankOutcomes,
     find_root_cause,
+    is_collateral,
     to_exception,
 )
+from flytekitplugins_pytorch._hang import mark_done, name_culprit, pending_error
 from flytekitplugins_pytorch._nested import NestedLaunchError, refuse_nested_launch
 from flytekitplugins_pytorch._plan import (
     INPROCESS_ENV,
@@ -60,11 +70,13 @@ from flytekitplugins_pytorch._plan import (
     LaunchPlan,
     TaskConfig,
     cluster_role,
+    direct_view,
     plan_launch,
     resolve_nproc,
 )
+from flytekitplugins_pytorch._preflight import run_preflight
 from flytekitplugins_pytorch._processes import AgentResult, EnvPatch, free_port, run_ranks
-from flytekitplugins_pytorch._rank import COLLECTIVE_TIMEOUT_ENV, install_collective_timeout
+from flytekitplugins_pytorch._rank import COLLECTIVE_TIMEOUT_ENV, install_collective_timeout, preflight_timeout_s
 
 __all__ = [
     "run_distributed",
@@ -111,8 +123,9 @@ def run_distributed(task: DistributedTask, kwargs: dict[str, Any]) -> Any:
         Any: what the function returned on global rank 0.
 
     Raises:
-        RankFailedError: a rank failed (or an exception of the rank's original type that also is a
-            :class:`RankFailure`; ``FlyteRecoverableException`` subclasses stay recoverable).
+        BaseException: a rank raised: an exception of its own type when it can be rebuilt and pickled here, else a
+            :class:`RankFailure` carrying the type's name (``FlyteRecoverableException`` stays recoverable).
+        RankFailedError: a rank died or did not arrive without raising an exception.
         flytekit.core.base_task.IgnoreOutputs: on a cluster, in every pod and rank that is not global rank 0.
         ValueError: the launch settings (``nproc_per_node``, ``FLYTE_PYTORCH_*``, the operator's variables) are
             invalid.
@@ -179,8 +192,10 @@ def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: Launch
         **plan.rank_env,
     }
     env["PET_MASTER_PORT"] = env["MASTER_PORT"]
-    with EnvPatch(env):
-        restore = install_collective_timeout(plan.collective_timeout_s)
+    with EnvPatch(env), _resumable_checkpoint():
+        restore = install_collective_timeout(
+            plan.collective_timeout_s, retry_hangs=plan.retry_hangs, progress_timeout_s=plan.progress_timeout_s
+        )
         try:
             return fn(**kwargs)
         finally:
@@ -188,16 +203,34 @@ def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: Launch
 
 
 def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) -> Any:
-    """A pod with one rank: the function runs in the pod process, under the operator's ``RANK``."""
+    """A pod with one rank: the function runs in the pod process, under the operator's ``RANK``, with the per-node
+    variables an agent would add (``_plan.direct_view``)."""
     from flytekit.core.base_task import IgnoreOutputs
 
-    restore = install_collective_timeout(plan.collective_timeout_s)
-    try:
-        value = fn(**kwargs)
-    finally:
-        restore()
-    if int(os.environ.get("RANK", "0")) != 0:
+    rank = int(os.environ.get("RANK", "0"))
+    with EnvPatch(direct_view(rank, int(os.environ.get("WORLD_SIZE", "1")))), _resumable_checkpoint():
+        restore = install_collective_timeout(
+            plan.collective_timeout_s, retry_hangs=plan.retry_hangs, progress_timeout_s=plan.progress_timeout_s
+        )
+        try:
+            if plan.preflight:
+                run_preflight(shm_size=plan.shm_size, join_timeout_s=preflight_timeout_s(plan.collective_timeout_s))
+            value = fn(**kwargs)
+            mark_done()
+        except BaseException as raised:
+            exc = pending_error(raised)
+            named = name_culprit(exc) if is_collateral(exc) else None
+            if named is not None:
+                # Flyte's error document of this pod then leads with the rank that did not arrive (_hang.py).
+                raise named from raised
+            if exc is not raised:
+                raise exc from raised
+            raise
+        finally:
+            restore()
+    if rank != 0:
         raise IgnoreOutputs(f"rank {os.environ.get('RANK')} of a PyTorchJob: only rank 0 writes the task outputs")
+    remove_recovered_errors()
     return value
 
 
@@ -217,14 +250,63 @@ def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
             elapsed_s=result.elapsed_s,
             stacks=result.record.stacks,
         )
-        raise to_exception(find_root_cause(outcomes))
+        raise to_exception(find_root_cause(outcomes), retry_hangs=plan.retry_hangs)
     rank0 = result.record.load_result()
     if rank0 is None:
         if plan.kind is ExecutionKind.LOCAL:
             raise RankFailedError("all ranks finished but rank 0 wrote no result; this is a launcher bug")
         raise IgnoreOutputs("global rank 0 runs in another pod: only it writes the task outputs")
     _adopt(rank0)
+    if plan.kind is not ExecutionKind.LOCAL:
+        remove_recovered_errors()
     return rank0.value
+
+
+@contextlib.contextmanager
+def _resumable_checkpoint() -> Iterator[None]:
+    """For a function run in this process: ``current_context().checkpoint`` reads this attempt's own checkpoint
+    when a restarted run of the attempt wrote one (``_context.resume_source``), for the call only."""
+    from flytekit.core.context_manager import FlyteContextManager
+
+    ctx = FlyteContextManager.current_context()
+    params = ctx.user_space_params
+    original = getattr(params, "_checkpoint", None) if params is not None else None
+    if original is None:
+        yield
+        return
+    params._checkpoint = resumed_checkpoint(original, ctx.file_access)  # noqa: SLF001 - flytekit has no setter
+    try:
+        yield
+    finally:
+        params._checkpoint = original  # noqa: SLF001
+
+
+#: flytekit's error documents: ``error.pb``, or ``error-<uuid hex>.pb`` per replica (Flyte's ``_F_DES``).
+_ERROR_DOCUMENT = re.compile(r"^error(?:-[0-9a-f]{32})?\.pb\Z")
+
+
+def remove_recovered_errors() -> None:
+    """Delete the error documents in this attempt's output prefix when its global rank 0 succeeded.
+
+    A container that failed and was restarted within the attempt (``OnFailure``, ``ExitCode``, an elastic restart of
+    its pod) left flytekit's error document behind; the attempt then recovered, so no reader should find it next to
+    the outputs. Best effort: a document that cannot be listed or deleted is logged.
+    """
+    from flytekit.core.context_manager import FlyteContextManager
+
+    ctx = FlyteContextManager.current_context()
+    params = ctx.user_space_params
+    prefix = getattr(params, "output_metadata_prefix", None) if params is not None else None
+    if not prefix:
+        return
+    try:
+        fs = ctx.file_access.get_filesystem_for_path(prefix)
+        stale = [path for path in fs.ls(prefix, detail=False) if _ERROR_DOCUMENT.match(str(path).rsplit("/", 1)[-1])]
+        for path in stale:
+            fs.rm(path)
+            logger.info("removed %s: a restarted run of this attempt failed there and the attempt recovered", path)
+    except Exception as exc:  # noqa: BLE001 - outputs matter more than the clean-up
+        logger.warning("could not remove recovered error documents under %s: %s", prefix, exc)
 
 
 def _adopt(result: RankResult) -> None:

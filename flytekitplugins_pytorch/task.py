@@ -334,6 +334,34 @@ class _DistributedFunctionTask(PythonFunctionTask):
 
         return run_distributed(self, kwargs)
 
+    def dispatch_execute(self, ctx: Any, input_literal_map: Any) -> Any:
+        """flytekit's ``dispatch_execute``, with a failed preflight handed to Flyte as an infrastructure error.
+
+        flytekit wraps whatever ``execute`` raises as the user's error; a :class:`PreflightError` is the
+        infrastructure's, so it is raised outside that wrapper and ``pyflyte-execute`` writes a retryable ``SYSTEM``
+        error document for it.
+
+        Args:
+            ctx: the Flyte context.
+            input_literal_map: the task's inputs.
+
+        Returns:
+            Any: what flytekit's ``dispatch_execute`` returns.
+
+        Raises:
+            PreflightError: a rank's preflight failed.
+        """
+        from flytekit.exceptions.user import FlyteUserRuntimeException
+
+        from flytekitplugins_pytorch._preflight import PreflightError
+
+        try:
+            return super().dispatch_execute(ctx, input_literal_map)
+        except FlyteUserRuntimeException as exc:
+            if isinstance(exc.value, PreflightError):
+                raise exc.value from None
+            raise
+
     def _write_decks(self, native_inputs: Any, native_outputs_as_map: Any, ctx: Any, new_user_params: Any) -> None:
         """flytekit's Deck writing; on a local run, the Deck's path is printed (flytekit logs it only at INFO).
 
@@ -486,6 +514,9 @@ def pytorch_task(
     start_method: str = PyTorch.start_method,
     collective_timeout: Optional[Any] = None,
     preload_modules: Sequence[str] = (),
+    retry_hangs: bool = PyTorch.retry_hangs,
+    preflight: bool = PyTorch.preflight,
+    progress_timeout: Optional[Any] = None,
     **task_options: Any,
 ) -> Union[PyTorchFunctionTask, Callable[[Callable], PyTorchFunctionTask]]:
     """Decorate a typed function as a distributed PyTorch task (one master + ``workers_count`` workers).
@@ -527,6 +558,9 @@ def pytorch_task(
         start_method: `PyTorch.start_method`.
         collective_timeout: `PyTorch.collective_timeout`.
         preload_modules: `PyTorch.preload_modules`.
+        retry_hangs: `PyTorch.retry_hangs`.
+        preflight: `PyTorch.preflight`.
+        progress_timeout: `PyTorch.progress_timeout`.
         **task_options: any option of flytekit's ``@task`` (``retries``, ``timeout``, ``cache``, ``cache_version``,
             ``interruptible``, ``environment``, ``container_image``, ``secret_requests``, ``pod_template``,
             ``pod_template_name``, ``requests``, ``limits``, deck options, ...).
@@ -614,6 +648,9 @@ def pytorch_task(
             start_method=start_method,
             collective_timeout=collective_timeout,
             preload_modules=cast(tuple[str, ...], preload_modules),
+            retry_hangs=retry_hangs,
+            preflight=preflight,
+            progress_timeout=progress_timeout,
         )
 
     def wrapper(fn: Callable) -> PyTorchFunctionTask:

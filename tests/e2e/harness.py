@@ -10,13 +10,15 @@ played by `FakeOperator`:
 3. `FakeOperator` polls the server's state. For each new job it starts one process per replica (master-0, worker-i)
    running exactly the container's command and args, with the container's env plus what the Kubeflow training
    operator v1.9 injects (see `operator_env`), and keeps the job's conditions, `replicaStatuses` and the pods'
-   container statuses up to date. A failed replica fails the job; `cleanPodPolicy` decides which pods are deleted
+   container statuses up to date. A failed replica's restart policy decides: `OnFailure` restarts its container in
+   place, `ExitCode` restarts it for exit codes >= 128 only, within `runPolicy.backoffLimit` (see
+   `FakeOperator._restarts_in_place`); otherwise it fails the job. `cleanPodPolicy` decides which pods are deleted
    (their processes killed) when the job ends; deleting the job kills every replica process.
 4. The test polls the connector's `get` until a terminal phase, then reads `outputs.pb` with flytekit's TypeEngine.
 
 What a real cluster adds that this does not emulate: scheduling, images, resource limits (the GPU request is
 accepted and ignored), DNS (every replica address is 127.0.0.1 and each job gets free ports instead of 23456), and
-pod restarts (restart policies other than Never are treated as Never).
+the TrainJob runtime's own restarts (`FakeTrainer`).
 """
 
 from __future__ import annotations
@@ -161,6 +163,10 @@ def read_outputs(output_prefix: str, types: dict[str, type]) -> dict[str, Any]:
     return {name: TypeEngine.to_python_value(ctx, literal_map.literals[name], t) for name, t in types.items()}
 
 
+#: Container restarts per job after which the harness fails the job whatever the backoffLimit (a test never loops).
+MAX_RESTARTS = 10
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # What the training operator injects.
 
@@ -178,12 +184,13 @@ def _container_port(job: dict, rtype: str) -> Optional[int]:
 def operator_env(job: dict, rtype: str, index: int, master_port: int, rdzv_port: int) -> dict[str, str]:
     """The variables the Kubeflow training operator (v1.9, `pkg/controller.v1/pytorch`) adds to a replica's container.
 
-    Facts from its source: `PYTHONUNBUFFERED=0` always. With a Master spec: `MASTER_PORT`, `MASTER_ADDR`,
-    `PET_MASTER_PORT`, `PET_MASTER_ADDR` (the master-0 service), `WORLD_SIZE` = total replicas * int(nprocPerNode)
-    (1 when not an int), `RANK` = index (+1 for workers), `PET_NPROC_PER_NODE` = spec.nprocPerNode,
-    `PET_NODE_RANK` = RANK. With an elasticPolicy: `PET_RDZV_ENDPOINT` (worker-0 service and the worker's port),
-    `PET_RDZV_BACKEND` (default c10d), `PET_NNODES` = "min:max", `PET_MAX_RESTARTS` when set and
-    `PET_NPROC_PER_NODE` only from `elasticPolicy.nProcPerNode`; without one `PET_NNODES` = total replicas.
+    Facts from its source (`envvar.go`, `elastic.go`, `master.go` on the release-1.9 branch): `PYTHONUNBUFFERED=1`
+    always. With a Master spec: `MASTER_PORT`, `MASTER_ADDR`, `PET_MASTER_PORT`, `PET_MASTER_ADDR` (the master-0
+    service), `WORLD_SIZE` = total replicas * int(nprocPerNode) (1 when not an int), `RANK` = index (+1 for
+    workers), `PET_NODE_RANK` = RANK. On every job `PET_NPROC_PER_NODE` = spec.nprocPerNode (defaulted to "auto").
+    With an elasticPolicy: `PET_RDZV_ENDPOINT` (worker-0 service and the worker's port), `PET_RDZV_BACKEND` (default
+    c10d), `PET_NNODES` = "min:max", `PET_MAX_RESTARTS` when set and `PET_NPROC_PER_NODE` again from
+    `elasticPolicy.nProcPerNode` when set (appended later, so it wins); without one `PET_NNODES` = total replicas.
     Here every service address is 127.0.0.1 and the ports are free local ports.
 
     Args:
@@ -201,7 +208,7 @@ def operator_env(job: dict, rtype: str, index: int, master_port: int, rdzv_port:
     total = sum(int(r.get("replicas", 1)) for r in replicas.values())
     nproc_text = str(spec.get("nprocPerNode", "auto"))
     nproc = int(nproc_text) if nproc_text.isdigit() else 1
-    env = {"PYTHONUNBUFFERED": "0"}
+    env = {"PYTHONUNBUFFERED": "1", "PET_NPROC_PER_NODE": nproc_text}
     if "Master" in replicas:
         rank = index + (1 if rtype == "Worker" else 0)
         env.update(
@@ -212,7 +219,6 @@ def operator_env(job: dict, rtype: str, index: int, master_port: int, rdzv_port:
                 "PET_MASTER_ADDR": "127.0.0.1",
                 "WORLD_SIZE": str(total * nproc),
                 "RANK": str(rank),
-                "PET_NPROC_PER_NODE": nproc_text,
                 "PET_NODE_RANK": str(rank),
             }
         )
@@ -282,6 +288,7 @@ class Replica:
         finished_at: RFC 3339 end time ("" while running).
         exit_code: the container's exit code (128 + signal when killed), None while running.
         deleted: the pod was deleted (cleanPodPolicy or job deletion).
+        restarts: times its container was restarted (OnFailure, ExitCode), the pod's `restartCount`.
     """
 
     rtype: str
@@ -295,6 +302,7 @@ class Replica:
     finished_at: str = ""
     exit_code: Optional[int] = None
     deleted: bool = False
+    restarts: int = 0
 
     @property
     def label(self) -> str:
@@ -351,8 +359,9 @@ def process_group_alive(pgid: int) -> bool:
 
 
 def start_replica(replica: Replica) -> None:
-    """Start one replica's process in its own session, its output in its log file (as a pod's container log)."""
-    with replica.log_path.open("wb") as log:  # the replica writes through its own copy of the descriptor
+    """Start one replica's process in its own session, its output in its log file (as a pod's container log; a
+    restarted container's output is appended, as `kubectl logs --previous` keeps the earlier one)."""
+    with replica.log_path.open("ab" if replica.restarts else "wb") as log:  # the replica writes through its own copy
         replica.process = subprocess.Popen(
             replica.command,
             env=replica.env,
@@ -479,6 +488,24 @@ class FakeOperator:
             raise ValueError(f"{pod_name}: container has neither command nor args and the venv image has no entrypoint")
         return Replica(rtype, index, pod_name, command, env, self.workdir / f"{pod_name}.log")
 
+    def _restarts_in_place(self, run: JobRun, replica: Replica, exit_code: int) -> bool:
+        """Whether a failed replica's container is restarted rather than failing the job (the operator's rules).
+
+        `OnFailure` (and `Always`): the kubelet restarts the container in the same pod. `ExitCode`: the operator
+        recreates the pod when the exit code is retryable (>= 128: killed by a signal, e.g. OOM or preemption) and
+        fails the job for 1-127 (the user's own error). `Never`: the job fails. Either restart counts against
+        `runPolicy.backoffLimit` (no limit when unset; the harness stops at `MAX_RESTARTS` all the same).
+        """
+        spec = run.job["spec"]["pytorchReplicaSpecs"][replica.rtype]
+        policy = spec.get("restartPolicy", "Never")
+        if policy == "ExitCode":
+            retry = exit_code >= 128
+        else:
+            retry = policy in ("OnFailure", "Always")
+        limit = (run.job["spec"].get("runPolicy") or {}).get("backoffLimit")
+        used = sum(r.restarts for r in run.replicas)
+        return retry and used < (MAX_RESTARTS if limit is None else min(int(limit), MAX_RESTARTS))
+
     def _follow(self, run: JobRun) -> None:
         changed = False
         for replica in run.replicas:
@@ -487,7 +514,18 @@ class FakeOperator:
             code = replica.process.poll()
             if code is None:
                 continue
-            replica.exit_code = code if code >= 0 else 128 - code
+            exit_code = code if code >= 0 else 128 - code
+            if exit_code != 0 and not run.done and self._restarts_in_place(run, replica, exit_code):
+                replica.restarts += 1
+                self._condition(run, "Restarting", f"PyTorchJob {run.name} is restarting because {replica.label} "
+                                f"exited with code {exit_code}.")  # fmt: skip
+                start_replica(replica)
+                replica.started_at = now_rfc3339()
+                self._put_pod(run, replica, phase="Running")
+                self._condition(run, "Running", f"PyTorchJob {run.namespace}/{run.name} is running.")
+                self._write_status(run)
+                continue
+            replica.exit_code = exit_code
             replica.finished_at = now_rfc3339()
             self._put_pod(run, replica, phase="Succeeded" if code == 0 else "Failed")
             changed = True
@@ -560,9 +598,13 @@ class FakeOperator:
         at = now_rfc3339()
         if ctype in ("Succeeded", "Failed"):
             run.done = True
-            for c in run.conditions:
-                if c["type"] == "Running" and c["status"] == "True":
-                    c.update(status="False", lastTransitionTime=at, lastUpdateTime=at)
+        # As the operator keeps them: Running, Restarting and the terminal types exclude each other.
+        exclusive = (
+            {"Running", "Restarting"} - {ctype} if ctype in ("Running", "Restarting", "Succeeded", "Failed") else set()
+        )
+        for c in run.conditions:
+            if c["type"] in exclusive and c["status"] == "True":
+                c.update(status="False", lastTransitionTime=at, lastUpdateTime=at)
         run.conditions.append(
             {
                 "type": ctype,
@@ -638,7 +680,7 @@ class FakeOperator:
                     {
                         "name": "pytorch",
                         "ready": phase == "Running",
-                        "restartCount": 0,
+                        "restartCount": replica.restarts,
                         "image": container.get("image", ""),
                         "imageID": "",
                         "state": state,
@@ -948,7 +990,7 @@ class FakeTrainer(FakeOperator):
                     {
                         "name": "node",
                         "ready": phase == "Running",
-                        "restartCount": 0,
+                        "restartCount": replica.restarts,
                         "image": trainer.get("image", ""),
                         "imageID": "",
                         "state": state,

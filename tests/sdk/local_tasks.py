@@ -125,3 +125,19 @@ def sleepy_task(seconds: float, marker: str) -> int:
     os.environ["FLYTE_TEST_MARKER"] = marker
     time.sleep(seconds)
     return int(os.environ["RANK"])
+
+
+@pytorch_task(workers_count=1, progress_timeout=2, collective_timeout=60)
+def stalls_task() -> int:
+    """Rank 1 reports progress once, then stops making any outside torch.distributed; rank 0 waits in a barrier."""
+    import torch.distributed as dist
+
+    from flytekitplugins_pytorch import report_progress
+
+    dist.init_process_group("gloo")
+    report_progress()
+    if dist.get_rank() == 1:
+        while True:
+            time.sleep(0.1)
+    dist.barrier()
+    return 0

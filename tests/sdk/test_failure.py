@@ -11,6 +11,7 @@ from flytekitplugins_pytorch._control import RankError
 from flytekitplugins_pytorch._failure import (
     NEVER_RAN_HINT,
     CauseKind,
+    HangError,
     RankFailedError,
     RankFailure,
     RankOutcomes,
@@ -209,39 +210,74 @@ def test_the_whole_message() -> None:
 
 def test_the_original_type_is_rebuilt_with_its_attributes() -> None:
     exc = to_exception(find_root_cause(outcomes(report(2, 1.0, ShardError("bad shard", shard=7)))))
-    assert isinstance(exc, ShardError) and isinstance(exc, RankFailure)
+    assert type(exc) is ShardError and not isinstance(exc, RankFailure)
     assert (exc.rank, exc.world_size, exc.shard) == (2, 3, 7)
     assert str(exc).startswith("rank 2 (of 3) failed: ShardError: bad shard\n")
     assert "--- traceback of rank 2 ---" in str(exc)
-    assert type(exc).__name__ == "ShardError" and type(exc).__module__ == __name__
 
 
-def test_the_same_rebuilt_type_is_reused() -> None:
-    first = to_exception(find_root_cause(outcomes(report(0, 1.0, ShardError("a")))))
-    second = to_exception(find_root_cause(outcomes(report(1, 1.0, ShardError("b")))))
-    assert type(first) is type(second)
-
-
-def test_a_recoverable_exception_stays_recoverable() -> None:
-    error = report(1, 1.0, FlyteRecoverableException("flaky storage"), recoverable=True)
+@pytest.mark.parametrize(
+    "original",
+    [
+        pytest.param(ValueError("boom"), id="ValueError"),
+        pytest.param(KeyError("missing"), id="KeyError"),
+        pytest.param(ShardError("bad shard", shard=7), id="own-type-with-attribute"),
+        pytest.param(FlyteRecoverableException("flaky storage"), id="FlyteRecoverableException"),
+    ],
+)
+def test_a_rebuilt_exception_is_its_own_type_and_pickles(original: BaseException) -> None:
+    error = report(1, 1.0, original, recoverable=isinstance(original, FlyteRecoverableException))
     exc = to_exception(find_root_cause(outcomes(error)))
-    assert isinstance(exc, FlyteRecoverableException) and isinstance(exc, RankFailure) and exc.rank == 1
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(exc) is type(original) and type(back) is type(original)
+    assert str(back) == str(exc) and (back.rank, back.world_size) == (1, 3)
+    assert back.__dict__ == exc.__dict__
+    try:
+        raise exc
+    except type(original) as caught:  # ``except ValueError`` catches it, as the user expects
+        assert caught is exc
+
+
+def test_an_attribute_named_rank_of_the_users_own_is_kept() -> None:
+    original = ShardError("bad")
+    original.rank = "theirs"  # type: ignore[attr-defined]
+    exc = to_exception(find_root_cause(outcomes(report(2, 1.0, original))))
+    assert exc.rank == "theirs" and exc.world_size == 3  # type: ignore[attr-defined]
+
+
+class NeedsTwoArguments(Exception):
+    """Cannot be rebuilt from its message alone: pickling it back calls ``__init__`` with one argument."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(code, text)
+        self.code = code
+
+
+def test_a_type_that_does_not_pickle_back_is_a_named_rank_failure() -> None:
+    exc = to_exception(find_root_cause(outcomes(report(2, 1.0, NeedsTwoArguments(7, "bad")))))
+    assert type(exc) is RankFailure
+    assert exc.type_name == f"{__name__}.NeedsTwoArguments" and exc.original_message == "(7, 'bad')"
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is RankFailure and isinstance(back, RuntimeError)
+    assert (back.rank, back.world_size, back.type_name, str(back)) == (2, 3, exc.type_name, str(exc))
 
 
 @pytest.mark.parametrize(
     ("recoverable", "expected"),
     [
-        pytest.param(False, RankFailedError, id="plain"),
+        pytest.param(False, RankFailure, id="plain"),
         pytest.param(True, FlyteRecoverableException, id="recoverable-without-its-type"),
     ],
 )
 @pytest.mark.parametrize("exc_bytes", [None, b"not a pickle"], ids=["unpicklable", "corrupt"])
-def test_a_type_that_cannot_be_rebuilt_falls_back_to_a_wrapper(recoverable, expected, exc_bytes) -> None:
+def test_a_type_that_cannot_be_rebuilt_falls_back_to_rank_failure(recoverable, expected, exc_bytes) -> None:
     error = report(2, 1.0, recoverable=recoverable, exc_bytes=exc_bytes)
     exc = to_exception(find_root_cause(outcomes(error)))
-    assert isinstance(exc, expected) and isinstance(exc, RankFailure)
-    assert (exc.rank, exc.world_size) == (2, 3)
+    assert isinstance(exc, expected) and isinstance(exc, RankFailure) and not isinstance(exc, RankFailedError)
+    assert (exc.rank, exc.world_size, exc.type_name, exc.original_message) == (2, 3, "builtins.ValueError", "boom")
     assert str(exc).startswith("rank 2 (of 3) failed: ValueError: boom")
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is type(exc) and isinstance(back, expected) and back.rank == 2
 
 
 def test_a_silent_death_raises_rank_failed_error_naming_the_rank() -> None:
@@ -323,7 +359,11 @@ def test_a_sleeping_rank_is_named_with_where_it_was() -> None:
     assert "--- stack of rank 1 when rank 2 gave up (most recent call first) ---" in cause.message
     assert "  /home/me/train.py:42 in step_loop\n" in cause.message and " in watch" not in cause.message
     exc = to_exception(cause)
-    assert type(exc) is RankFailedError and exc.rank == 1  # not the waiting rank's RuntimeError
+    assert isinstance(exc, HangError) and exc.rank == 1  # not the waiting rank's RuntimeError
+    assert isinstance(exc, FlyteRecoverableException)  # retry_hangs=True: a bad node is worth a retry
+    permanent = to_exception(cause, retry_hangs=False)
+    assert type(permanent) is HangError and not isinstance(permanent, FlyteRecoverableException)
+    assert pickle.loads(pickle.dumps(exc)).rank == 1 and type(pickle.loads(pickle.dumps(exc))) is type(exc)
 
 
 def test_only_the_first_of_several_dumps_is_read() -> None:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -104,7 +105,8 @@ def test_a_failing_rank_is_reported_by_number_type_and_traceback(recoverable, ex
     with pytest.raises(expected_type) as info:
         local_tasks.failing_task(bad_rank=2, recoverable=recoverable)
     message = str(info.value)
-    assert isinstance(info.value, RankFailure) and info.value.rank == 2
+    assert type(info.value) is expected_type and info.value.rank == 2
+    assert not isinstance(info.value, RankFailure)  # the rank's own type, rebuilt: no hidden subclass
     assert text in message
     assert "--- traceback of rank 2 ---" in message and "local_tasks.py" in message
     assert _living_children() == []
@@ -252,11 +254,13 @@ def test_two_simulated_pods_run_their_ranks_and_only_rank_0_returns() -> None:
 
 
 def test_a_non_zero_pod_rank_ignores_outputs(monkeypatch) -> None:
-    """nproc_per_node=1 pod with RANK=1: the function runs in the pod process, then IgnoreOutputs."""
+    """nproc_per_node=1 pod with RANK=1: the function runs in the pod process, then IgnoreOutputs (no peer runs
+    here, so no preflight: it would wait for rank 0)."""
     for name, value in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
         monkeypatch.setenv(name, value)
     calls = []
-    task = SimpleNamespace(task_config=PyTorch(), _task_function=lambda x: calls.append(x) or x, name="t")
+    config = PyTorch(preflight=False)
+    task = SimpleNamespace(task_config=config, _task_function=lambda x: calls.append(x) or x, name="t")
     with pytest.raises(IgnoreOutputs):
         launcher.run_distributed(task, {"x": 7})
     assert calls == [7]
@@ -282,3 +286,19 @@ def test_import_roots_name_the_package_root_pyflyte_run_removed_from_sys_path(tm
     finally:
         sys.modules.pop("roots_pkg.wf", None)
         sys.modules.pop("roots_pkg", None)
+
+
+@pytest.mark.slow
+def test_a_rank_without_progress_stops_itself_and_is_named() -> None:
+    from flytekitplugins_pytorch._failure import HangError
+
+    started = time.monotonic()
+    with pytest.raises(HangError) as info:
+        local_tasks.stalls_task()
+    took = time.monotonic() - started
+    text = str(info.value)
+    lead = "rank 1 (of 2) failed: RecoverableHangError: rank 1 (of 2) on node 1 (pod "
+    assert info.value.rank == 1 and lead in text and "made no progress for 2s (progress_timeout)" in text, text
+    assert "in stalls_task, outside torch.distributed" in text, text
+    assert took < 30  # far below the 60 s collective timeout
+    assert _living_children() == []

@@ -13,6 +13,8 @@ from flytekitplugins_pytorch._plan import (
     RDZV_BACKEND,
     ExecutionKind,
     LaunchPlan,
+    direct_view,
+    node_view,
     plan_launch,
     resolve_nproc,
 )
@@ -233,12 +235,57 @@ def test_local_elastic_plan_keeps_the_c10d_rendezvous() -> None:
 
 def test_local_elastic_plan_publishes_the_node_range() -> None:
     plan = plan_launch(Elastic(nnodes="2:3", max_restarts=1), {}, local=True, cpu_count=8)
+    # As the operator sets them on an elastic job: no PET_MASTER_* and no PET_NODE_RANK (the rendezvous assigns nodes).
     assert plan.rank_env == {
         "PET_NNODES": "2:3",
         "PET_NPROC_PER_NODE": "1",
-        "PET_MASTER_ADDR": "127.0.0.1",
         "PET_RDZV_BACKEND": RDZV_BACKEND,
         "PET_MAX_RESTARTS": "1",
+    }
+
+
+def test_local_elastic_plan_with_a_fixed_node_count_writes_it_as_a_range() -> None:
+    plan = plan_launch(Elastic(nnodes=2), {}, local=True, cpu_count=8)
+    assert plan.rank_env["PET_NNODES"] == "2:2"
+
+
+@pytest.mark.parametrize(
+    ("rank", "elastic", "expected"),
+    [
+        pytest.param(0, False, {"LOCAL_RANK": "0", "GROUP_RANK": "0", "PET_NODE_RANK": "0"}, id="node0-first"),
+        pytest.param(3, False, {"LOCAL_RANK": "1", "GROUP_RANK": "1", "PET_NODE_RANK": "1"}, id="node1-second"),
+        pytest.param(2, True, {"LOCAL_RANK": "0", "GROUP_RANK": "1"}, id="elastic-no-node-rank"),
+    ],
+)
+def test_node_view_is_the_rank_within_its_node(rank: int, elastic: bool, expected: dict) -> None:
+    view = node_view(rank, 4, 2, elastic=elastic)
+    assert view == {**expected, "LOCAL_WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "2"}
+
+
+@pytest.mark.parametrize(
+    ("cuda", "visible", "expected"),
+    [
+        pytest.param(4, "", ("0,1", "2,3"), id="one-gpu-per-rank"),
+        pytest.param(4, "4,5,6,7", ("4,5", "6,7"), id="slices-of-the-visible-list"),
+        pytest.param(3, "", (), id="too-few-gpus-left-alone"),
+        pytest.param(0, "", (), id="cpu"),
+    ],
+)
+def test_local_nodes_get_disjoint_gpus_when_there_is_one_per_rank(cuda: int, visible: str, expected: tuple) -> None:
+    environ = {"CUDA_VISIBLE_DEVICES": visible} if visible else {}
+    plan = plan_launch(PyTorch(worker=Worker(replicas=1), nproc_per_node=2), environ, local=True, cuda_devices=cuda)
+    assert plan.node_gpus == expected
+
+
+def test_direct_view_is_an_agent_with_one_process() -> None:
+    assert direct_view(2, 3) == {
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": "2",
+        "GROUP_WORLD_SIZE": "3",
+        "ROLE_RANK": "2",
+        "ROLE_WORLD_SIZE": "3",
+        "ROLE_NAME": "default",
     }
 
 

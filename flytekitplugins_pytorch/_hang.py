@@ -1,0 +1,355 @@
+"""Naming the rank that did not arrive, across pods, through the process group's own store.
+
+Ranks in different pods share no folder, but every rank of a process group holds a connection to the group's store
+(the TCP store at ``MASTER_ADDR:MASTER_PORT``, or the c10d rendezvous store). Once ``init_process_group`` returned,
+each rank opens a second connection to it (``store.clone()``) and a daemon thread polls one key:
+
+======================================  ===============================================================================
+``flyte-pytorch/<attempt>/request``     set by the first rank whose collective failed as a consequence of a peer
+                                        (a timeout, a lost connection): its rank
+``flyte-pytorch/<attempt>/answer/<r>``  rank ``r``'s answer: its node, pod and the stack of its main thread
+``flyte-pytorch/<attempt>/done/<r>``    rank ``r``'s function returned
+======================================  ===============================================================================
+
+A rank that gives up waiting asks, collects the answers for up to :data:`ANSWER_WAIT_S`, and raises a
+:class:`HangError` whose first line names the rank that did not arrive, its node and pod, and what it was doing
+(``rank 1 (of 3) on node 1 (pod job-worker-0) did not arrive: still running at train.py:42 in step, outside
+torch.distributed; rank 0 gave up waiting: DistBackendError: ... timed out``). Flyte's error document of that pod
+then leads with the culprit.
+
+A rank that answers a request and is still running :data:`SELF_STOP_S` later stops itself: its peers have given
+up, so the group is broken, and a rank stuck outside ``torch.distributed`` (a dead data loader, a deadlock) would
+otherwise hold its pod until the job's deadline. It first raises a :class:`HangError` in its main thread (which
+reaches Flyte's error document when the main thread runs Python), then exits after :data:`SELF_EXIT_S` more.
+
+``<attempt>`` is the torch agent's restart count and Flyte's attempt, so a restarted group never reads an old
+request. A hang is retryable by default (``retry_hangs``): on a cluster its common cause is a bad node or a bad
+link, and Flyte's retry runs the task on fresh pods. Everything here is best effort: a store that cannot be cloned
+(a ``FileStore``) means no watch, and the rank's own error is raised as before.
+
+torch is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+from flytekitplugins_pytorch._failure import HangError, activity, hang_error_class
+
+#: How often a rank's watcher checks for a request (one small store round trip each time).
+POLL_S = 0.5
+#: How long a rank that gave up waits for the others' answers (an answer takes at most POLL_S when its rank runs
+#: Python; a rank that is dead or holds the interpreter never answers).
+ANSWER_WAIT_S = 3.0
+#: How long a rank that answered a request may keep running before it stops itself (see the module docstring).
+SELF_STOP_S = 10.0
+#: How long after the HangError was raised in its main thread the rank exits regardless (its main thread is
+#: stuck where Python cannot run: a C call that never returns).
+SELF_EXIT_S = 10.0
+#: Exit code of a rank that had to exit itself: 1, a user error, unlike 128+ (signals) that the operator's
+#: ``ExitCode`` restart policy retries in place: a restarted pod cannot rejoin a group whose peers have left.
+SELF_EXIT_CODE = 1
+
+_current: Optional[HangWatch] = None
+#: When this rank last reported progress (``report_progress``; the watch's start counts as one).
+_last_progress = time.monotonic()
+
+
+def report_progress() -> None:
+    """Tell the plugin that this rank made progress (call it once per step when ``progress_timeout`` is set).
+
+    A rank that has not called it for ``progress_timeout`` while outside ``torch.distributed`` stops itself with a
+    ``HangError`` that names it and where it is; without ``progress_timeout`` this does nothing but note the time.
+    It costs a clock read.
+    """
+    global _last_progress
+    _last_progress = time.monotonic()
+
+
+def _prefix() -> str:
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    attempt = os.environ.get("FLYTE_ATTEMPT_NUMBER", "0")
+    return f"flyte-pytorch/{attempt}.{restart}/"
+
+
+def where_am_i(rank: int) -> dict[str, str]:
+    """This rank's node and pod, as its error names them.
+
+    Args:
+        rank: the global rank.
+
+    Returns:
+        dict[str, str]: ``node`` (``GROUP_RANK``, else rank // ``LOCAL_WORLD_SIZE``) and ``pod`` (Flyte's worker name
+        ``_F_WN``, else the host name).
+    """
+    node = os.environ.get("GROUP_RANK")
+    if node is None:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        node = str(rank // max(1, local))
+    pod = os.environ.get("_F_WN") or os.environ.get("HOSTNAME") or os.uname().nodename
+    return {"node": node, "pod": pod}
+
+
+def _main_stack() -> str:
+    """The main thread's stack in ``faulthandler``'s format (what ``_failure.main_thread_frames`` reads)."""
+    main = threading.main_thread().ident
+    frame = sys._current_frames().get(main or 0)
+    lines = [f"Thread 0x{(main or 0):016x} (most recent call first):"]
+    while frame is not None:
+        lines.append(f'  File "{frame.f_code.co_filename}", line {frame.f_lineno} in {frame.f_code.co_name}')
+        frame = frame.f_back
+    return "\n".join(lines) + "\n"
+
+
+class HangWatch:
+    """One rank's watch on the group's store (see the module docstring).
+
+    Args:
+        store: a connection of its own to the group's store.
+        rank: this rank.
+        world_size: ranks in the group.
+        recoverable: a hang is raised as a recoverable error (``retry_hangs``).
+        progress_timeout_s: stop this rank when it reported no progress for this long outside torch.distributed.
+    """
+
+    def __init__(
+        self, store: Any, rank: int, world_size: int, *, recoverable: bool, progress_timeout_s: Optional[float] = None
+    ) -> None:
+        self.store = store
+        self.progress_timeout_s = progress_timeout_s
+        self.rank = rank
+        self.world_size = world_size
+        self.recoverable = recoverable
+        self.prefix = _prefix()
+        self.stopped = threading.Event()
+        self.giving_up = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pytorch-hang-watch", daemon=True)
+
+    def start(self) -> None:
+        """Start polling."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop polling (the group is gone or the function returned)."""
+        self.stopped.set()
+
+    def mark_done(self) -> None:
+        """Tell the others that this rank's function returned (a rank waiting for it learns it left), and stop."""
+        self.stop()
+        try:
+            self.store.set(f"{self.prefix}done/{self.rank}", "1")
+        except Exception:  # noqa: BLE001 - the store may be gone already (the group ended): nothing to tell
+            pass
+
+    def _run(self) -> None:
+        request = f"{self.prefix}request"
+        try:
+            while not self.stopped.wait(POLL_S):
+                if self.store.check([request]):
+                    break
+                if self._stalled():
+                    return
+            else:
+                return
+            asker = self.store.get(request).decode()
+            if self.giving_up.is_set() or asker == str(self.rank):
+                return
+            answer = {**where_am_i(self.rank), "stack": _main_stack()}
+            self.store.set(f"{self.prefix}answer/{self.rank}", json.dumps(answer))
+        except Exception:  # noqa: BLE001 - the store went away with the group: nothing to watch
+            return
+        self._stop_self(int(asker))
+
+    def _stalled(self) -> bool:
+        """Whether this rank made no progress for ``progress_timeout`` outside torch.distributed; if so, tell the
+        others (they answer, and learn who stopped) and stop this rank with a HangError naming it."""
+        limit = self.progress_timeout_s
+        if limit is None or time.monotonic() - _last_progress <= limit or self.giving_up.is_set():
+            return False
+        in_dist, doing = activity(_main_stack())
+        if in_dist:
+            return False  # waiting in a collective: the collective timeout bounds it
+        where = where_am_i(self.rank)
+        message = (
+            f"rank {self.rank} (of {self.world_size}) on node {where['node']} (pod {where['pod']}) made no progress "
+            f"for {limit:.0f}s (progress_timeout): {doing}"
+        )
+        try:
+            self.store.compare_set(f"{self.prefix}request", "", str(self.rank))
+        except Exception:  # noqa: BLE001 - the store is gone: stop this rank all the same
+            pass
+        self._raise_in_main(message)
+        return True
+
+    def _raise_in_main(self, message: str) -> None:
+        """Raise a HangError with ``message`` in the main thread; exit if it is still running SELF_EXIT_S later."""
+        error = hang_error_class(self.recoverable)(message, rank=self.rank, world_size=self.world_size)
+        main = threading.main_thread().ident
+        if main is not None:
+            _pending[main] = error
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(main), ctypes.py_object(_SelfStop))
+        if self.stopped.wait(SELF_EXIT_S):
+            return
+        sys.stderr.write(f"{message}; its main thread did not stop, exiting\n")
+        sys.stderr.flush()
+        os._exit(SELF_EXIT_CODE)
+
+    def _stop_self(self, asker: int) -> None:
+        """A peer gave up on the group: end this rank too, however it is stuck (module docstring)."""
+        if self.stopped.wait(SELF_STOP_S) or self.giving_up.is_set():
+            return
+        where = where_am_i(self.rank)
+        in_dist, doing = activity(_main_stack())
+        message = (
+            f"rank {self.rank} (of {self.world_size}) on node {where['node']} (pod {where['pod']}) did not arrive: "
+            f"{doing}; rank {asker} gave up waiting for it, and it was stopped {SELF_STOP_S:.0f}s later"
+        )
+        if in_dist:
+            message = (
+                f"rank {self.rank} (of {self.world_size}) on node {where['node']} (pod {where['pod']}) was stopped: "
+                f"rank {asker} gave up on the group {SELF_STOP_S:.0f}s earlier, and this rank was still {doing}"
+            )
+        self._raise_in_main(message)
+
+
+class _SelfStop(BaseException):
+    """Raised in a stuck main thread (a type, as ``PyThreadState_SetAsyncExc`` needs); turned into the HangError."""
+
+
+#: main thread id -> the HangError its _SelfStop stands for.
+_pending: dict[int, BaseException] = {}
+
+
+def pending_error(exc: BaseException) -> BaseException:
+    """The :class:`HangError` a ``_SelfStop`` stands for, else ``exc`` itself.
+
+    Args:
+        exc: what the rank's function raised.
+
+    Returns:
+        BaseException: the exception to report.
+    """
+    if isinstance(exc, _SelfStop):
+        error = _pending.pop(threading.get_ident(), None)
+        if error is not None:
+            error.__cause__ = None
+            return error
+    return exc
+
+
+def start_watch(*, recoverable: bool, progress_timeout_s: Optional[float] = None) -> None:
+    """Start watching the default process group's store (called right after ``init_process_group`` returned).
+
+    Args:
+        recoverable: a hang is raised as a recoverable error (``retry_hangs``).
+        progress_timeout_s: ``progress_timeout`` in seconds, or ``None`` (off).
+    """
+    global _current, _last_progress
+    _last_progress = time.monotonic()
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    if _current is not None:
+        _current.stop()
+        _current = None
+    try:
+        store = c10d._get_default_store().clone()  # type: ignore[attr-defined]
+        watch = HangWatch(
+            store,
+            dist.get_rank(),
+            dist.get_world_size(),
+            recoverable=recoverable,
+            progress_timeout_s=progress_timeout_s,
+        )
+    except Exception:  # noqa: BLE001 - a store that cannot be cloned (FileStore): no watch, errors as before
+        return
+    _current = watch
+    watch.start()
+
+
+def mark_done() -> None:
+    """The function returned: tell the watch (if any)."""
+    global _current
+    if _current is not None:
+        _current.mark_done()
+        _current = None
+
+
+def name_culprit(exc: BaseException) -> Optional[BaseException]:
+    """Ask the other ranks where they are and name the one that did not arrive.
+
+    Args:
+        exc: the collateral error this rank got (a timeout or a lost peer).
+
+    Returns:
+        Optional[BaseException]: a :class:`HangError` naming the culprit (its cause is ``exc``), or ``None`` when
+        there is no watch or nobody can be named.
+    """
+    watch = _current
+    if watch is None or isinstance(exc, HangError):
+        return None  # a HangError already names the rank (this one, when it stopped for want of progress)
+    watch.giving_up.set()
+    watch.stop()
+    store, prefix = watch.store, watch.prefix
+    started = time.monotonic()
+    answers: dict[int, dict[str, str]] = {}
+    done: set[int] = set()
+    others = [r for r in range(watch.world_size) if r != watch.rank]
+    try:
+        store.compare_set(f"{prefix}request", "", str(watch.rank))
+        while time.monotonic() - started < ANSWER_WAIT_S:
+            for r in others:
+                if r in answers or r in done:
+                    continue
+                if store.check([f"{prefix}done/{r}"]):
+                    done.add(r)
+                elif store.check([f"{prefix}answer/{r}"]):
+                    answers[r] = json.loads(store.get(f"{prefix}answer/{r}").decode())
+            if len(answers) + len(done) == len(others):
+                break
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - the store is gone (its host rank exited): name what we have
+        pass
+    culprits: dict[int, str] = {r: "its function returned without joining the others" for r in sorted(done)}
+    waiting: dict[int, str] = {}
+    for r, answer in sorted(answers.items()):
+        in_dist, doing = activity(answer.get("stack", ""))
+        (waiting if in_dist else culprits)[r] = doing
+    silent = [r for r in others if r not in answers and r not in done]
+    if not culprits:
+        culprits = {
+            r: f"did not answer within {ANSWER_WAIT_S:.0f}s (dead, or stuck where Python cannot run)" for r in silent
+        }
+    if not culprits:
+        culprits = waiting
+    if not culprits:
+        return None
+    culprits = dict(sorted(culprits.items()))
+    mine = where_am_i(watch.rank)
+    first = next(iter(culprits))
+
+    def place(r: int) -> str:
+        info = answers.get(r)
+        return f" on node {info['node']} (pod {info['pod']})" if info else ""
+
+    names = "; ".join(
+        f"rank {r} (of {watch.world_size}){place(r)} did not arrive: {doing}" for r, doing in culprits.items()
+    )
+    summary = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    message = (
+        f"{names}; rank {watch.rank} on node {mine['node']} (pod {mine['pod']}) gave up waiting: "
+        f"{type(exc).__name__}: {summary}"
+    )
+    error = hang_error_class(watch.recoverable)(message, rank=first, world_size=watch.world_size)
+    error.type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    error.original_message = str(exc)
+    return error
+
+
+__all__ = ["HangError", "HangWatch", "start_watch", "mark_done", "name_culprit", "pending_error", "report_progress"]
