@@ -37,7 +37,8 @@ from enum import Enum
 from typing import Optional, Union
 
 from flytekitplugins_pytorch.config import Elastic, PyTorch
-from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND
+from pytorch_contract.k8s_names import TRAINJOB_NODE_ENV
+from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND, NPROC_PER_NODE_ALLOWED, nproc_per_node_message
 
 #: A task's configuration: what ``plan_launch`` is typed on.
 TaskConfig = Union[PyTorch, Elastic]
@@ -160,6 +161,11 @@ def _env_int(environ: Mapping[str, str], name: str, *, minimum: int) -> Optional
     return int(text)
 
 
+def _nproc_message(value: object) -> str:
+    """The contract's one message for a bad ``nproc_per_node`` (the same words the SDK and the backend use)."""
+    return nproc_per_node_message("nproc_per_node", value) or f"nproc_per_node={value!r}: {NPROC_PER_NODE_ALLOWED}"
+
+
 def resolve_nproc(value: Union[int, str], *, local: bool, cuda_devices: int, cpu_count: int) -> int:
     """Turn ``nproc_per_node`` into a process count for this machine.
 
@@ -180,7 +186,7 @@ def resolve_nproc(value: Union[int, str], *, local: bool, cuda_devices: int, cpu
         ValueError: ``value`` is none of the above.
     """
     if isinstance(value, bool):
-        raise ValueError(f"nproc_per_node={value!r} is not valid; use a positive int, 'auto', 'cpu' or 'gpu'")
+        raise ValueError(_nproc_message(value))
     if isinstance(value, int) and value >= 1:
         return value
     text = str(value).strip().lower()
@@ -190,7 +196,7 @@ def resolve_nproc(value: Union[int, str], *, local: bool, cuda_devices: int, cpu
         return cuda_devices if cuda_devices > 0 else 1
     if text == "cpu":
         return 1 if local else max(1, cpu_count)
-    raise ValueError(f"nproc_per_node={value!r} is not valid; use a positive int, 'auto', 'cpu' or 'gpu'")
+    raise ValueError(_nproc_message(value))
 
 
 def cluster_role(environ: Mapping[str, str]) -> Optional[ExecutionKind]:
@@ -209,10 +215,6 @@ def cluster_role(environ: Mapping[str, str]) -> Optional[ExecutionKind]:
     if all(environ.get(name) for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
         return ExecutionKind.CLUSTER_DIRECT
     return None
-
-
-#: What the Trainer v2 torch runtime sets in every node, and nothing else (it wraps no command).
-TRAINJOB_NODE_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 
 
 def is_trainjob_node(environ: Mapping[str, str]) -> bool:

@@ -32,12 +32,13 @@ from google.protobuf import json_format
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backend_plugin.builder import ExecutionMetadata, build_pytorchjob
 from backend_plugin.errors import TemplateError
+from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.targets.trainjob.writer import to_trainjob
 from backend_plugin.template import read_template
-from backend_plugin.trainjob import to_trainjob
 from flytekitplugins_pytorch import Master, PyTorch, Worker
 from pytorch_contract.quantity import parse_quantity
+from tests.helpers.jobs import build_pytorchjob
 from tests.sdk import env_tasks
 
 LOOPBACK = "127.0.0.1"

@@ -754,7 +754,7 @@ def poll_until_terminal(connector: Any, meta: Any, timeout_s: float, interval_s:
     """Call the connector's `get` until it reports a terminal phase.
 
     Args:
-        connector: the PyTorchJobConnector.
+        connector: the JobConnector.
         meta: what `create` returned.
         timeout_s: give up after this many seconds.
         interval_s: seconds between polls (Flyte polls every few seconds; tests go faster).
