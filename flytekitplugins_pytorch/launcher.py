@@ -147,11 +147,62 @@ def run_distributed(task: DistributedTask, kwargs: dict[str, Any]) -> Any:
             MAX_LOCAL_WORLD_SIZE_ENV,
             os.environ.get(MAX_LOCAL_WORLD_SIZE_ENV),
         )
+    if plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS) and cuda_devices == 0:
+        _say_cpu_fallback(task)
     if plan.kind is ExecutionKind.IN_PROCESS:
         return _run_in_process(fn, kwargs, plan)
     if plan.kind is ExecutionKind.CLUSTER_DIRECT:
         return _run_direct(fn, kwargs, plan)
     return _outcome(run_ranks(fn, kwargs, plan), plan)
+
+
+#: Tasks already told that their GPU request runs on CPU here (the notice is said once per task and process).
+_CPU_FALLBACK_SAID: set[str] = set()
+
+
+def gpu_request(task: Any) -> str | None:
+    """What in ``task`` asks for GPUs, in the words the user wrote it, or ``None``.
+
+    Args:
+        task: a ``pytorch`` task (its ``task_config`` and, where flytekit has them, ``resources`` and
+            ``accelerator``).
+
+    Returns:
+        str | None: e.g. ``"worker.limits.gpu=1"``, ``"accelerator='nvidia-tesla-a100'"``, ``"nproc_per_node='gpu'"``;
+        ``None`` when nothing asks for a GPU.
+    """
+    config = task.task_config
+    places: list[tuple[str, Any]] = [("", getattr(task, "resources", None))]
+    for role in ("master", "worker"):
+        places.append((f"{role}.", getattr(config, role, None)))
+    for prefix, holder in places:
+        for kind in ("requests", "limits"):
+            amount = getattr(getattr(holder, kind, None), "gpu", None)
+            if amount not in (None, 0, "0"):
+                return f"{prefix}{kind}.gpu={amount}"
+    accelerator = getattr(config, "accelerator", None) or getattr(task, "accelerator", None)
+    if accelerator is not None:
+        name = getattr(accelerator, "device", accelerator)
+        return f"accelerator={name!r}"
+    if str(getattr(config, "nproc_per_node", "")).lower() == "gpu":
+        return "nproc_per_node='gpu'"
+    return None
+
+
+def _say_cpu_fallback(task: DistributedTask) -> None:
+    """One line on stderr, once per task: it asks for GPUs, this machine has none, so its ranks run on CPU."""
+    if task.name in _CPU_FALLBACK_SAID:
+        return
+    asked = gpu_request(task)
+    if asked is None:
+        return
+    _CPU_FALLBACK_SAID.add(task.name)
+    logger.warning(
+        "%s asks for GPUs (%s) but this machine has no CUDA device: its local ranks run on CPU "
+        "(torch.cuda.is_available() is False in them; on the cluster the request applies)",
+        task.name,
+        asked,
+    )
 
 
 def _is_local_execution() -> bool:

@@ -141,3 +141,11 @@ def stalls_task() -> int:
             time.sleep(0.1)
     dist.barrier()
     return 0
+
+
+@pytorch_task(workers_count=1, per_replica_gpu_limit=1)
+def gpu_task() -> int:
+    """Asks for a GPU; returns the CUDA devices the rank sees."""
+    import torch
+
+    return torch.cuda.device_count()

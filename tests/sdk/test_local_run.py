@@ -127,6 +127,28 @@ def test_local_world_size_cap_logs_one_line(monkeypatch, caplog) -> None:
     assert len(lines) == 1 and "2 local ranks instead of the declared 4" in lines[0]
 
 
+def test_gpu_request_without_a_gpu_says_once_that_it_runs_on_cpu(monkeypatch, caplog) -> None:
+    monkeypatch.setenv("FLYTE_PYTORCH_INPROCESS", "1")
+    monkeypatch.setattr(launcher, "_machine", lambda: (0, 2))
+    monkeypatch.setattr(launcher, "_CPU_FALLBACK_SAID", set())
+    with caplog.at_level(logging.WARNING, logger=launcher.__name__):
+        assert local_tasks.gpu_task() == 0
+        assert local_tasks.gpu_task() == 0
+        assert local_tasks.world_size_task() == 1
+    lines = [r.getMessage() for r in caplog.records if r.name == launcher.__name__]
+    assert len(lines) == 1, lines
+    assert "gpu_task asks for GPUs (master.limits.gpu=1)" in lines[0] and "run on CPU" in lines[0]
+
+
+def test_gpu_request_with_a_gpu_says_nothing(monkeypatch, caplog) -> None:
+    monkeypatch.setenv("FLYTE_PYTORCH_INPROCESS", "1")
+    monkeypatch.setattr(launcher, "_machine", lambda: (1, 2))
+    monkeypatch.setattr(launcher, "_CPU_FALLBACK_SAID", set())
+    with caplog.at_level(logging.WARNING, logger=launcher.__name__):
+        local_tasks.gpu_task()
+    assert [r for r in caplog.records if r.name == launcher.__name__] == []
+
+
 def _task_context(dest: Path, src: Path | None, workdir: Path):
     params = ExecutionParameters(
         execution_date=datetime.datetime.now(datetime.timezone.utc),
