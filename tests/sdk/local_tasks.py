@@ -149,3 +149,12 @@ def gpu_task() -> int:
     import torch
 
     return torch.cuda.device_count()
+
+
+@pytorch_task(workers_count=2)
+def nccl_task() -> int:
+    """Asks for the NCCL backend, as a GPU script does."""
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl")
+    return dist.get_world_size()

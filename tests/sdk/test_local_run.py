@@ -29,6 +29,12 @@ from tests.sdk import local_tasks
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def _living_children() -> list[int]:
     """Descendants of this test process, without multiprocessing's shared resource tracker (it exits with us)."""
     out = []
@@ -147,6 +153,40 @@ def test_gpu_request_with_a_gpu_says_nothing(monkeypatch, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger=launcher.__name__):
         local_tasks.gpu_task()
     assert [r for r in caplog.records if r.name == launcher.__name__] == []
+
+
+@pytest.mark.skipif(_has_cuda(), reason="the refusal is for machines without CUDA")
+@pytest.mark.parametrize("backend", ["nccl", "NCCL"])
+def test_nccl_without_cuda_is_refused_with_one_line_naming_gloo(monkeypatch, backend) -> None:
+    import torch.distributed as dist
+
+    monkeypatch.setenv("FLYTE_PYTORCH_INPROCESS", "1")
+    with pytest.raises(ValueError) as info:
+        local_tasks.nccl_task()
+    assert "Distributed package doesn't have NCCL" not in str(info.value)
+    # The refusal needs no group: the wrapper refuses before torch is asked.
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError) as direct:
+        restore = launcher.install_collective_timeout(None)
+        try:
+            dist.init_process_group(backend, rank=0, world_size=1, store=dist.HashStore())
+        finally:
+            restore()
+    text = str(direct.value)
+    assert "\n" not in text and f"backend={backend!r}" in text and "use backend='gloo' to run locally" in text
+    assert "backend=None" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_has_cuda(), reason="the refusal is for machines without CUDA")
+def test_nccl_without_cuda_names_gloo_in_the_headline_of_a_local_launch() -> None:
+    with pytest.raises(ValueError) as info:
+        local_tasks.nccl_task()
+    headline = next(line for line in str(info.value).splitlines() if "(of 3) failed" in line).strip()
+    assert re.match(r"rank \d \(of 3\) failed: ValueError: init_process_group\(backend='nccl'\) needs CUDA", headline)
+    assert "use backend='gloo' to run locally" in headline
+    assert "Distributed package doesn't have NCCL" not in str(info.value)
+    assert _living_children() == []
 
 
 def _task_context(dest: Path, src: Path | None, workdir: Path):
