@@ -255,8 +255,17 @@ NESTED_LAUNCH_HEADLINE = (
 )
 
 
-def _others(root: int, outcomes: RankOutcomes) -> tuple[str, ...]:
-    """Lines about the other ranks: who failed as a consequence, who was still running, who never started."""
+#: A root cause raised because the process group was never set up (a rank that never called
+#: ``init_process_group``, or called it wrongly): no collective ever began, so the others are not said to be in one.
+_NO_GROUP = re.compile(r"process group has not been initialized|init_process_group", re.IGNORECASE)
+
+
+def _others(root: int, outcomes: RankOutcomes, *, group_up: bool = True) -> tuple[str, ...]:
+    """Lines about the other ranks: who failed as a consequence, who was still running, who never started.
+
+    ``group_up`` False (the root cause is a rank without a process group) drops the still-running line: it would say
+    the others had not reached a collective that nobody began.
+    """
     reported = {err.rank for err in outcomes.errors}
     failed = [f"{err.rank} ({err.type_name.rsplit('.', 1)[-1]})" for err in outcomes.errors if err.rank != root]
     running = [rank for rank in outcomes.ranks if rank != root and rank not in outcomes.done and rank not in reported]
@@ -265,7 +274,7 @@ def _others(root: int, outcomes: RankOutcomes) -> tuple[str, ...]:
         lines.append(f"ranks that failed afterwards: {', '.join(failed)}")
     stuck = [rank for rank in running if rank in outcomes.started]
     never = [rank for rank in running if rank not in outcomes.started]
-    if stuck:
+    if stuck and group_up:
         lines.append(
             f"ranks still running when the job was stopped (they had not reached or finished the collective): {stuck}"
         )
@@ -281,7 +290,7 @@ def _from_report(kind: CauseKind, err: RankError, outcomes: RankOutcomes) -> Roo
         rank=err.rank,
         world_size=outcomes.world_size,
         headline=f"rank {err.rank} (of {outcomes.world_size}) failed: {short}: {err.message}",
-        details=_others(err.rank, outcomes),
+        details=_others(err.rank, outcomes, group_up=not _NO_GROUP.search(err.message)),
         error=err,
     )
 

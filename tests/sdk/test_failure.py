@@ -194,6 +194,20 @@ def test_details_about_the_other_ranks(given: RankOutcomes, details: tuple[str, 
     assert find_root_cause(given).details == details
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Default process group has not been initialized, please make sure to call init_process_group.",
+        "init_process_group(backend='nccl') needs CUDA and NCCL, and this machine has no CUDA device: use gloo",
+    ],
+)
+def test_a_rank_without_a_process_group_does_not_say_the_others_missed_a_collective(message: str) -> None:
+    cause = find_root_cause(outcomes(report(0, 1.0, ValueError(message)), lost_peer(2, 2.0)))
+    assert cause.headline == f"rank 0 (of 3) failed: ValueError: {message}"
+    assert cause.details == ("ranks that failed afterwards: 2 (DistNetworkError)",)
+    assert STUCK not in cause.message
+
+
 def test_the_whole_message() -> None:
     cause = find_root_cause(outcomes(lost_peer(0, 2.0), report(2, 1.0)))
     assert cause.message == (
