@@ -25,7 +25,9 @@ A failed rank fails the task with the **earliest** failing rank's exception, of 
 here (else a :class:`RankFailure` naming the type), with a message ``rank 2 (of 3) failed: ValueError: boom``
 followed by that rank's traceback.
 Errors that are consequences of a lost peer (gloo/NCCL connection errors, collective timeouts) only win when no rank
-failed for its own reason. ``FlyteRecoverableException`` stays recoverable so Flyte retries the task.
+failed for its own reason. ``FlyteRecoverableException`` stays recoverable so Flyte retries the task. Locally, the
+headline is also written to stderr as one unwrapped line (``pytorch task failed: rank 2 (of 3) failed: ...``) before
+flytekit prints the failure, and a task that asks for GPUs on a machine without CUDA says once that it runs on CPU.
 
 Environment variables read here:
 
@@ -45,6 +47,7 @@ import contextlib
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -155,6 +158,9 @@ def run_distributed(task: DistributedTask, kwargs: dict[str, Any]) -> Any:
         return _run_direct(fn, kwargs, plan)
     return _outcome(run_ranks(fn, kwargs, plan), plan)
 
+
+#: What starts the line :func:`say_headline` writes.
+HEADLINE_PREFIX = "pytorch task failed: "
 
 #: Tasks already told that their GPU request runs on CPU here (the notice is said once per task and process).
 _CPU_FALLBACK_SAID: set[str] = set()
@@ -285,6 +291,19 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
     return value
 
 
+def say_headline(headline: str) -> None:
+    """Write a failed local launch's headline to stderr as one plain line, before anything else reports the failure.
+
+    flytekit (``python file.py``, ``pyflyte run``) prints a failure as a rich traceback: dozens of boxed frames, then
+    the exception's text wrapped at the console's width, often mid-path. The headline said here comes first and whole.
+
+    Args:
+        headline: the root cause's first line, e.g. ``rank 2 (of 3) failed: ValueError: boom``.
+    """
+    sys.stderr.write(f"{HEADLINE_PREFIX}{headline}\n")
+    sys.stderr.flush()
+
+
 def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
     """Return rank 0's value (success), or raise for the root-cause rank (failure)."""
     from flytekit.core.base_task import IgnoreOutputs
@@ -301,7 +320,10 @@ def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
             elapsed_s=result.elapsed_s,
             stacks=result.record.stacks,
         )
-        raise to_exception(find_root_cause(outcomes), retry_hangs=plan.retry_hangs)
+        cause = find_root_cause(outcomes)
+        if plan.kind is ExecutionKind.LOCAL:
+            say_headline(cause.headline)
+        raise to_exception(cause, retry_hangs=plan.retry_hangs)
     rank0 = result.record.load_result()
     if rank0 is None:
         if plan.kind is ExecutionKind.LOCAL:

@@ -189,6 +189,33 @@ def test_nccl_without_cuda_names_gloo_in_the_headline_of_a_local_launch() -> Non
     assert _living_children() == []
 
 
+@pytest.mark.slow
+def test_a_failed_script_says_its_headline_first_on_one_line_without_torch_agent_lines() -> None:
+    script = (
+        "from tests.sdk import local_tasks\n"
+        "if __name__ == '__main__':\n"
+        "    local_tasks.failing_task(bad_rank=2, recoverable=False)\n"
+    )
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(REPO_ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120
+    )
+    assert out.returncode != 0
+    ours = [line for line in out.stderr.splitlines() if not line.startswith("[rank ")]
+    assert ours[0] == f"{launcher.HEADLINE_PREFIX}rank 2 (of 3) failed: ValueError: boom on rank 2", out.stderr
+    assert "Terminating process" not in out.stderr
+    assert _living_children() == []
+
+
+def test_torch_agent_terminating_lines_are_quiet_during_a_local_launch() -> None:
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    with _processes._quiet_torch_logs(True):
+        assert not spawn_log.isEnabledFor(logging.WARNING)
+        assert spawn_log.isEnabledFor(logging.ERROR)
+    with _processes._quiet_torch_logs(False):
+        assert spawn_log.isEnabledFor(logging.WARNING)
+
+
 def _task_context(dest: Path, src: Path | None, workdir: Path):
     params = ExecutionParameters(
         execution_date=datetime.datetime.now(datetime.timezone.utc),
