@@ -354,6 +354,11 @@ _FRAME = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<fn>\S+)
 _NOT_USER = ("/flytekitplugins_pytorch/", "/flytekit/", "/torch/", "/cloudpickle/")
 
 
+#: Frames of these packages are left out of a stack in the hang report: they are how the task was started (``pyflyte
+#: run``, ``python file.py``), inherited by a forked rank, never where it waits. The user's and torch's frames stay.
+_LAUNCH_FRAMES = ("/click/", "/flytekit/")
+
+
 def main_thread_frames(dump: str) -> list[Frame]:
     """The frames of the thread that runs the task in a ``faulthandler`` dump, most recent first.
 
@@ -438,8 +443,11 @@ def _missing_cause(missing: dict[int, str], outcomes: RankOutcomes) -> RootCause
     for rank in ranks:
         frames = main_thread_frames(outcomes.stacks[rank]) if rank in outcomes.stacks else []
         if frames:
+            kept = [frame for frame in frames if not any(part in frame.path for part in _LAUNCH_FRAMES)]
             details.append(f"--- stack of rank {rank} when rank {first.rank} gave up (most recent call first) ---")
-            details.extend(f"  {frame}" for frame in frames)
+            details.extend(f"  {frame}" for frame in kept)
+            if len(kept) < len(frames):
+                details.append(f"  ({len(frames) - len(kept)} click and flytekit frames left out)")
     return RootCause(CauseKind.NOT_ARRIVED, ranks[0], outcomes.world_size, headline, tuple(details), first)
 
 

@@ -422,3 +422,29 @@ def test_several_missing_ranks_are_listed() -> None:
         "ranks [1, 2] (of 4) did not arrive: rank 1 still running at /home/me/train.py:42 in step_loop, outside "
         "torch.distributed; rank 2 its function returned without joining the others; rank 0 gave up"
     )
+
+
+PYFLYTE_RUN_DUMP = """Current thread 0x00007f0000000001 (most recent call first):
+  File "/home/me/train.py", line 42 in step_loop
+  File "/work/flytekitplugins_pytorch/_rank.py", line 230 in rank_entrypoint
+  File "/venv/torch/distributed/elastic/multiprocessing/api.py", line 600 in _wrap
+  File "/venv/flytekit/core/base_task.py", line 767 in dispatch_execute
+  File "/venv/flytekit/clis/sdk_in_container/run.py", line 500 in invoke
+  File "/venv/click/core.py", line 794 in invoke
+  File "/venv/click/core.py", line 1078 in main
+  File "/venv/bin/pyflyte", line 8 in <module>
+"""
+
+
+def test_a_hang_report_drops_click_and_flytekit_frames_and_keeps_the_users_and_torchs() -> None:
+    cause = find_root_cause(
+        outcomes(timeout_report(2, 1.0), timeout_report(0, 1.1), stacks={1: PYFLYTE_RUN_DUMP}, exit_codes={2: 1})
+    )
+    start = cause.details.index("--- stack of rank 1 when rank 2 gave up (most recent call first) ---")
+    assert cause.details[start + 1 :] == (
+        "  /home/me/train.py:42 in step_loop",
+        "  /work/flytekitplugins_pytorch/_rank.py:230 in rank_entrypoint",
+        "  /venv/torch/distributed/elastic/multiprocessing/api.py:600 in _wrap",
+        "  /venv/bin/pyflyte:8 in <module>",
+        "  (4 click and flytekit frames left out)",
+    )
