@@ -255,8 +255,17 @@ NESTED_LAUNCH_HEADLINE = (
 )
 
 
-def _others(root: int, outcomes: RankOutcomes) -> tuple[str, ...]:
-    """Lines about the other ranks: who failed as a consequence, who was still running, who never started."""
+#: A root cause raised because the process group was never set up (a rank that never called
+#: ``init_process_group``, or called it wrongly): no collective ever began, so the others are not said to be in one.
+_NO_GROUP = re.compile(r"process group has not been initialized|init_process_group", re.IGNORECASE)
+
+
+def _others(root: int, outcomes: RankOutcomes, *, group_up: bool = True) -> tuple[str, ...]:
+    """Lines about the other ranks: who failed as a consequence, who was still running, who never started.
+
+    ``group_up`` False (the root cause is a rank without a process group) drops the still-running line: it would say
+    the others had not reached a collective that nobody began.
+    """
     reported = {err.rank for err in outcomes.errors}
     failed = [f"{err.rank} ({err.type_name.rsplit('.', 1)[-1]})" for err in outcomes.errors if err.rank != root]
     running = [rank for rank in outcomes.ranks if rank != root and rank not in outcomes.done and rank not in reported]
@@ -265,7 +274,7 @@ def _others(root: int, outcomes: RankOutcomes) -> tuple[str, ...]:
         lines.append(f"ranks that failed afterwards: {', '.join(failed)}")
     stuck = [rank for rank in running if rank in outcomes.started]
     never = [rank for rank in running if rank not in outcomes.started]
-    if stuck:
+    if stuck and group_up:
         lines.append(
             f"ranks still running when the job was stopped (they had not reached or finished the collective): {stuck}"
         )
@@ -281,7 +290,7 @@ def _from_report(kind: CauseKind, err: RankError, outcomes: RankOutcomes) -> Roo
         rank=err.rank,
         world_size=outcomes.world_size,
         headline=f"rank {err.rank} (of {outcomes.world_size}) failed: {short}: {err.message}",
-        details=_others(err.rank, outcomes),
+        details=_others(err.rank, outcomes, group_up=not _NO_GROUP.search(err.message)),
         error=err,
     )
 
@@ -343,6 +352,11 @@ _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+", re.M)
 _FRAME = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<fn>\S+)', re.M)
 #: Frames of these files are not the user's (the rank entrypoint, flytekit, torch).
 _NOT_USER = ("/flytekitplugins_pytorch/", "/flytekit/", "/torch/", "/cloudpickle/")
+
+
+#: Frames of these packages are left out of a stack in the hang report: they are how the task was started (``pyflyte
+#: run``, ``python file.py``), inherited by a forked rank, never where it waits. The user's and torch's frames stay.
+_LAUNCH_FRAMES = ("/click/", "/flytekit/")
 
 
 def main_thread_frames(dump: str) -> list[Frame]:
@@ -429,8 +443,11 @@ def _missing_cause(missing: dict[int, str], outcomes: RankOutcomes) -> RootCause
     for rank in ranks:
         frames = main_thread_frames(outcomes.stacks[rank]) if rank in outcomes.stacks else []
         if frames:
+            kept = [frame for frame in frames if not any(part in frame.path for part in _LAUNCH_FRAMES)]
             details.append(f"--- stack of rank {rank} when rank {first.rank} gave up (most recent call first) ---")
-            details.extend(f"  {frame}" for frame in frames)
+            details.extend(f"  {frame}" for frame in kept)
+            if len(kept) < len(frames):
+                details.append(f"  ({len(frames) - len(kept)} click and flytekit frames left out)")
     return RootCause(CauseKind.NOT_ARRIVED, ranks[0], outcomes.world_size, headline, tuple(details), first)
 
 

@@ -360,6 +360,9 @@ class _quiet_torch_logs:
                 "torch.distributed.elastic": logging.WARNING,
                 "torch.distributed.launcher": logging.WARNING,
                 "torch.distributed.elastic.multiprocessing.api": logging.CRITICAL,
+                # "Terminating process N via signal SIGTERM", once per rank the agent stops after a failure, with no
+                # rank in it: the task's error already lists those ranks (failed afterwards, still running).
+                "torch.multiprocessing.spawn": logging.ERROR,
             }
             for name, level in levels.items():
                 log = logging.getLogger(name)

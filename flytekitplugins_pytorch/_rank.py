@@ -107,6 +107,39 @@ def preflight_timeout_s(configured_s: Optional[float]) -> float:
     return default_collective_timeout("gloo", configured_s).total_seconds()
 
 
+#: The one line a rank raises for ``backend="nccl"`` on a machine without CUDA (torch's own error is a page long).
+NCCL_WITHOUT_CUDA = (
+    "init_process_group(backend={backend!r}) needs CUDA and NCCL, and this machine has {missing}: "
+    "use backend='gloo' to run locally, or backend=None, which picks nccl where CUDA is available and gloo elsewhere"
+)
+
+
+def refuse_nccl_without_cuda(backend: Any) -> None:
+    """Refuse a plain NCCL backend where it cannot work, with one line saying what to use instead.
+
+    Only a backend that is NCCL alone is checked (``"nccl"``, ``Backend.NCCL``); a device map such as
+    ``"cpu:gloo,cuda:nccl"`` is left to torch. CUDA is asked about only when the backend is NCCL.
+
+    Args:
+        backend: the ``backend`` argument of ``init_process_group``.
+
+    Raises:
+        ValueError: the backend is NCCL and this machine has no CUDA device, or torch was built without NCCL.
+    """
+    if backend is None or str(backend).strip().lower() != "nccl":
+        return
+    import torch
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available():
+        missing = "no CUDA device"
+    elif not dist.is_nccl_available():
+        missing = "a torch built without NCCL"
+    else:
+        return
+    raise ValueError(NCCL_WITHOUT_CUDA.format(backend=str(backend), missing=missing))
+
+
 def install_collective_timeout(
     configured_s: Optional[float], *, retry_hangs: bool = True, progress_timeout_s: Optional[float] = None
 ) -> Callable[[], None]:
@@ -136,6 +169,7 @@ def install_collective_timeout(
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind_partial(*args, **kwargs)
+        refuse_nccl_without_cuda(bound.arguments.get("backend"))
         if bound.arguments.get("timeout") is None:
             bound.arguments["timeout"] = default_collective_timeout(bound.arguments.get("backend"), configured_s)
         value = original(*bound.args, **bound.kwargs)

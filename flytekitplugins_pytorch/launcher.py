@@ -25,7 +25,9 @@ A failed rank fails the task with the **earliest** failing rank's exception, of 
 here (else a :class:`RankFailure` naming the type), with a message ``rank 2 (of 3) failed: ValueError: boom``
 followed by that rank's traceback.
 Errors that are consequences of a lost peer (gloo/NCCL connection errors, collective timeouts) only win when no rank
-failed for its own reason. ``FlyteRecoverableException`` stays recoverable so Flyte retries the task.
+failed for its own reason. ``FlyteRecoverableException`` stays recoverable so Flyte retries the task. Locally, the
+headline is also written to stderr as one unwrapped line (``pytorch task failed: rank 2 (of 3) failed: ...``) before
+flytekit prints the failure, and a task that asks for GPUs on a machine without CUDA says once that it runs on CPU.
 
 Environment variables read here:
 
@@ -45,6 +47,7 @@ import contextlib
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -147,11 +150,65 @@ def run_distributed(task: DistributedTask, kwargs: dict[str, Any]) -> Any:
             MAX_LOCAL_WORLD_SIZE_ENV,
             os.environ.get(MAX_LOCAL_WORLD_SIZE_ENV),
         )
+    if plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS) and cuda_devices == 0:
+        _say_cpu_fallback(task)
     if plan.kind is ExecutionKind.IN_PROCESS:
         return _run_in_process(fn, kwargs, plan)
     if plan.kind is ExecutionKind.CLUSTER_DIRECT:
         return _run_direct(fn, kwargs, plan)
     return _outcome(run_ranks(fn, kwargs, plan), plan)
+
+
+#: What starts the line :func:`say_headline` writes.
+HEADLINE_PREFIX = "pytorch task failed: "
+
+#: Tasks already told that their GPU request runs on CPU here (the notice is said once per task and process).
+_CPU_FALLBACK_SAID: set[str] = set()
+
+
+def gpu_request(task: Any) -> str | None:
+    """What in ``task`` asks for GPUs, in the words the user wrote it, or ``None``.
+
+    Args:
+        task: a ``pytorch`` task (its ``task_config`` and, where flytekit has them, ``resources`` and
+            ``accelerator``).
+
+    Returns:
+        str | None: e.g. ``"worker.limits.gpu=1"``, ``"accelerator='nvidia-tesla-a100'"``, ``"nproc_per_node='gpu'"``;
+        ``None`` when nothing asks for a GPU.
+    """
+    config = task.task_config
+    places: list[tuple[str, Any]] = [("", getattr(task, "resources", None))]
+    for role in ("master", "worker"):
+        places.append((f"{role}.", getattr(config, role, None)))
+    for prefix, holder in places:
+        for kind in ("requests", "limits"):
+            amount = getattr(getattr(holder, kind, None), "gpu", None)
+            if amount not in (None, 0, "0"):
+                return f"{prefix}{kind}.gpu={amount}"
+    accelerator = getattr(config, "accelerator", None) or getattr(task, "accelerator", None)
+    if accelerator is not None:
+        name = getattr(accelerator, "device", accelerator)
+        return f"accelerator={name!r}"
+    if str(getattr(config, "nproc_per_node", "")).lower() == "gpu":
+        return "nproc_per_node='gpu'"
+    return None
+
+
+def _say_cpu_fallback(task: DistributedTask) -> None:
+    """One line on stderr, once per task: it asks for GPUs, this machine has none, so its ranks run on CPU."""
+    if task.name in _CPU_FALLBACK_SAID:
+        return
+    asked = gpu_request(task)
+    if asked is None:
+        return
+    _CPU_FALLBACK_SAID.add(task.name)
+    logger.warning(
+        "%s asks for GPUs (%s) but this machine has no CUDA device: its local ranks run on CPU "
+        "(torch.cuda.is_available() is False in them; on the cluster the request applies)",
+        task.name,
+        asked,
+    )
 
 
 def _is_local_execution() -> bool:
@@ -234,6 +291,19 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
     return value
 
 
+def say_headline(headline: str) -> None:
+    """Write a failed local launch's headline to stderr as one plain line, before anything else reports the failure.
+
+    flytekit (``python file.py``, ``pyflyte run``) prints a failure as a rich traceback: dozens of boxed frames, then
+    the exception's text wrapped at the console's width, often mid-path. The headline said here comes first and whole.
+
+    Args:
+        headline: the root cause's first line, e.g. ``rank 2 (of 3) failed: ValueError: boom``.
+    """
+    sys.stderr.write(f"{HEADLINE_PREFIX}{headline}\n")
+    sys.stderr.flush()
+
+
 def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
     """Return rank 0's value (success), or raise for the root-cause rank (failure)."""
     from flytekit.core.base_task import IgnoreOutputs
@@ -250,7 +320,10 @@ def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
             elapsed_s=result.elapsed_s,
             stacks=result.record.stacks,
         )
-        raise to_exception(find_root_cause(outcomes), retry_hangs=plan.retry_hangs)
+        cause = find_root_cause(outcomes)
+        if plan.kind is ExecutionKind.LOCAL:
+            say_headline(cause.headline)
+        raise to_exception(cause, retry_hangs=plan.retry_hangs)
     rank0 = result.record.load_result()
     if rank0 is None:
         if plan.kind is ExecutionKind.LOCAL:

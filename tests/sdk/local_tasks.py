@@ -141,3 +141,20 @@ def stalls_task() -> int:
             time.sleep(0.1)
     dist.barrier()
     return 0
+
+
+@pytorch_task(workers_count=1, per_replica_gpu_limit=1)
+def gpu_task() -> int:
+    """Asks for a GPU; returns the CUDA devices the rank sees."""
+    import torch
+
+    return torch.cuda.device_count()
+
+
+@pytorch_task(workers_count=2)
+def nccl_task() -> int:
+    """Asks for the NCCL backend, as a GPU script does."""
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl")
+    return dist.get_world_size()

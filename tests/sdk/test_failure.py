@@ -194,6 +194,20 @@ def test_details_about_the_other_ranks(given: RankOutcomes, details: tuple[str, 
     assert find_root_cause(given).details == details
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Default process group has not been initialized, please make sure to call init_process_group.",
+        "init_process_group(backend='nccl') needs CUDA and NCCL, and this machine has no CUDA device: use gloo",
+    ],
+)
+def test_a_rank_without_a_process_group_does_not_say_the_others_missed_a_collective(message: str) -> None:
+    cause = find_root_cause(outcomes(report(0, 1.0, ValueError(message)), lost_peer(2, 2.0)))
+    assert cause.headline == f"rank 0 (of 3) failed: ValueError: {message}"
+    assert cause.details == ("ranks that failed afterwards: 2 (DistNetworkError)",)
+    assert STUCK not in cause.message
+
+
 def test_the_whole_message() -> None:
     cause = find_root_cause(outcomes(lost_peer(0, 2.0), report(2, 1.0)))
     assert cause.message == (
@@ -407,4 +421,30 @@ def test_several_missing_ranks_are_listed() -> None:
     assert cause.headline.startswith(
         "ranks [1, 2] (of 4) did not arrive: rank 1 still running at /home/me/train.py:42 in step_loop, outside "
         "torch.distributed; rank 2 its function returned without joining the others; rank 0 gave up"
+    )
+
+
+PYFLYTE_RUN_DUMP = """Current thread 0x00007f0000000001 (most recent call first):
+  File "/home/me/train.py", line 42 in step_loop
+  File "/work/flytekitplugins_pytorch/_rank.py", line 230 in rank_entrypoint
+  File "/venv/torch/distributed/elastic/multiprocessing/api.py", line 600 in _wrap
+  File "/venv/flytekit/core/base_task.py", line 767 in dispatch_execute
+  File "/venv/flytekit/clis/sdk_in_container/run.py", line 500 in invoke
+  File "/venv/click/core.py", line 794 in invoke
+  File "/venv/click/core.py", line 1078 in main
+  File "/venv/bin/pyflyte", line 8 in <module>
+"""
+
+
+def test_a_hang_report_drops_click_and_flytekit_frames_and_keeps_the_users_and_torchs() -> None:
+    cause = find_root_cause(
+        outcomes(timeout_report(2, 1.0), timeout_report(0, 1.1), stacks={1: PYFLYTE_RUN_DUMP}, exit_codes={2: 1})
+    )
+    start = cause.details.index("--- stack of rank 1 when rank 2 gave up (most recent call first) ---")
+    assert cause.details[start + 1 :] == (
+        "  /home/me/train.py:42 in step_loop",
+        "  /work/flytekitplugins_pytorch/_rank.py:230 in rank_entrypoint",
+        "  /venv/torch/distributed/elastic/multiprocessing/api.py:600 in _wrap",
+        "  /venv/bin/pyflyte:8 in <module>",
+        "  (4 click and flytekit frames left out)",
     )

@@ -29,6 +29,12 @@ from tests.sdk import local_tasks
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def _living_children() -> list[int]:
     """Descendants of this test process, without multiprocessing's shared resource tracker (it exits with us)."""
     out = []
@@ -125,6 +131,89 @@ def test_local_world_size_cap_logs_one_line(monkeypatch, caplog) -> None:
         assert local_tasks.world_size_task() == 2
     lines = [r.getMessage() for r in caplog.records if r.name == launcher.__name__]
     assert len(lines) == 1 and "2 local ranks instead of the declared 4" in lines[0]
+
+
+def test_gpu_request_without_a_gpu_says_once_that_it_runs_on_cpu(monkeypatch, caplog) -> None:
+    monkeypatch.setenv("FLYTE_PYTORCH_INPROCESS", "1")
+    monkeypatch.setattr(launcher, "_machine", lambda: (0, 2))
+    monkeypatch.setattr(launcher, "_CPU_FALLBACK_SAID", set())
+    with caplog.at_level(logging.WARNING, logger=launcher.__name__):
+        assert local_tasks.gpu_task() == 0
+        assert local_tasks.gpu_task() == 0
+        assert local_tasks.world_size_task() == 1
+    lines = [r.getMessage() for r in caplog.records if r.name == launcher.__name__]
+    assert len(lines) == 1, lines
+    assert "gpu_task asks for GPUs (master.limits.gpu=1)" in lines[0] and "run on CPU" in lines[0]
+
+
+def test_gpu_request_with_a_gpu_says_nothing(monkeypatch, caplog) -> None:
+    monkeypatch.setenv("FLYTE_PYTORCH_INPROCESS", "1")
+    monkeypatch.setattr(launcher, "_machine", lambda: (1, 2))
+    monkeypatch.setattr(launcher, "_CPU_FALLBACK_SAID", set())
+    with caplog.at_level(logging.WARNING, logger=launcher.__name__):
+        local_tasks.gpu_task()
+    assert [r for r in caplog.records if r.name == launcher.__name__] == []
+
+
+@pytest.mark.skipif(_has_cuda(), reason="the refusal is for machines without CUDA")
+@pytest.mark.parametrize("backend", ["nccl", "NCCL"])
+def test_nccl_without_cuda_is_refused_with_one_line_naming_gloo(monkeypatch, backend) -> None:
+    import torch.distributed as dist
+
+    monkeypatch.setenv("FLYTE_PYTORCH_INPROCESS", "1")
+    with pytest.raises(ValueError) as info:
+        local_tasks.nccl_task()
+    assert "Distributed package doesn't have NCCL" not in str(info.value)
+    # The refusal needs no group: the wrapper refuses before torch is asked.
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError) as direct:
+        restore = launcher.install_collective_timeout(None)
+        try:
+            dist.init_process_group(backend, rank=0, world_size=1, store=dist.HashStore())
+        finally:
+            restore()
+    text = str(direct.value)
+    assert "\n" not in text and f"backend={backend!r}" in text and "use backend='gloo' to run locally" in text
+    assert "backend=None" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_has_cuda(), reason="the refusal is for machines without CUDA")
+def test_nccl_without_cuda_names_gloo_in_the_headline_of_a_local_launch() -> None:
+    with pytest.raises(ValueError) as info:
+        local_tasks.nccl_task()
+    headline = next(line for line in str(info.value).splitlines() if "(of 3) failed" in line).strip()
+    assert re.match(r"rank \d \(of 3\) failed: ValueError: init_process_group\(backend='nccl'\) needs CUDA", headline)
+    assert "use backend='gloo' to run locally" in headline
+    assert "Distributed package doesn't have NCCL" not in str(info.value)
+    assert _living_children() == []
+
+
+@pytest.mark.slow
+def test_a_failed_script_says_its_headline_first_on_one_line_without_torch_agent_lines() -> None:
+    script = (
+        "from tests.sdk import local_tasks\n"
+        "if __name__ == '__main__':\n"
+        "    local_tasks.failing_task(bad_rank=2, recoverable=False)\n"
+    )
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(REPO_ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120
+    )
+    assert out.returncode != 0
+    ours = [line for line in out.stderr.splitlines() if not line.startswith("[rank ")]
+    assert ours[0] == f"{launcher.HEADLINE_PREFIX}rank 2 (of 3) failed: ValueError: boom on rank 2", out.stderr
+    assert "Terminating process" not in out.stderr
+    assert _living_children() == []
+
+
+def test_torch_agent_terminating_lines_are_quiet_during_a_local_launch() -> None:
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    with _processes._quiet_torch_logs(True):
+        assert not spawn_log.isEnabledFor(logging.WARNING)
+        assert spawn_log.isEnabledFor(logging.ERROR)
+    with _processes._quiet_torch_logs(False):
+        assert spawn_log.isEnabledFor(logging.WARNING)
 
 
 def _task_context(dest: Path, src: Path | None, workdir: Path):
