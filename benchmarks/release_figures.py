@@ -285,7 +285,7 @@ def render(figures: dict[str, Any]) -> str:
             f"of API latency, {on['seconds']:.0f} s windows, `get_threads` pool of the connector's config.",
         ]
     if not gpu:
-        lines += ["", "No GPU was lent for this measurement, so the GPU row is absent."]
+        lines += ["", "No GPU figures were given (--gpu-json), so the GPU row is absent."]
     warnings = mnist.get("warnings") or []
     if warnings:
         lines += ["", "The MNIST benchmark warned: " + "; ".join(warnings) + "."]
