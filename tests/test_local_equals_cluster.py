@@ -26,7 +26,6 @@ from typing import Any, Union
 
 import pytest
 from flytekit import Resources, task
-from flytekit.configuration import Image, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 from google.protobuf import json_format
 from hypothesis import HealthCheck, given, settings
@@ -39,16 +38,10 @@ from backend_plugin.template import read_template
 from flytekitplugins_pytorch import Master, PyTorch, Worker
 from pytorch_contract.quantity import parse_quantity
 from tests.helpers.jobs import build_pytorchjob
+from tests.helpers.serialization import SETTINGS
 from tests.sdk import env_tasks
 
 LOOPBACK = "127.0.0.1"
-SETTINGS = SerializationSettings(
-    project="proj",
-    domain="dev",
-    version="v1",
-    image_config=ImageConfig(default_image=Image(name="default", fqn="ghcr.io/example/train", tag="1.0")),
-    env={},
-)
 META = ExecutionMetadata(
     namespace="ns",
     job_name="a1b2c3-n0-0",
