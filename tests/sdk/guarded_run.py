@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,8 +100,10 @@ def run_guarded(cmd: list[str], *, max_procs: int, timeout_s: float, cwd: str, e
     Returns:
         Guarded: the outcome. The group is always killed (SIGKILL) before this returns.
     """
-    out_path = Path(cwd) / f"guarded-{os.getpid()}-{time.monotonic_ns()}.log"
-    with open(out_path, "wb") as out:
+    # in the temp dir, not in `cwd`: a run from the repository root must not leave files a `git add -A` would take
+    fd, name = tempfile.mkstemp(prefix="guarded-", suffix=".log")
+    out_path = Path(name)
+    with os.fdopen(fd, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     pgid = proc.pid
     start = time.monotonic()
