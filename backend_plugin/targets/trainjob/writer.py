@@ -245,6 +245,10 @@ def refusals(spec: TaskSpec) -> list[str]:
     return out
 
 
+_DEFAULT_TTL_S = BackendConfig.__dataclass_fields__["ttl_seconds_after_finished"].default
+"""Our default `ttl_seconds_after_finished`, read off the field (no config is built per job to learn it)."""
+
+
 def dropped_defaults(spec: TaskSpec, config: BackendConfig) -> list[str]:
     """Backend defaults that a TrainJob cannot express and that are dropped (not the task's choice).
 
@@ -256,10 +260,9 @@ def dropped_defaults(spec: TaskSpec, config: BackendConfig) -> list[str]:
         One message per dropped default (empty for the defaults of a TrainJob-only cluster).
     """
     out = []
-    defaults = BackendConfig()
-    # Only what the config sets differently from our own defaults: a warning about a default nobody set is noise.
+    # Only what the config sets differently from our own default: a warning about a default nobody set is noise.
     if (
-        config.ttl_seconds_after_finished not in (None, defaults.ttl_seconds_after_finished)
+        config.ttl_seconds_after_finished not in (None, _DEFAULT_TTL_S)
         and spec.run_policy.ttl_seconds_after_finished is None
     ):
         out.append(
