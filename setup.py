@@ -32,7 +32,7 @@ setup(
     # py.typed: the three packages are typed (PEP 561), so a user's mypy checks calls into them.
     package_data={
         "flytekitplugins_pytorch": ["py.typed"],
-        "backend_plugin": ["py.typed", "deploy/*.yaml", "deploy/*.md"],
+        "backend_plugin": ["py.typed", "deploy/*.yaml", "deploy/*.md", "crds/*.yaml", "crds/*.md"],
         "pytorch_contract": ["py.typed"],
     },
     # Bounds on what we import directly. Lower bounds are the oldest releases CI's `lowest` job installs and tests
