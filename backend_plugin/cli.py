@@ -152,6 +152,9 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
 
     Returns:
         The TaskTemplate as a protobuf-JSON dict.
+
+    Raises:
+        RenderError: flytekit or the user's code failed while serializing it (one line, no traceback).
     """
     from flytekit.configuration import Image, ImageConfig, SerializationSettings
     from flytekit.tools.translator import get_serializable

@@ -27,7 +27,7 @@ from typing import Any
 
 from backend_plugin.admission import cel, crds, structural
 from backend_plugin.admission.identity import SPEC_DIGEST_ANNOTATION, is_our_job, spec_digest, stamp
-from backend_plugin.admission.settings import TRAINJOB_NODE_CONTAINER, pod_template_paths, setting_for
+from backend_plugin.admission.settings import pod_template_paths, setting_for
 from backend_plugin.admission.structural import PRUNED, REJECTED, Path, format_path
 from backend_plugin.errors import TemplateError
 from pytorch_contract.job_limits import (
@@ -40,7 +40,6 @@ from pytorch_contract.job_limits import (
 )
 from pytorch_contract.k8s_metadata import annotation_problems, label_problems
 from pytorch_contract.pod_rules import env_name_problems, node_selector_problems, toleration_problems
-from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
 __all__ = [
     "Problem",
@@ -102,13 +101,26 @@ class JobNotAdmitted(TemplateError):
     """
 
     def __init__(self, kind: str, problems: Sequence[Problem]):
+        """One line: the kind, then every problem's message.
+
+        Args:
+            kind: the job's kind.
+            problems: the refusing problems.
+        """
         self.problems = tuple(problems)
         lines = "; ".join(p.message for p in self.problems)
         super().__init__(f"the {kind} would not be admitted by the cluster: {lines}")
 
 
 def job_size(job: Mapping[str, Any]) -> int:
-    """The job's size as the API server receives and stores it: compact JSON, in bytes."""
+    """The job's size as the API server receives and stores it: compact JSON, in bytes.
+
+    Args:
+        job: the job.
+
+    Returns:
+        Its size in bytes.
+    """
     return len(json.dumps(job, separators=(",", ":"), ensure_ascii=False).encode())
 
 
@@ -318,8 +330,3 @@ def _size_problems(job: Mapping[str, Any]) -> list[Problem]:
         f"{where}: the {kind} is {size:,} bytes{copies}, over {limit}; largest values: {named}; {LARGE_VALUE_ADVICE}"
     )
     return [Problem(REJECTED, "", where, message)]
-
-
-def primary_container_name(kind: str) -> str:
-    """The training container's name in a job of `kind`."""
-    return PRIMARY_CONTAINER if kind == "PyTorchJob" else TRAINJOB_NODE_CONTAINER

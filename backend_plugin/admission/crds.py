@@ -27,7 +27,15 @@ _SOURCES = {
 
 
 def crd_source(api_version: str, kind: str) -> str:
-    """The upstream release a kind's vendored CRD comes from, for messages (`kubeflow/trainer v2.3.0`)."""
+    """The upstream release a kind's vendored CRD comes from, for messages.
+
+    Args:
+        api_version: `<group>/<version>`.
+        kind: the object's kind.
+
+    Returns:
+        E.g. `kubeflow/trainer v2.3.0`.
+    """
     return _SOURCES[CRD_FILES[(api_version, kind)]]
 
 

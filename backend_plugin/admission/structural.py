@@ -42,7 +42,14 @@ class Finding:
 
 
 def format_path(path: Path) -> str:
-    """`("spec", "trainer", "env", 3, "name")` -> `spec.trainer.env[3].name`."""
+    """A path as text.
+
+    Args:
+        path: e.g. `("spec", "trainer", "env", 3, "name")`.
+
+    Returns:
+        E.g. `spec.trainer.env[3].name`.
+    """
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
