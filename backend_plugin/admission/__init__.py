@@ -51,6 +51,7 @@ __all__ = [
     "PRUNED",
     "UNSTARTABLE",
     "NOTE",
+    "CEL_UNAVAILABLE",
     "SPEC_DIGEST_ANNOTATION",
     "spec_digest",
     "stamp",
@@ -62,6 +63,9 @@ UNSTARTABLE = "unstartable"
 
 NOTE = "note"
 """Said, not refused: a rule this model could not evaluate, or a job close to a limit."""
+
+CEL_UNAVAILABLE = 'cel-python is not installed (pip install "flytekitplugins-pytorch[backend]")'
+"""The note's setting when the CEL rules could not be evaluated (a base install renders without the extra)."""
 
 _REFUSING = (REJECTED, PRUNED, UNSTARTABLE)
 _SIZE_MARGIN = 64 * 1024  # what the server adds when it stores a job (uid, managedFields, status): about this
@@ -145,7 +149,7 @@ def admit(job: Mapping[str, Any]) -> list[Problem]:
     except ModuleNotFoundError as e:
         if e.name != "celpy":
             raise
-        out.append(Problem(NOTE, "", "CRD rules", "the CRD's CEL rules were not evaluated: install cel-python"))
+        out.append(Problem(NOTE, "", CEL_UNAVAILABLE, f"the CRD's CEL rules were not evaluated: {CEL_UNAVAILABLE}"))
     out += _metadata_problems(job)
     out += _pod_problems(job)
     out += _size_problems(job)
