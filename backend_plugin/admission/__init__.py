@@ -27,7 +27,7 @@ from typing import Any
 
 from backend_plugin.admission import cel, crds, structural
 from backend_plugin.admission.identity import SPEC_DIGEST_ANNOTATION, is_our_job, spec_digest, stamp
-from backend_plugin.admission.settings import pod_template_paths, setting_for
+from backend_plugin.admission.settings import get_path, pod_template_paths, setting_for
 from backend_plugin.admission.structural import PRUNED, REJECTED, Path, format_path
 from backend_plugin.errors import TemplateError
 from pytorch_contract.job_limits import (
@@ -208,15 +208,6 @@ def _cel_problem(job: Mapping[str, Any], f: structural.Finding) -> Problem:
     return Problem(verdict, format_path(f.path), where, f"{where}: {f.detail}")
 
 
-def _get(obj: Any, path: Path) -> Any:
-    for part in path:
-        if isinstance(part, int):
-            obj = obj[part] if isinstance(obj, list) and part < len(obj) else None
-        else:
-            obj = obj.get(part) if isinstance(obj, Mapping) else None
-    return obj
-
-
 def _metadata_problems(job: Mapping[str, Any]) -> list[Problem]:
     out = []
     meta = job.get("metadata") or {}
@@ -226,7 +217,7 @@ def _metadata_problems(job: Mapping[str, Any]) -> list[Problem]:
             where = setting_for(job, ("metadata", key))
             out += [Problem(REJECTED, f"metadata.{key}", where, m) for m in check(mapping, where)]
     for prefix, _ in pod_template_paths(job):
-        tmeta = _get(job, (*prefix, "metadata")) or {}
+        tmeta = get_path(job, (*prefix, "metadata")) or {}
         for key, check in (("labels", label_problems), ("annotations", annotation_problems)):
             mapping = tmeta.get(key) if isinstance(tmeta, Mapping) else None
             if isinstance(mapping, Mapping):
@@ -253,7 +244,7 @@ def _containers(pod_spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str
 def _pod_problems(job: Mapping[str, Any]) -> list[Problem]:
     out = []
     for prefix, _ in pod_template_paths(job):
-        pod_spec = _get(job, (*prefix, "spec"))
+        pod_spec = get_path(job, (*prefix, "spec"))
         if not isinstance(pod_spec, Mapping):
             continue
         tolerations = pod_spec.get("tolerations")
@@ -282,7 +273,7 @@ def _pod_problems(job: Mapping[str, Any]) -> list[Problem]:
                     Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m))
                     for m in env_name_problems(names, where)
                 ]
-    trainer_env = _get(job, ("spec", "trainer", "env"))
+    trainer_env = get_path(job, ("spec", "trainer", "env"))
     if isinstance(trainer_env, list):
         names = [e.get("name") for e in trainer_env if isinstance(e, Mapping)]
         out += [
@@ -296,7 +287,7 @@ def _pod_problems(job: Mapping[str, Any]) -> list[Problem]:
 
 
 def _trainjob_env_message(job: Mapping[str, Any]) -> str | None:
-    env = _get(job, ("spec", "trainer", "env")) or []
+    env = get_path(job, ("spec", "trainer", "env")) or []
     own = [e for e in env if isinstance(e, Mapping) and e.get("name") not in WRITER_ENV_NAMES]
     return env_count_problem(len(own), "trainjob", "environment")
 

@@ -11,7 +11,7 @@ from typing import Any
 from backend_plugin.admission.structural import Path, format_path
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
-__all__ = ["setting_for", "pod_template_paths", "TRAINJOB_POD", "TRAINJOB_NODE_CONTAINER"]
+__all__ = ["setting_for", "pod_template_paths", "get_path", "TRAINJOB_POD", "TRAINJOB_NODE_CONTAINER"]
 
 TRAINJOB_POD: Path = ("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
 """Under `spec.runtimePatches[i]`: the replicated jobs whose `template.spec.template` is a pod template patch."""
@@ -50,7 +50,16 @@ def pod_template_paths(obj: Mapping[str, Any]) -> list[tuple[Path, str]]:
     return out
 
 
-def _get(obj: Any, path: Path) -> Any:
+def get_path(obj: Any, path: Path) -> Any:
+    """The value at `path` in `obj`, or None where the path does not lead anywhere.
+
+    Args:
+        obj: a JSON-like object.
+        path: keys and indexes.
+
+    Returns:
+        The value, or None.
+    """
     for part in path:
         if isinstance(part, int):
             obj = obj[part] if isinstance(obj, list) and part < len(obj) else None
@@ -82,7 +91,7 @@ def setting_for(obj: Mapping[str, Any], path: Path) -> str:
         if rest[:1] == ("metadata",) and len(rest) >= 2:
             return f"{setting} {rest[1]}"
         if rest[:2] == ("spec", "containers") and len(rest) >= 4 and rest[3] == "env":
-            container = _get(obj, (*prefix, "spec", "containers", rest[2], "name"))
+            container = get_path(obj, (*prefix, "spec", "containers", rest[2], "name"))
             if container in (PRIMARY_CONTAINER, TRAINJOB_NODE_CONTAINER):
                 return "environment"
         if rest[:1] == ("spec",) and len(rest) >= 2 and rest[1] in ("tolerations", "nodeSelector", "affinity"):

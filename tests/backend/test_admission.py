@@ -35,7 +35,9 @@ WRITER = "writer"
 
 
 def write(template: dict, target: str) -> dict:
-    return target_for_config(target).write(read_template(template), copy.deepcopy(META), None)
+    kind = target_for_config(target)
+    assert kind is not None
+    return kind.write(read_template(template), copy.deepcopy(META), None)
 
 
 def pod_template() -> dict:
@@ -65,11 +67,11 @@ def setter(getter: Callable[[dict], dict], key: str, value: Any) -> Callable[[di
     return apply
 
 
-def labels(value: dict) -> Callable[[dict], None]:
+def pod_labels(value: dict) -> Callable[[dict], None]:
     return setter(meta, "labels", value)
 
 
-def annotations(value: dict) -> Callable[[dict], None]:
+def pod_annotations(value: dict) -> Callable[[dict], None]:
     return setter(meta, "annotations", value)
 
 
@@ -84,27 +86,27 @@ def container(key: str, value: Any) -> Callable[[dict], None]:
 # id -> (mutation of the pod-template task, verdict per target (None: admitted), text the message must hold)
 RULES: dict[str, tuple[Callable[[dict], None], dict[str, Optional[str]], str]] = {
     "label-value-64-characters": (
-        labels({"team": "x" * 64}),
+        pod_labels({"team": "x" * 64}),
         {"pytorchjob": UNSTARTABLE, "trainjob": UNSTARTABLE},
         "pod_template labels: team='xxx",
     ),
     "label-key-with-space-and-bang": (
-        labels({"bad key!": "ml"}),
+        pod_labels({"bad key!": "ml"}),
         {"pytorchjob": UNSTARTABLE, "trainjob": UNSTARTABLE},
         "key 'bad key!' is not a valid label key",
     ),
     "label-value-with-space": (
-        labels({"team": "ml team"}),
+        pod_labels({"team": "ml team"}),
         {"pytorchjob": UNSTARTABLE, "trainjob": UNSTARTABLE},
         "put longer or free text in an annotation",
     ),
     "annotation-key-invalid": (
-        annotations({"-bad/key": "x"}),
+        pod_annotations({"-bad/key": "x"}),
         {"pytorchjob": UNSTARTABLE, "trainjob": UNSTARTABLE},
         "pod_template annotations: key '-bad/key' is not a valid annotation key",
     ),
     "annotations-over-256-KiB": (
-        annotations({"example.com/blob": "a" * 300_000}),
+        pod_annotations({"example.com/blob": "a" * 300_000}),
         {"pytorchjob": UNSTARTABLE, "trainjob": UNSTARTABLE},
         "over Kubernetes' limit of 262,144 bytes (256 KiB) per object",
     ),
@@ -202,7 +204,7 @@ def test_each_rule_refuses_with_the_users_setting(case: str, target: str) -> Non
 def test_per_role_pod_template_names_the_role(target: str) -> None:
     """A PyTorchJob's role template is named by its role; a TrainJob has one pod template."""
     t = pod_template()
-    labels({"team": "ml team"})(t)
+    pod_labels({"team": "ml team"})(t)
     messages = [p.message for p in admit(write(t, target))]
     if target == "pytorchjob":
         assert any(m.startswith("Master.pod_template labels") for m in messages)
@@ -213,12 +215,12 @@ def test_per_role_pod_template_names_the_role(target: str) -> None:
 
 # Boundary values Kubernetes accepts: the model must admit each (first rule: no false positives).
 ACCEPTED: dict[str, Callable[[dict], None]] = {
-    "label-value-63-characters": labels({"team": "x" * 63}),
-    "label-value-empty": labels({"team": ""}),
-    "label-key-with-prefix": labels({"example.com/team": "ml"}),
+    "label-value-63-characters": pod_labels({"team": "x" * 63}),
+    "label-value-empty": pod_labels({"team": ""}),
+    "label-key-with-prefix": pod_labels({"example.com/team": "ml"}),
     # the writer adds its own annotations (about 130 bytes) to the task's
-    "annotations-just-under-256-KiB": annotations({"a": "b" * (256 * 1024 - 1 - 200)}),
-    "annotation-key-upper-case": annotations({"Example.com/Owner": "x"}),
+    "annotations-just-under-256-KiB": pod_annotations({"a": "b" * (256 * 1024 - 1 - 200)}),
+    "annotation-key-upper-case": pod_annotations({"Example.com/Owner": "x"}),
     "toleration-exists-without-key": spec("tolerations", [{"operator": "Exists"}]),
     "toleration-noexecute-seconds": spec(
         "tolerations", [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]

@@ -121,7 +121,9 @@ def test_every_configuration_is_admitted_intact_or_refused_naming_the_setting() 
         for target in ("pytorchjob", "trainjob"):
             where = f"{w}/{r}/{e}/{p}/{pol} as {target}"
             try:
-                job = target_for_config(target).write(read_template(template), _meta(), None)
+                kind = target_for_config(target)
+                assert kind is not None
+                job = kind.write(read_template(template), _meta(), None)
             except TemplateError as err:
                 counts["refused by the reader or writer"] += 1
                 assert "\n" not in str(err) and "pytorchReplicaSpecs" not in str(err), where
