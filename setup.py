@@ -32,7 +32,7 @@ setup(
     # py.typed: the three packages are typed (PEP 561), so a user's mypy checks calls into them.
     package_data={
         "flytekitplugins_pytorch": ["py.typed"],
-        "backend_plugin": ["py.typed", "deploy/*.yaml", "deploy/*.md"],
+        "backend_plugin": ["py.typed", "deploy/*.yaml", "deploy/*.md", "crds/*.yaml", "crds/*.md"],
         "pytorch_contract": ["py.typed"],
     },
     # Bounds on what we import directly. Lower bounds are the oldest releases CI's `lowest` job installs and tests
@@ -52,7 +52,9 @@ setup(
     extras_require={
         "torch": [TORCH],
         # 37 is the first client whose models have from_dict (the builder checks pod templates with V1PodSpec).
-        "backend": ["kubernetes>=37", "flytekit[connector]>=1.16.2"],
+        # cel-python evaluates the CRDs' x-kubernetes-validations rules as written (backend_plugin/admission);
+        # 0.5.0 is the release tested (pure Python, RE2 regexes like the API server's cel-go).
+        "backend": ["kubernetes>=37", "flytekit[connector]>=1.16.2", "cel-python>=0.5.0"],
         "examples": [TORCH, "matplotlib>=3.9"],  # 3.7 fails to import with numpy 2
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5,<10"],
         # The MNIST example's optional experiment tracking (MNIST_TRACKING=wandb,tensorboard); the releases its slow
@@ -66,6 +68,7 @@ setup(
             TORCH,
             "kubernetes>=37",
             "flytekit[connector]>=1.16.2",
+            "cel-python>=0.5.0",
             "matplotlib>=3.9",
             "jsonschema>=4.17",
             "kubernetes-validate>=1.37",  # tests/kube_schema.py validates against Kubernetes 1.37

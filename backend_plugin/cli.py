@@ -8,11 +8,17 @@ Two sources::
     pytorchjob render --target trainjob train.py train_mnist      # another job kind than the config's target
 
 The output is the exact object the connector would create (the same reader, execution metadata and writer), ready
-for `kubectl apply -f -`. Flyte's placeholders (`{{.input}}`, `{{.outputPrefix}}`, ...) are filled with `--inputs`,
-`--output-prefix`, `--raw-output-prefix`, `--checkpoint-prefix` and `--prev-checkpoint`; by default they follow the
-connector's layout under the output prefix `s3://my-s3-bucket/pytorchjob-render/<job name>` (the Flyte sandbox
-bucket): `<prefix>/inputs.pb`, `<prefix>/raw_output`, `<prefix>/checkpoint_output`. The job then runs the task's code
-with the inputs found there.
+for `kubectl create -f -` (docs/admission.md says why `kubectl apply` fails on jobs over about 256 KiB).
+`metadata.namespace` is written only when `--namespace` is given, so `kubectl create -n NS -f job.yaml` works.
+Every job is put through the admission model (`backend_plugin.admission`): one the cluster would reject, silently
+prune or never start is refused with one line per problem naming the setting; `--check` prints the whole report
+instead of the job (exit 0 when the cluster would admit it intact, 1 when not).
+
+Flyte's placeholders (`{{.input}}`, `{{.outputPrefix}}`, ...) are filled with `--inputs`, `--output-prefix`,
+`--raw-output-prefix`, `--checkpoint-prefix` and `--prev-checkpoint`; by default they follow the connector's layout
+under the output prefix `s3://my-s3-bucket/pytorchjob-render/<job name>` (the Flyte sandbox bucket):
+`<prefix>/inputs.pb`, `<prefix>/raw_output`, `<prefix>/checkpoint_output`. The job then runs the task's code with
+the inputs found there.
 
 `--input name=value` (repeatable) writes that `inputs.pb`: each value is converted to a Flyte literal with the task's
 interface (flytekit's type engine, as `pyflyte run` does), the literal map is written to `--inputs-to` (a local folder,
@@ -21,6 +27,9 @@ the job's `{{.input}}` points at it. A job whose image is flytekit's default ima
 on stderr, and so does a job that still reads or writes under the placeholder bucket. Stdout holds only the job: what
 the user's module prints while it is imported and serialized goes to stderr. `--name`, `--image` and `--namespace` are
 checked with the rules the backend and the SDK apply to the same fields, before the module is imported.
+A Flyte placeholder the render cannot fill (`{{ .remote_package_path }}` of a fast-registered package, filled
+when the task is registered) gets a warning naming it and what fills it. Every error is one line on stderr: a
+syntax error or an exception while importing the user's file names the file and line.
 `python -m backend_plugin render ...` is the same command.
 """
 
@@ -33,6 +42,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import sys
 import tarfile
 from collections import OrderedDict
@@ -42,6 +52,7 @@ from typing import Any, Optional
 
 import yaml
 
+from backend_plugin.admission import CEL_UNAVAILABLE, Problem, admit, check_admission
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execution_metadata, job_name
@@ -64,6 +75,8 @@ __all__ = [
     "placeholder_warnings",
     "check_job_options",
     "user_output_to_stderr",
+    "unfilled_placeholder_warnings",
+    "check_report",
 ]
 
 DEFAULT_BUCKET = "s3://my-s3-bucket/pytorchjob-render"
@@ -139,6 +152,9 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
 
     Returns:
         The TaskTemplate as a protobuf-JSON dict.
+
+    Raises:
+        RenderError: flytekit or the user's code failed while serializing it (one line, no traceback).
     """
     from flytekit.configuration import Image, ImageConfig, SerializationSettings
     from flytekit.tools.translator import get_serializable
@@ -149,7 +165,13 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
         image_config = ImageConfig.auto_default_image()
     settings = SerializationSettings(image_config=image_config)  # like `pyflyte package`: no project/domain yet
     with user_output_to_stderr():  # serializing can run the user's code (pod templates, ImageSpec)
-        task_spec = get_serializable(OrderedDict(), settings, entity)
+        try:
+            task_spec = get_serializable(OrderedDict(), settings, entity)
+        except (RenderError, TemplateError, ConfigError, ModuleNotFoundError):
+            raise
+        except Exception as e:  # flytekit and the user's code raise anything here: one line, no traceback
+            name = getattr(entity, "name", "the task")
+            raise RenderError(f"{name}: cannot be serialized: {type(e).__name__}: {e}") from None
     return template_to_dict(task_spec.template)
 
 
@@ -183,6 +205,15 @@ def load_task(path: str, task_name: str) -> Any:
         sys.modules[module_name] = module
         with user_output_to_stderr():  # a module-level print() must not end up in the YAML
             spec.loader.exec_module(module)
+    except SyntaxError as e:
+        where = f"{e.filename or path}:{e.lineno}" if e.lineno else str(e.filename or path)
+        raise RenderError(f"{where}: syntax error: {e.msg}") from None
+    except ModuleNotFoundError as e:
+        if _extra_for(e.name) is not None:
+            raise  # main() names the extra to install
+        raise RenderError(f"{_user_frame(e, file)}: {type(e).__name__} while importing it: {e}") from None
+    except Exception as e:  # the user's module raised while it was imported: one line naming the file and line
+        raise RenderError(f"{_user_frame(e, file)}: {type(e).__name__} while importing it: {e}") from None
     finally:
         sys.path.remove(str(root))
     entity = getattr(module, task_name, None)
@@ -190,6 +221,17 @@ def load_task(path: str, task_name: str) -> Any:
         tasks = sorted(k for k, v in vars(module).items() if isinstance(v, PythonTask))
         raise RenderError(f"{path}: no task named {task_name!r}; tasks in this file: {tasks}")
     return entity
+
+
+def _user_frame(error: BaseException, file: Path) -> str:
+    """`<file>:<line>` of the deepest frame of `error`'s traceback in the user's `file` (the file alone if none)."""
+    import traceback
+
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if frame.filename and Path(frame.filename).resolve() == file:
+            line = frame.lineno
+    return f"{file}:{line}" if line else str(file)
 
 
 def _module_name(file: Path) -> str:
@@ -501,8 +543,66 @@ def check_job_options(args: argparse.Namespace, config: BackendConfig) -> Backen
     return config
 
 
-def render(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> str:
-    """Build the job for `template` with the command-line's metadata and return it as YAML (warnings on stderr).
+_UNFILLED = re.compile(r"\{\{\s*[.$]?\s*(\w+)\s*\}\}")
+_FILLED_AT = {
+    "remote_package_path": "the uploaded code archive of a fast-registered package (`pyflyte package --fast`), "
+    "filled when `pyflyte register` uploads it: render the task from its .py file, or package it without --fast",
+    "dest_dir": "the folder a fast-registered package is unpacked to, filled at registration (`pyflyte register`)",
+}
+
+
+def unfilled_placeholder_warnings(job: Any) -> list[str]:
+    """One warning per Flyte placeholder (`{{ .name }}`) still in the job after rendering, naming what fills it.
+
+    Args:
+        job: the rendered job.
+
+    Returns:
+        Warnings for stderr; empty when every placeholder was filled.
+    """
+    found: dict[str, None] = {}
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and "{{" in value:
+            for m in _UNFILLED.finditer(value):
+                found.setdefault(m.group(0), None)
+
+    walk(job)
+    out = []
+    for text in found:
+        m = _UNFILLED.match(text)
+        name = m.group(1) if m else text
+        what = _FILLED_AT.get(name.lower(), "a value Flyte fills when it runs the task, which render cannot know")
+        out.append(f"warning: the job still holds the placeholder {text}: {what}; the job as printed cannot run")
+    return out
+
+
+def _not_a_pytorch_task(template: dict[str, Any]) -> Optional[str]:
+    kind = template.get("type")
+    if kind in (None, TASK_TYPE):
+        return None
+    name = (template.get("id") or {}).get("name") or "this task"
+    return (
+        f"{name} is a {kind!r} task, not a pytorch task: render prints the "
+        f"{' or '.join(t.kind for t in BY_CONFIG.values())} a pytorch task "
+        "(@pytorch_task, or @task(task_config=PyTorch(...)) / Elastic(...)) becomes on a cluster; "
+        "other tasks run as Flyte's own pods and have no job to render"
+    )
+
+
+def render_job(
+    template: dict[str, Any], args: argparse.Namespace, config: BackendConfig
+) -> tuple[dict[str, Any], JobTarget]:
+    """Build the job for `template` with the command-line's metadata (warnings on stderr).
+
+    `metadata.namespace` is written only when `--namespace` is given (a job without one is created in the namespace
+    `kubectl -n` names, or the context's).
 
     Args:
         template: the TaskTemplate dict.
@@ -510,11 +610,15 @@ def render(template: dict[str, Any], args: argparse.Namespace, config: BackendCo
         config: backend config.
 
     Returns:
-        One YAML document.
+        The job and its kind.
 
     Raises:
         TemplateError: the template is not a valid pytorch task.
+        RenderError: it is not a pytorch task at all.
     """
+    problem = _not_a_pytorch_task(template)
+    if problem:
+        raise RenderError(problem)
     spec = read_template(template)
     task = spec.task_id.name.rsplit(".", 1)[-1] or "task"
     identity = ExecutionIdentity("render", "local", task, "n0", 0)
@@ -548,11 +652,59 @@ def render(template: dict[str, Any], args: argparse.Namespace, config: BackendCo
             f"target={choice!r}: render needs no cluster and cannot ask one; pass --target, one of {list(BY_CONFIG)}"
         )
     job = target.write(spec, meta, config)
+    if not args.namespace:
+        job["metadata"].pop("namespace", None)
     for warning in target.warnings(spec, config):
         print(f"pytorchjob render: warning: {warning}", file=sys.stderr)
-    for line in default_image_warnings(job, target) + placeholder_warnings(meta):
+    lines = default_image_warnings(job, target) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)
+    for line in lines:
         print(f"pytorchjob render: {line}", file=sys.stderr)
+    return job, target
+
+
+def render(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> str:
+    """Build the job for `template`, put it through the admission model, and return it as YAML.
+
+    Args:
+        template: the TaskTemplate dict.
+        args: parsed arguments (namespace, name, image, paths).
+        config: backend config.
+
+    Returns:
+        One YAML document.
+
+    Raises:
+        TemplateError: the template is not a valid pytorch task, or the cluster would not admit the job
+            (`JobNotAdmitted`, naming each setting).
+    """
+    job, _ = render_job(template, args, config)
+    for note in check_admission(job):
+        if note.setting != CEL_UNAVAILABLE:  # a base install renders without the backend extra: --check says it
+            print(f"pytorchjob render: note: {note.message}", file=sys.stderr)
     return yaml.safe_dump(job, sort_keys=False, width=120)
+
+
+def check_report(job: dict[str, Any], problems: list[Problem]) -> str:
+    """The `--check` report: one line per problem (`<verdict> <path>: <message>`), then the verdict.
+
+    Args:
+        job: the rendered job.
+        problems: `admit(job)`.
+
+    Returns:
+        The report text.
+    """
+    from backend_plugin.admission import job_size
+
+    kind, name = job.get("kind"), (job.get("metadata") or {}).get("name")
+    lines = [f"{p.verdict} {p.path or '-'}: {p.message}" for p in problems]
+    refusing = [p for p in problems if p.refuses]
+    if refusing:
+        lines.append(f"{kind} {name}: refused ({len(refusing)} problem(s)); nothing would be sent")
+    else:
+        notes = f", {len(problems)} note(s)" if problems else ""
+        lines.append(f"{kind} {name}: admitted intact ({job_size(job):,} bytes{notes})")
+    return "\n".join(lines) + "\n"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -562,12 +714,20 @@ def _parser() -> argparse.ArgumentParser:
         "render",
         help="print the job YAML of a pytorch task (the kind --target or the config selects)",
         description="Print the job a pytorch task becomes, of the kind --target (or the config's target) selects: "
-        "the connector's exact object. Either FILE.py TASK, or --template FILE [TASK].",
+        "the connector's exact object, checked against what the cluster admits. Either FILE.py TASK, or "
+        "--template FILE [TASK].",
+        epilog="example: pytorchjob render train.py train_mnist --image ghcr.io/org/train:1.0 > job.yaml",
     )
     r.add_argument("source", nargs="?", help="Python file with the task (omit with --template)")
     r.add_argument("task", nargs="?", help="task name (attribute in the file, or in a pyflyte package archive)")
     r.add_argument("--template", help="serialized task: TaskTemplate/TaskSpec .pb, JSON, or pyflyte package .tgz")
-    r.add_argument("--namespace", help="metadata.namespace (default: the config's namespace)")
+    r.add_argument(
+        "--check",
+        action="store_true",
+        help="print what the cluster would reject, silently drop or never start, and why, instead of the job "
+        "(exit 0: admitted intact, 1: refused)",
+    )
+    r.add_argument("--namespace", help="metadata.namespace (default: none, so that kubectl -n NS decides)")
     r.add_argument("--name", help="metadata.name (default: derived from the task name)")
     r.add_argument("--image", help="image for replicas without their own (and for serializing FILE.py)")
     r.add_argument("--config", help="backend config YAML (default: PYTORCHJOB_CONFIG / PYTORCHJOB_* env)")
@@ -578,13 +738,17 @@ def _parser() -> argparse.ArgumentParser:
         + "; ".join(f"{name}: {t.kind} ({t.description})" for name, t in BY_CONFIG.items())
         + " (default: the config's target)",
     )
-    r.add_argument("--inputs", help="value of {{.input}} (default: <bucket>/<name>/inputs.pb)")
+    r.add_argument(
+        "--inputs",
+        metavar="URL",
+        help="where the job reads the task's inputs (an inputs.pb file; default: OUTPUT_PREFIX/inputs.pb)",
+    )
     r.add_argument(
         "--input",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a task input (repeatable): writes inputs.pb to --inputs-to and points {{.input}} at it",
+        help="a task input (repeatable): written to an inputs.pb under --inputs-to, which the job then reads",
     )
     r.add_argument(
         "--inputs-to",
@@ -592,10 +756,24 @@ def _parser() -> argparse.ArgumentParser:
         help="where --input writes inputs.pb: a local folder or a URL such as s3://bucket/run-1 "
         "(default: --output-prefix)",
     )
-    r.add_argument("--output-prefix", help="value of {{.outputPrefix}}")
-    r.add_argument("--raw-output-prefix", help="value of {{.rawOutputDataPrefix}}")
-    r.add_argument("--checkpoint-prefix", help="value of {{.checkpointOutputPrefix}}")
-    r.add_argument("--prev-checkpoint", help="value of {{.prevCheckpointPrefix}} (default: empty)")
+    r.add_argument(
+        "--output-prefix",
+        metavar="URL",
+        help="where the task writes its outputs (default: s3://my-s3-bucket/pytorchjob-render/NAME)",
+    )
+    r.add_argument(
+        "--raw-output-prefix",
+        metavar="URL",
+        help="where the task writes files and data frames (default: OUTPUT_PREFIX/raw_output)",
+    )
+    r.add_argument(
+        "--checkpoint-prefix",
+        metavar="URL",
+        help="where the task writes checkpoints (default: OUTPUT_PREFIX/checkpoint_output)",
+    )
+    r.add_argument(
+        "--prev-checkpoint", metavar="URL", help="a previous run's checkpoints to resume from (default: none)"
+    )
     return parser
 
 
@@ -606,8 +784,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         argv: arguments without the program name; `sys.argv[1:]` when None.
 
     Returns:
-        0 on success, 2 for bad input, 3 when an optional dependency is missing (one line on stderr naming the extra
-        to install, no traceback).
+        0 on success (with `--check`: the job would be admitted intact), 1 with `--check` when it would not, 2 for
+        bad input (a job the cluster would not admit included), 3 when an optional dependency is missing (one line
+        on stderr naming the extra to install, no traceback).
 
     Raises:
         SystemExit: from argparse, for `--help` and for arguments it cannot parse (exit code 2). Every other error
@@ -640,6 +819,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                     file=sys.stderr,
                 )
             args.inputs = args.inputs or written
+        if args.check:
+            job, _ = render_job(template, args, config)
+            problems = admit(job)
+            sys.stdout.write(check_report(job, problems))
+            return 1 if any(p.refuses for p in problems) else 0
         sys.stdout.write(render(template, args, config))
     except (RenderError, TemplateError, ConfigError, OSError) as e:
         print(f"pytorchjob render: {e}", file=sys.stderr)
@@ -655,7 +839,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 #: Top-level modules that only an extra installs, and that extra (the base package has none of them).
-EXTRA_MODULES = {"kubernetes": "backend", "grpc_health": "backend", "prometheus_client": "backend", "torch": "torch"}
+EXTRA_MODULES = {
+    "kubernetes": "backend",
+    "celpy": "backend",
+    "grpc_health": "backend",
+    "prometheus_client": "backend",
+    "torch": "torch",
+}
 
 
 def _extra_for(module: Optional[str]) -> Optional[str]:

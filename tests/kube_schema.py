@@ -17,8 +17,9 @@ import jsonschema
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The upstream CRDs, vendored unchanged (tests/data/schemas/PROVENANCE.md gives their source and sha256).
-SCHEMA_DIR = ROOT / "tests" / "data" / "schemas"
+#: The upstream CRDs, vendored unchanged inside the package (backend_plugin/crds/PROVENANCE.md gives their source
+#: and sha256).
+SCHEMA_DIR = ROOT / "backend_plugin" / "crds"
 CRD_PATH = SCHEMA_DIR / "kubeflow.org_pytorchjobs.yaml"
 KUBERNETES_VERSION = "1.37.0"
 RESTART_POLICIES = {"Always", "OnFailure", "Never", "ExitCode"}  # the operator's RestartPolicy type

@@ -140,22 +140,28 @@ def _with(name: str, edit) -> dict:
 
 REFUSED = [
     pytest.param(lambda: load("sdk_elastic"), "custom.elasticConfig", id="elastic"),
-    pytest.param(lambda: load("hand_per_role"), "custom.workerReplicas.image differs", id="per-role-image"),
-    pytest.param(lambda: load("hand_accel_amd"), "custom.workerReplicas.resources differs", id="per-role-resources"),
-    pytest.param(lambda: load("hand_per_role"), "restartPolicy='ExitCode'", id="restart-policy"),
-    pytest.param(lambda: load("hand_per_role"), "custom.runPolicy.backoffLimit=3", id="backoff-limit"),
-    pytest.param(lambda: load("hand_gpu_seed"), "custom.runPolicy.ttlSecondsAfterFinished=86400", id="ttl"),
-    pytest.param(lambda: load("hand_queue_gang"), "clean_pod_policy='All'", id="clean-pod-policy"),
-    pytest.param(lambda: load("hand_queue_gang"), "pytorch.gang_scheduling=True", id="gang"),
-    pytest.param(lambda: load("hand_queue_gang"), "pytorch.priority_class='high-priority'", id="priority-class"),
+    pytest.param(
+        lambda: load("hand_per_role"), "Worker(image=...) differs from Master(image=...)", id="per-role-image"
+    ),
+    pytest.param(
+        lambda: load("hand_accel_amd"),
+        "Worker(requests/limits=...) differs from Master(requests/limits=...)",
+        id="per-role-resources",
+    ),
+    pytest.param(lambda: load("hand_per_role"), "Worker(restart_policy='ExitCode')", id="restart-policy"),
+    pytest.param(lambda: load("hand_per_role"), "RunPolicy(backoff_limit=3)", id="backoff-limit"),
+    pytest.param(lambda: load("hand_gpu_seed"), "RunPolicy(ttl_seconds_after_finished=86400)", id="ttl"),
+    pytest.param(lambda: load("hand_queue_gang"), "RunPolicy(clean_pod_policy='All')", id="clean-pod-policy"),
+    pytest.param(lambda: load("hand_queue_gang"), "RunPolicy(gang_scheduling=True)", id="gang"),
+    pytest.param(lambda: load("hand_queue_gang"), "RunPolicy(priority_class='high-priority')", id="priority-class"),
     pytest.param(
         lambda: load("sdk_role_pod_templates"),
-        "custom.masterReplicas has its own pod template (Master(pod_template=...))",
+        "Master(pod_template=...) gives the Master its own pod template",
         id="per-role-pod-template",
     ),
     pytest.param(
         lambda: _with("hand_cpu", lambda t: t["config"].update({"pytorch.min_available": "2"})),
-        "pytorch.min_available=2",
+        "RunPolicy(min_available=2)",
         id="min-available",
     ),
     pytest.param(
@@ -181,8 +187,8 @@ def test_pod_template_fields_a_patch_cannot_carry_are_refused():
     t["k8sPod"]["podSpec"]["containers"][0]["ports"] = [{"containerPort": 8080}]
     with pytest.raises(TemplateError) as err:
         to_trainjob(read_template(t), META)
-    assert "k8sPod.podSpec.hostNetwork" in str(err.value)
-    assert "k8sPod.podSpec.containers[pytorch].ports" in str(err.value)
+    assert "pod_template spec.hostNetwork" in str(err.value)
+    assert "pod_template primary container's ports" in str(err.value)
     assert "target: pytorchjob" in str(err.value)
 
 

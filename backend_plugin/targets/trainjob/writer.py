@@ -189,7 +189,8 @@ def refusals(spec: TaskSpec) -> list[str]:
     if spec.elastic is not None:
         e = spec.elastic
         out.append(
-            f"custom.elasticConfig (min {e.min_replicas}, max {e.max_replicas} nodes, {e.max_restarts} restarts): "
+            f"Elastic(nnodes='{e.min_replicas}:{e.max_replicas}', max_restarts={e.max_restarts}) "
+            "(template custom.elasticConfig): "
             "a TrainJob has a fixed node count and no elastic rendezvous; use PyTorch(...) with a fixed worker "
             f"count, or {_ALTERNATIVE}"
         )
@@ -197,49 +198,51 @@ def refusals(spec: TaskSpec) -> list[str]:
     for group in spec.replicas[1:]:
         for attr, what in (("image", "image"), ("resources", "resources")):
             if getattr(group, attr) != getattr(first, attr):
+                setting = "image" if what == "image" else "requests/limits"
                 out.append(
-                    f"{group.path}.{what} differs from {first.path}.{what}: a TrainJob runs one pod spec on every "
-                    f"node (trainer.{'image' if what == 'image' else 'resourcesPerNode'}); give both roles the "
-                    f"same {what}, or {_ALTERNATIVE}"
+                    f"{group.role}({setting}=...) differs from {first.role}({setting}=...) (template: "
+                    f"{group.path}.{what} differs from {first.path}.{what}): a TrainJob runs one pod "
+                    f"spec on every node (trainer.{'image' if what == 'image' else 'resourcesPerNode'}); give "
+                    f"{first.role} and {group.role} the same {setting}, or {_ALTERNATIVE}"
                 )
     for group in spec.replicas:
         if group.restart_policy != RestartPolicy.NEVER.value:
             out.append(
-                f"{group.path}.restartPolicy={group.restart_policy!r}: a TrainJob's restarts are the training "
+                f"{group.role}(restart_policy={group.restart_policy!r}): a TrainJob's restarts are the training "
                 f"runtime's (its JobSet failure policy), not per role; use Never, or {_ALTERNATIVE}"
             )
     for group in spec.replicas:
         if group.pod_template is not None:
             out.append(
-                f"{group.path} has its own pod template ({group.role}(pod_template=...)): a TrainJob runs one pod "
+                f"{group.role}(pod_template=...) gives the {group.role} its own pod template: a TrainJob runs one pod "
                 f"spec on every node and has no roles; put the settings on the task's pod template, or {_ALTERNATIVE}"
             )
     policy = spec.run_policy
     if policy.backoff_limit is not None:
         out.append(
-            f"custom.runPolicy.backoffLimit={policy.backoff_limit}: a TrainJob has no backoff limit (the runtime's "
+            f"RunPolicy(backoff_limit={policy.backoff_limit}): a TrainJob has no backoff limit (the runtime's "
             f"Job sets it; Flyte's retries still apply); {_ALTERNATIVE}"
         )
     if policy.ttl_seconds_after_finished is not None:
         out.append(
-            f"custom.runPolicy.ttlSecondsAfterFinished={policy.ttl_seconds_after_finished}: a TrainJob has no TTL "
+            f"RunPolicy(ttl_seconds_after_finished={policy.ttl_seconds_after_finished}): a TrainJob has no TTL "
             f"(the connector deletes the jobs it finalizes); {_ALTERNATIVE}"
         )
     if policy.clean_pod_policy not in (None, "Running"):
         out.append(
-            f"clean_pod_policy={policy.clean_pod_policy!r}: a TrainJob stops running pods when it ends and keeps "
-            f"finished ones (the default 'Running'); {_ALTERNATIVE}"
+            f"RunPolicy(clean_pod_policy={policy.clean_pod_policy!r}): a TrainJob stops running pods when it ends "
+            f"and keeps finished ones (the default 'Running'); {_ALTERNATIVE}"
         )
     sched = spec.scheduling
     for key, value in (
-        ("pytorch.gang_scheduling", sched.gang_scheduling or None),
-        ("pytorch.min_available", sched.min_available),
-        ("pytorch.priority_class", sched.priority_class),
+        ("gang_scheduling", sched.gang_scheduling or None),
+        ("min_available", sched.min_available),
+        ("priority_class", sched.priority_class),
     ):
         if value is not None:
             out.append(
-                f"{key}={value!r}: gang scheduling and priority belong to the training runtime on Trainer v2 (its "
-                f"podGroupPolicy, or a runtime with a priority class); pick such a runtime with "
+                f"RunPolicy({key}={value!r}): gang scheduling and priority belong to the training runtime on "
+                f"Trainer v2 (its podGroupPolicy, or a runtime with a priority class); pick such a runtime with "
                 f"trainjob_runtime_name, or {_ALTERNATIVE}"
             )
     return out
@@ -349,12 +352,12 @@ def runtime_patch(
     problems = []
     for key in pod_spec:
         if key not in POD_PATCH_FIELDS:
-            problems.append(f"k8sPod.podSpec.{key}")
+            problems.append(f"pod_template spec.{key}")
     for key in container:
         if key not in _TRAINER_CONTAINER_FIELDS and key not in _DROPPED_CONTAINER_FIELDS:
-            problems.append(f"k8sPod.podSpec.containers[{PRIMARY_CONTAINER}].{key}")
+            problems.append(f"pod_template primary container's {key}")
     if pod_spec.get("initContainers"):
-        problems.append("k8sPod.podSpec.initContainers (a runtime patch cannot add a container image)")
+        problems.append("pod_template spec.initContainers (a runtime patch cannot add a container image)")
     if problems:
         raise TemplateError(
             f"cannot run as a Kubeflow Trainer v2 TrainJob: {', '.join(problems)} cannot be set through a runtime "

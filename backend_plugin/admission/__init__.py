@@ -1,0 +1,327 @@
+"""The admission model: what the API server, the kind's CRD and the kubelet's pod validation would do with a job we
+are about to create. Pure: a job in, problems out. `pytorchjob render` runs it on every job (`--check` prints the
+whole report) and the connector runs it before create, so nothing that would be rejected, silently pruned or left
+unable to start a pod leaves the backend.
+
+What it checks (docs/admission.md has the table):
+
+- the vendored CRD's structural schema (`backend_plugin/crds/`): an undeclared field (the CRDs' embedded pod schema
+  is older than the `kubernetes` client), types, `required`, `enum`, lengths, `maxItems`, list-map keys, patterns;
+- the CRD's `x-kubernetes-validations` CEL rules, evaluated as written (`cel-python`);
+- the object size: 1.5 MiB stored (etcd), 3 MiB per request;
+- metadata of the job and of every embedded pod template: label keys and values, annotation keys, the 256 KiB
+  annotation total (`pytorch_contract.k8s_metadata`);
+- the pod-spec rules of every embedded pod template: tolerations, `nodeSelector`, environment names, and for a
+  TrainJob the environment count counting what the writer adds in an execution (`pytorch_contract.pod_rules`,
+  `pytorch_contract.job_limits`).
+
+Every problem names the user's setting (`Worker.pod_template labels`, `environment`), what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from backend_plugin.admission import cel, crds, structural
+from backend_plugin.admission.identity import SPEC_DIGEST_ANNOTATION, is_our_job, spec_digest, stamp
+from backend_plugin.admission.settings import get_path, pod_template_paths, setting_for
+from backend_plugin.admission.structural import PRUNED, REJECTED, Path, format_path
+from backend_plugin.errors import TemplateError
+from pytorch_contract.job_limits import (
+    ENV_MAX_ITEMS,
+    LARGE_VALUE_ADVICE,
+    REQUEST_MAX_BYTES,
+    STORED_MAX_BYTES,
+    WRITER_ENV_NAMES,
+    env_count_problem,
+)
+from pytorch_contract.k8s_metadata import annotation_problems, label_problems
+from pytorch_contract.pod_rules import env_name_problems, node_selector_problems, toleration_problems
+
+__all__ = [
+    "Problem",
+    "JobNotAdmitted",
+    "admit",
+    "check_admission",
+    "job_size",
+    "REJECTED",
+    "PRUNED",
+    "UNSTARTABLE",
+    "NOTE",
+    "CEL_UNAVAILABLE",
+    "SPEC_DIGEST_ANNOTATION",
+    "spec_digest",
+    "stamp",
+    "is_our_job",
+]
+
+UNSTARTABLE = "unstartable"
+"""The job is admitted, but the API server refuses every pod its controller creates from it."""
+
+NOTE = "note"
+"""Said, not refused: a rule this model could not evaluate, or a job close to a limit."""
+
+CEL_UNAVAILABLE = 'cel-python is not installed (pip install "flytekitplugins-pytorch[backend]")'
+"""The note's setting when the CEL rules could not be evaluated (a base install renders without the extra)."""
+
+_REFUSING = (REJECTED, PRUNED, UNSTARTABLE)
+_SIZE_MARGIN = 64 * 1024  # what the server adds when it stores a job (uid, managedFields, status): about this
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing the cluster would refuse, drop or never start.
+
+    Attributes:
+        verdict: `REJECTED` (the create fails), `PRUNED` (the server would drop it silently; we refuse it),
+            `UNSTARTABLE` (the job is created but no pod of it can be) or `NOTE` (said, not refused).
+        path: where in the job (`spec.trainer.env`), for `render --check`.
+        setting: the user's setting that wrote it (`environment`, `Worker.pod_template labels`).
+        message: what is wrong and what to do, starting with the setting.
+    """
+
+    verdict: str
+    path: str
+    setting: str
+    message: str
+
+    @property
+    def refuses(self) -> bool:
+        """Whether the backend refuses the job for it."""
+        return self.verdict in _REFUSING
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class JobNotAdmitted(TemplateError):
+    """The job would be rejected, pruned or unable to start: a permanent error (nothing was sent).
+
+    Attributes:
+        problems: the refusing problems, each naming the user's setting.
+    """
+
+    def __init__(self, kind: str, problems: Sequence[Problem]):
+        """One line: the kind, then every problem's message.
+
+        Args:
+            kind: the job's kind.
+            problems: the refusing problems.
+        """
+        self.problems = tuple(problems)
+        lines = "; ".join(p.message for p in self.problems)
+        super().__init__(f"the {kind} would not be admitted by the cluster: {lines}")
+
+
+def job_size(job: Mapping[str, Any]) -> int:
+    """The job's size as the API server receives and stores it: compact JSON, in bytes.
+
+    Args:
+        job: the job.
+
+    Returns:
+        Its size in bytes.
+    """
+    return len(json.dumps(job, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def admit(job: Mapping[str, Any]) -> list[Problem]:
+    """Every problem the cluster would have with creating `job`.
+
+    Args:
+        job: a PyTorchJob or TrainJob as a writer wrote it.
+
+    Returns:
+        Problems in a stable order (schema, CEL, metadata, pod rules, size); empty when it is admitted intact.
+
+    Raises:
+        KeyError: no vendored CRD serves the job's apiVersion and kind.
+    """
+    api_version, kind = str(job.get("apiVersion")), str(job.get("kind"))
+    schema = crds.schema_for(api_version, kind)
+    out = [_schema_problem(job, f, crds.crd_source(api_version, kind)) for f in structural.check(job, schema)]
+    try:
+        rules = cel.rules_of(schema)
+        out += [_cel_problem(job, f) for f in cel.check(job, rules)]
+    except ModuleNotFoundError as e:
+        if e.name != "celpy":
+            raise
+        out.append(Problem(NOTE, "", CEL_UNAVAILABLE, f"the CRD's CEL rules were not evaluated: {CEL_UNAVAILABLE}"))
+    out += _metadata_problems(job)
+    out += _pod_problems(job)
+    out += _size_problems(job)
+    return _dedup(out)
+
+
+def check_admission(job: Mapping[str, Any]) -> list[Problem]:
+    """`admit`, raising when anything refuses the job.
+
+    Args:
+        job: the job.
+
+    Returns:
+        The notes (problems that do not refuse).
+
+    Raises:
+        JobNotAdmitted: with every refusing problem.
+    """
+    problems = admit(job)
+    refusing = [p for p in problems if p.refuses]
+    if refusing:
+        raise JobNotAdmitted(str(job.get("kind")), refusing)
+    return problems
+
+
+def _dedup(problems: list[Problem]) -> list[Problem]:
+    seen: set[str] = set()
+    out = []
+    for p in problems:
+        if p.message not in seen:
+            seen.add(p.message)
+            out.append(p)
+    return out
+
+
+_UNDECLARED_ADVICE = (
+    "the {source} CRD does not declare it (its embedded pod schema is older than the kubernetes client), so the API "
+    "server would drop it silently; remove it from the pod template, or install a CRD that declares it"
+)
+
+
+def _schema_problem(job: Mapping[str, Any], f: structural.Finding, source: str) -> Problem:
+    where = setting_for(job, f.path)
+    path = format_path(f.path)
+    env_limit = ENV_MAX_ITEMS.get("trainjob")
+    if f.path == ("spec", "trainer", "env") and "maxItems" in f.detail and env_limit is not None:
+        return Problem(REJECTED, path, where, _trainjob_env_message(job) or f"{where}: {f.detail}")
+    if f.verdict == PRUNED and "not declared" in f.detail:
+        return Problem(PRUNED, path, where, f"{where}: field {path!r}: " + _UNDECLARED_ADVICE.format(source=source))
+    return Problem(f.verdict, path, where, f"{where}: {path} {f.detail}")
+
+
+def _cel_problem(job: Mapping[str, Any], f: structural.Finding) -> Problem:
+    where = setting_for(job, f.path) if f.path else "job"
+    verdict = REJECTED if f.verdict == REJECTED else NOTE
+    return Problem(verdict, format_path(f.path), where, f"{where}: {f.detail}")
+
+
+def _metadata_problems(job: Mapping[str, Any]) -> list[Problem]:
+    out = []
+    meta = job.get("metadata") or {}
+    for key, check in (("labels", label_problems), ("annotations", annotation_problems)):
+        mapping = meta.get(key)
+        if isinstance(mapping, Mapping):
+            where = setting_for(job, ("metadata", key))
+            out += [Problem(REJECTED, f"metadata.{key}", where, m) for m in check(mapping, where)]
+    for prefix, _ in pod_template_paths(job):
+        tmeta = get_path(job, (*prefix, "metadata")) or {}
+        for key, check in (("labels", label_problems), ("annotations", annotation_problems)):
+            mapping = tmeta.get(key) if isinstance(tmeta, Mapping) else None
+            if isinstance(mapping, Mapping):
+                path = (*prefix, "metadata", key)
+                where = setting_for(job, path)
+                msgs = check(mapping, where)
+                out += [Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m)) for m in msgs]
+    return out
+
+
+def _pods_fail(message: str) -> str:
+    return f"{message} (the job would be created, but every pod create would fail)"
+
+
+def _containers(pod_spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+    out = []
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(pod_spec.get(kind) or []):
+            if isinstance(c, Mapping):
+                out.append((kind, i, c))
+    return out
+
+
+def _pod_problems(job: Mapping[str, Any]) -> list[Problem]:
+    out = []
+    for prefix, _ in pod_template_paths(job):
+        pod_spec = get_path(job, (*prefix, "spec"))
+        if not isinstance(pod_spec, Mapping):
+            continue
+        tolerations = pod_spec.get("tolerations")
+        if isinstance(tolerations, list):
+            path = (*prefix, "spec", "tolerations")
+            where = setting_for(job, path)
+            items = [t for t in tolerations if isinstance(t, Mapping)]
+            out += [
+                Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m)) for m in toleration_problems(items, where)
+            ]
+        selector = pod_spec.get("nodeSelector")
+        if isinstance(selector, Mapping):
+            path = (*prefix, "spec", "nodeSelector")
+            where = setting_for(job, path)
+            out += [
+                Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m))
+                for m in node_selector_problems(selector, where)
+            ]
+        for kind, i, container in _containers(pod_spec):
+            env = container.get("env")
+            if isinstance(env, list):
+                path = (*prefix, "spec", kind, i, "env")
+                where = setting_for(job, path)
+                names = [e.get("name") for e in env if isinstance(e, Mapping)]
+                out += [
+                    Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m))
+                    for m in env_name_problems(names, where)
+                ]
+    trainer_env = get_path(job, ("spec", "trainer", "env"))
+    if isinstance(trainer_env, list):
+        names = [e.get("name") for e in trainer_env if isinstance(e, Mapping)]
+        out += [
+            Problem(UNSTARTABLE, "spec.trainer.env", "environment", _pods_fail(m))
+            for m in env_name_problems(names, "environment")
+        ]
+        message = _trainjob_env_message(job)
+        if message:
+            out.append(Problem(REJECTED, "spec.trainer.env", "environment", message))
+    return out
+
+
+def _trainjob_env_message(job: Mapping[str, Any]) -> str | None:
+    env = get_path(job, ("spec", "trainer", "env")) or []
+    own = [e for e in env if isinstance(e, Mapping) and e.get("name") not in WRITER_ENV_NAMES]
+    return env_count_problem(len(own), "trainjob", "environment")
+
+
+def _largest_values(job: Any, path: Path = ()) -> list[tuple[int, Path]]:
+    if isinstance(job, Mapping):
+        return [x for k, v in job.items() for x in _largest_values(v, (*path, str(k)))]
+    if isinstance(job, list):
+        return [x for i, v in enumerate(job) for x in _largest_values(v, (*path, i))]
+    return [(len(str(job).encode()), path)] if isinstance(job, str) else []
+
+
+def _size_problems(job: Mapping[str, Any]) -> list[Problem]:
+    size = job_size(job)
+    if size + _SIZE_MARGIN <= STORED_MAX_BYTES:
+        return []
+    values = sorted(_largest_values(job), reverse=True)[:3]
+    named = ", ".join(f"{setting_for(job, p)} ({n:,} bytes)" for n, p in values if n >= 1024)
+    where = setting_for(job, values[0][1]) if values else "job"
+    kind = str(job.get("kind"))
+    copies = ""
+    if kind == "PyTorchJob" and len((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}) > 1:
+        copies = " (a PyTorchJob holds the pod template once per role, so its values count twice)"
+    if size > REQUEST_MAX_BYTES:
+        limit = f"the API server's {REQUEST_MAX_BYTES:,}-byte (3 MiB) request limit"
+    elif size > STORED_MAX_BYTES:
+        limit = f"the {STORED_MAX_BYTES:,} bytes (1.5 MiB) etcd stores"
+    else:
+        message = (
+            f"{where}: the {kind} is {size:,} bytes, within {_SIZE_MARGIN // 1024} KiB of the {STORED_MAX_BYTES:,} "
+            f"bytes etcd stores (the server adds its own metadata); largest values: {named}"
+        )
+        return [Problem(NOTE, "", where, message)]
+    message = (
+        f"{where}: the {kind} is {size:,} bytes{copies}, over {limit}; largest values: {named}; {LARGE_VALUE_ADVICE}"
+    )
+    return [Problem(REJECTED, "", where, message)]
