@@ -30,6 +30,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -37,7 +38,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .data import RawSplit, load_raw_mnist, normalize
+from .data import RawSplit, load_raw_split, normalize, prepare_mnist
 from .model import Net
 
 logger = logging.getLogger(__name__)
@@ -394,6 +395,32 @@ def _settle_ddp_buckets(model: nn.Module, sample: torch.Tensor) -> None:
     model.zero_grad(set_to_none=True)
 
 
+def prepare_data(data_dir: str, info: DistInfo) -> Path:
+    """Find, download or verify the data once per host, so that a data error is one rank's, reported once.
+
+    The first rank of each host prepares the cache (:func:`~examples.mnist.data.prepare_mnist`) while the others
+    wait in a barrier; they then read the verified files from that cache without trying a download. When the data is
+    missing, only that rank raises :class:`~examples.mnist.data.MnistDataError` and the launcher names it as the
+    failure; the waiting ranks are its collateral, not three copies of the same message.
+
+    Args:
+        data_dir: see :func:`~examples.mnist.data.prepare_mnist`.
+        info: this rank's place in the job.
+
+    Returns:
+        The cache directory with the four verified raw files.
+
+    Raises:
+        examples.mnist.data.MnistDataError: the data cannot be found, downloaded or verified (first rank of a host).
+    """
+    if not info.backend:
+        return prepare_mnist(data_dir)
+    first_on_host = _host_placement(info.rank, info.world_size)[1] == 0
+    directory = prepare_mnist(data_dir) if first_on_host else None
+    dist.barrier()
+    return directory if directory is not None else prepare_mnist(data_dir, download=False)
+
+
 def train(
     config: TrainConfig,
     checkpoint: CheckpointStore | None = None,
@@ -421,7 +448,9 @@ def train(
     info = init_distributed()
     threads = _set_threads(info.device, info.rank, info.world_size)
     joined = time.perf_counter()
-    train_set, test_set = load_raw_mnist(config.data_dir, config.train_limit, config.test_limit)
+    directory = prepare_data(config.data_dir, info)
+    train_set = load_raw_split(directory, "train", config.train_limit)
+    test_set = load_raw_split(directory, "test", config.test_limit)
     loaded = time.perf_counter()
 
     torch.manual_seed(config.seed)  # identical initial weights on every rank and for every world size
