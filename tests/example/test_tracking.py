@@ -308,3 +308,47 @@ def test_wandb_offline_needs_no_key(trackers_path: str, tmp_path: Path) -> None:
     output, runs = _track_only(tmp_path / "online", trackers_path, "")
     assert runs == [] and not (tmp_path / "online" / "wandb").exists()
     assert "no secret wandb/api_key and no WANDB_API_KEY; skipping (WANDB_MODE=offline needs no key)" in output
+
+
+def _quickstart_commands() -> list[str]:
+    """The lines of docs/quickstart.md's W&B offline block."""
+    page = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    m = re.search(r"<!-- command:wandb-offline -->\s*```bash\n(.*?)```", page, re.S)
+    assert m, "docs/quickstart.md has no W&B offline block"
+    return [line for line in m.group(1).splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BOUND_S + 660)
+def test_the_quickstart_wandb_offline_commands(trackers_path: str, tmp_path: Path) -> None:
+    """The quickstart's commands as written, from a directory laid out as the repository root, with no key anywhere:
+    the install line is the tracking extra (here the fixture's folder stands in for it), the run line trains with W&B
+    offline, and the folder the sync line names is the run it wrote, holding the logged loss."""
+    install, run, sync = _quickstart_commands()
+    assert install == "pip install -c constraints.txt -e '.[tracking]'"
+    assert sync.startswith("wandb sync ")
+    if trackers_path:
+        sys.path.insert(0, trackers_path)
+    (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    (tmp_path / "home").mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("FLYTE_PYTORCH_", "WANDB_", "_FSEC_", "MNIST_")) and k != "PYTHONPATH"
+    }
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join(p for p in (trackers_path, str(ROOT)) if p),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            "MNIST_DATA_DIR": str(require_mnist()),
+            "HOME": str(tmp_path / "home"),
+        }
+    )
+    result = run_guarded(["bash", "-c", run], max_procs=MAX_PROCS, timeout_s=BOUND_S, cwd=str(tmp_path), env=env)
+    assert result.killed_for == "" and result.returncode == 0, result.output[-4000:]
+    assert result.leftover == [], f"processes left running: {result.leftover}"
+    assert "no secret" not in result.output
+    (run_dir,) = sorted(tmp_path.glob(sync.split()[-1]))
+    (run_file,) = run_dir.glob("run-*.wandb")
+    losses = wandb_history(wandb_records(run_file))["loss"]
+    assert losses and set(losses) <= set(_printed_losses(result.output))
