@@ -133,6 +133,29 @@ def trackers_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(target)
 
 
+def _tracking_env(trackers_path: str, home: Path, wandb_dir: Path | None, **extra: str) -> dict[str, str]:
+    """The caller's environment without any W&B, Flyte secret, MNIST or launcher setting, plus the trackers on
+    PYTHONPATH, a fresh HOME (nothing may land in the real one: a netrc with a key, settings), W&B's folders under
+    `wandb_dir` (when given), and `extra`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("FLYTE_PYTORCH_", "WANDB_", "_FSEC_", "MNIST_")) and k != "PYTHONPATH"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (trackers_path, str(ROOT)) if p)
+    env["HOME"] = str(home)
+    if wandb_dir is not None:
+        env.update(
+            {
+                "WANDB_DIR": str(wandb_dir),
+                "WANDB_CONFIG_DIR": str(wandb_dir / "wandb-config"),
+                "WANDB_CACHE_DIR": str(wandb_dir / "wandb-cache"),
+                "WANDB_DATA_DIR": str(wandb_dir / "wandb-data"),
+            }
+        )
+    return {**env, **extra}
+
+
 @pytest.fixture(scope="module")
 def tracked_run(trackers_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One training run with both trackers, the key as a Flyte secret; what it printed and where it wrote."""
@@ -140,25 +163,17 @@ def tracked_run(trackers_path: str, tmp_path_factory: pytest.TempPathFactory) ->
     if trackers_path:
         sys.path.insert(0, trackers_path)  # the readers below import wandb's protocol and TensorBoard
     work = tmp_path_factory.mktemp("tracked")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("FLYTE_PYTORCH_", "WANDB_", "_FSEC_", "MNIST_")) and k != "PYTHONPATH"
-    }
-    env.update(
-        {
-            "PYTHONPATH": os.pathsep.join(p for p in (trackers_path, str(ROOT)) if p),
-            "MNIST_DATA_DIR": data_dir,
+    env = _tracking_env(
+        trackers_path,
+        work / "home",
+        work,
+        MNIST_DATA_DIR=data_dir,
+        WANDB_MODE="offline",
+        **{
             tracking.TRACKING_ENV: "wandb,tensorboard",
             tracking.TENSORBOARD_DIR_ENV: str(work / "tensorboard"),
             SECRET_ENV: FAKE_KEY,  # the only source of the key: WANDB_API_KEY is not set
-            "WANDB_MODE": "offline",
-            "WANDB_DIR": str(work),
-            "WANDB_CONFIG_DIR": str(work / "wandb-config"),
-            "WANDB_CACHE_DIR": str(work / "wandb-cache"),
-            "WANDB_DATA_DIR": str(work / "wandb-data"),
-            "HOME": str(work / "home"),  # nothing may land in the real home (a netrc with the key, settings)
-        }
+        },
     )
     (work / "home").mkdir()
     pyflyte = str(Path(sys.executable).with_name("pyflyte"))
@@ -265,22 +280,7 @@ close()
 
 def _track_only(work: Path, trackers_path: str, mode: str) -> tuple[str, list[Path]]:
     """Run :data:`_TRACK_ONLY` with W&B on and no key anywhere; return its output and the offline runs it wrote."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("FLYTE_PYTORCH_", "WANDB_", "_FSEC_", "MNIST_")) and k != "PYTHONPATH"
-    }
-    env.update(
-        {
-            "PYTHONPATH": os.pathsep.join(p for p in (trackers_path, str(ROOT)) if p),
-            tracking.TRACKING_ENV: "wandb",
-            "WANDB_DIR": str(work),
-            "WANDB_CONFIG_DIR": str(work / "wandb-config"),
-            "WANDB_CACHE_DIR": str(work / "wandb-cache"),
-            "WANDB_DATA_DIR": str(work / "wandb-data"),
-            "HOME": str(work / "home"),
-        }
-    )
+    env = _tracking_env(trackers_path, work / "home", work, **{tracking.TRACKING_ENV: "wandb"})
     if mode:
         env["WANDB_MODE"] = mode
     (work / "home").mkdir(parents=True)
@@ -331,19 +331,8 @@ def test_the_quickstart_wandb_offline_commands(trackers_path: str, tmp_path: Pat
         sys.path.insert(0, trackers_path)
     (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
     (tmp_path / "home").mkdir()
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("FLYTE_PYTORCH_", "WANDB_", "_FSEC_", "MNIST_")) and k != "PYTHONPATH"
-    }
-    env.update(
-        {
-            "PYTHONPATH": os.pathsep.join(p for p in (trackers_path, str(ROOT)) if p),
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-            "MNIST_DATA_DIR": str(require_mnist()),
-            "HOME": str(tmp_path / "home"),
-        }
-    )
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = _tracking_env(trackers_path, tmp_path / "home", None, PATH=path, MNIST_DATA_DIR=str(require_mnist()))
     result = run_guarded(["bash", "-c", run], max_procs=MAX_PROCS, timeout_s=BOUND_S, cwd=str(tmp_path), env=env)
     assert result.killed_for == "" and result.returncode == 0, result.output[-4000:]
     assert result.leftover == [], f"processes left running: {result.leftover}"
