@@ -66,12 +66,18 @@ def _number(text: str) -> float:
 
 
 def test_the_test_time_covers_what_was_measured() -> None:
-    """The quoted range holds every recorded run (in minutes, to the half minute)."""
+    """The quoted range holds every recorded run on two cores of its own (in minutes, to the half minute); a run
+    that shared them with other work is longer, as the pages say, never shorter."""
     kind = FIGURES["fast_tier_time"]
     low, high = (float(x) for x in re.findall(r"[\d.]+", kind["value"]))
+    own = [run for run in kind["measured"] if "shared" not in run]
+    assert len(own) >= 2, "record at least two runs that had the cores to themselves"
     for run in kind["measured"]:
         minutes = round(run["seconds"] / 60 * 2) / 2
-        assert low <= minutes <= high, f"{run} is {minutes} min, outside {kind['value']!r}"
+        if "shared" in run:
+            assert minutes >= low, f"{run} is {minutes} min, shorter than {kind['value']!r}"
+        else:
+            assert low <= minutes <= high, f"{run} is {minutes} min, outside {kind['value']!r}"
 
 
 def test_the_download_size_is_the_files_sizes() -> None:
