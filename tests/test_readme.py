@@ -73,6 +73,22 @@ def test_example_snippet_runs_distributed(tmp_path):
     assert claim.ranks == 3 and out.stdout.strip().splitlines()[-1] == claim.output
 
 
+def test_ci_takes_the_mnist_data_from_its_environment(tmp_path):
+    """`.ci/run` names no folder beside the checkout: it stops at once, saying how, when CI gives no MNIST_DATA_DIR
+    or one without the four files (before any job, so nothing is set up)."""
+    ci = ROOT / ".ci" / "run"
+    assert "../shared" not in ci.read_text() and "../shared" not in (ROOT / ".ci" / "readme_install.py").read_text()
+    env = {k: v for k, v in os.environ.items() if k != "MNIST_DATA_DIR"}
+    unset = subprocess.run(["bash", str(ci), "readme"], env=env, capture_output=True, text=True, timeout=60)
+    assert unset.returncode == 2 and "MNIST_DATA_DIR is not set" in unset.stderr, unset.stderr
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"")
+    partial = subprocess.run(
+        ["bash", str(ci), "readme"], env={**env, "MNIST_DATA_DIR": str(tmp_path)}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert partial.returncode == 2 and "has no train-labels-idx1-ubyte" in partial.stderr, partial.stderr
+
+
 def _installer():
     """``.ci/readme_install.py`` as a module: the helpers CI uses to run the README's commands."""
     spec = importlib.util.spec_from_file_location("readme_install", ROOT / ".ci" / "readme_install.py")
