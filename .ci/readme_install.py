@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The install test: the README's two commands, verbatim, in a fresh clone, as a newcomer runs them.
 
-1. ``git clone`` the repository's HEAD into ``WORKDIR/repo`` (with ``WORKDIR/shared`` pointing at the ``shared/``
-   beside the repository, which the run command's ``MNIST_DATA_DIR=../shared/data/mnist`` reads);
+1. ``git clone`` the repository's HEAD into ``WORKDIR/repo``, with nothing beside it;
 2. the README's run command (``<!-- command:run -->``), verbatim, in that clone: a fresh ``.venv``, the install, and
-   the distributed MNIST workflow, which must print its evaluation report;
+   the distributed MNIST workflow, which must print its evaluation report. The data comes only from
+   ``MNIST_DATA_DIR`` in the environment (CI's own copy; required): the cache is an empty folder of the work
+   directory and the download mirrors are an unanswered loopback port, so a download cannot stand in for it;
 3. ``pytorchjob render`` of the README's example in the run command's environment: a PyTorchJob with one Master and
    the example's two Workers;
 4. the README's test command (``<!-- command:test -->``), verbatim, in the same clone and ``.venv`` (one after the
@@ -14,7 +15,8 @@ Each ``pip install`` of the commands is timed (bash's xtrace with timestamps); t
 minute or two with the pip that ships with Python, and a slower one is reported as a warning. Only the standard
 library is used: this runs before any virtual environment exists.
 
-Usage: ``python3 .ci/readme_install.py WORKDIR`` (WORKDIR must not exist; it is left in place for further checks).
+Usage: ``MNIST_DATA_DIR=<folder> python3 .ci/readme_install.py WORKDIR`` (WORKDIR must not exist; it is left in place
+for further checks).
 """
 
 from __future__ import annotations
@@ -51,6 +53,25 @@ def clean_env() -> dict[str, str]:
         parts = [p for p in parts if not p.startswith(venv)]
     env["PATH"] = os.pathsep.join(parts)
     return env
+
+
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def mnist_env(env: dict[str, str], work: Path) -> dict[str, str]:
+    """`env` where the MNIST data can come only from ``$MNIST_DATA_DIR``: an empty cache, no reachable mirror."""
+    data = env.get("MNIST_DATA_DIR", "")
+    if not data:
+        sys.exit("MNIST_DATA_DIR is not set: give the folder with the four MNIST files (raw or .gz)")
+    missing = [n for n in MNIST_FILES if not (Path(data) / n).is_file() and not (Path(data) / f"{n}.gz").is_file()]
+    if missing:
+        sys.exit(f"MNIST_DATA_DIR={data} lacks {', '.join(missing)} (raw or .gz)")
+    return {
+        **env,
+        "MNIST_DATA_DIR": str(Path(data).resolve()),
+        "MNIST_CACHE_DIR": str(work / "mnist-cache"),
+        "MNIST_MIRRORS": "http://127.0.0.1:9/",  # the discard port: nothing answers, so nothing is downloaded
+    }
 
 
 def run_traced(cmd: str, cwd: Path, env: dict[str, str], log: Path) -> tuple[int, str, list[tuple[str, float]]]:
@@ -137,10 +158,7 @@ def main() -> int:
     work.mkdir(parents=True)
     repo = work / "repo"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(repo)], check=True)
-    shared = ROOT.parent / "shared"
-    if shared.is_dir():
-        (work / "shared").symlink_to(shared, target_is_directory=True)
-    env = clean_env()
+    env = mnist_env(clean_env(), work)
     warnings: list[str] = []
 
     print(f"=== README run command, in {repo}\n{run_cmd}", flush=True)

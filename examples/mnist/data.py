@@ -77,8 +77,12 @@ _IDX_DTYPES = {0x08: np.uint8}
 _DOWNLOAD_TIMEOUT_S = 30.0
 
 
-class MnistDataError(RuntimeError):
-    """The MNIST files cannot be found, downloaded, or verified. The message says which file and what to do."""
+class MnistDataError(Exception):
+    """The MNIST files cannot be found, downloaded, or verified. The message says which file and what to do.
+
+    Not a ``RuntimeError``: its text may quote a download error such as "Connection refused", and a distributed
+    launcher that sorts runtime errors by their text could take it for the consequence of a lost peer.
+    """
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,8 @@ so clusters without that secret run the example unchanged. The key is never part
 
 The packages are the ``tracking`` extra (``pip install -c constraints.txt -e '.[tracking]'``). Locally, flytekit
 reads the secret from ``_FSEC_WANDB_API_KEY`` (else ``WANDB_API_KEY`` is used); ``WANDB_MODE=offline`` keeps the run
-on disk under ``$WANDB_DIR/wandb/offline-run-*`` (``wandb sync`` uploads it later). Both trackers get the loss and
+on disk under ``$WANDB_DIR/wandb/offline-run-*`` and needs no key at all (``wandb sync <that directory>`` uploads it
+later, with a key). Both trackers get the loss and
 learning rate of every logged step and, at the step that ends each epoch, the test accuracy and the epoch's mean
 training loss; TensorBoard writes to ``$MNIST_TENSORBOARD_DIR``. ``tests/example/test_tracking.py`` runs both and
 reads back what they wrote.
@@ -29,6 +30,9 @@ TENSORBOARD_DIR_ENV = "MNIST_TENSORBOARD_DIR"
 pod's disk, or a local run's temporary directory); set it to a directory that outlives the task to keep them."""
 
 KNOWN = ("wandb", "tensorboard")
+
+OFFLINE_MODES = ("offline", "dryrun")
+"""``WANDB_MODE`` values under which W&B needs no API key: the run is written to disk only."""
 WANDB_SECRET_GROUP = "wandb"
 WANDB_SECRET_KEY = "api_key"
 
@@ -92,14 +96,19 @@ def make_logger(run_name: str, config: dict, log_dir: str) -> tuple[Callable[[in
                 logger.warning("%s=wandb but the wandb package is not installed; skipping", TRACKING_ENV)
                 continue
             key = _wandb_key()
-            if not key:
+            offline = os.environ.get("WANDB_MODE", "").strip().lower() in OFFLINE_MODES
+            if key:
+                wandb.login(key=key)
+            elif offline:
+                # W&B writes an offline run to disk without an account; `wandb sync` uploads it later, with a key.
+                logger.info("W&B offline without a key: the run stays on disk (wandb sync uploads it later)")
+            else:
                 logger.warning(
-                    "W&B enabled but no secret %s/%s and no WANDB_API_KEY; skipping",
+                    "W&B enabled but no secret %s/%s and no WANDB_API_KEY; skipping (WANDB_MODE=offline needs no key)",
                     WANDB_SECRET_GROUP,
                     WANDB_SECRET_KEY,
                 )
                 continue
-            wandb.login(key=key)
             run = wandb.init(project=os.environ.get("WANDB_PROJECT", "flyte-mnist"), name=run_name, config=config)
             sinks.append(lambda step, m, r=run: r.log(m, step=step))
             closers.append(run.finish)

@@ -29,6 +29,7 @@ and so does every rank process; the tasks import torch and the training code whe
 from __future__ import annotations
 
 import dataclasses
+import html
 import logging
 import os
 from typing import NamedTuple
@@ -201,6 +202,49 @@ def _plot_html(loss_curve: list[tuple[float, float]], accuracies: list[float], s
     )
 
 
+def _table(caption: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """An HTML table; every cell is escaped (a path may hold ``<`` or ``&``)."""
+    head = "".join(f'<th style="text-align:left;padding:2px 12px 2px 0">{html.escape(h)}</th>' for h in header)
+    body = "".join(
+        "<tr>" + "".join(f'<td style="padding:2px 12px 2px 0">{html.escape(c)}</td>' for c in row) + "</tr>"
+        for row in rows
+    )
+    return (
+        f'<table style="border-collapse:collapse;margin:12px 0;font-family:sans-serif;font-size:13px">'
+        f'<caption style="text-align:left;font-weight:bold;padding-bottom:4px">{html.escape(caption)}</caption>'
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def _facts_html(summary: TrainingSummary, accuracies: list[float], epoch_losses: list[float], weights: str) -> str:
+    """The run at a glance, as two tables: one row per epoch (test accuracy, mean training loss), then the run's
+    facts (ranks, world size, wall time, final accuracy, where the weights went, ...)."""
+    epochs = [
+        (str(i), f"{accuracy:.2f}%", f"{loss:.4f}")
+        for i, (accuracy, loss) in enumerate(zip(accuracies, epoch_losses, strict=True), start=1)
+    ]
+    workers = summary.world_size - 1
+    ranks = f"{summary.world_size}: a master and {workers} worker{'s' if workers != 1 else ''}" if workers else "1"
+    facts = [
+        ("ranks", ranks),
+        ("world size", str(summary.world_size)),
+        ("backend, device", f"{summary.backend or 'single process'}, {summary.device}"),
+        ("wall time of training", f"{summary.train_seconds:.1f} s (epochs and evaluation, rank 0)"),
+        ("final test accuracy", f"{summary.final_accuracy:.2f}% on {summary.test_examples:,} images"),
+        (
+            "epochs",
+            f"{summary.epochs}"
+            + (f" (resumed after {summary.resumed_from_epoch})" if summary.resumed_from_epoch else ""),
+        ),
+        ("global batch", f"{summary.global_batch_size} images per step"),
+        ("parameters", f"{summary.parameters:,}"),
+        ("weights", f"{weights} (the weights output of this task; Flyte uploads it with the outputs)"),
+    ]
+    return _table("Test accuracy per epoch", ("epoch", "test accuracy", "mean training loss"), epochs) + _table(
+        "The run", ("", ""), facts
+    )
+
+
 def _show_first(deck: Deck) -> None:
     """Make `deck` the tab a Deck opens on: flytekit opens the first Deck of the task's context."""
     decks = flytekit.current_context().decks
@@ -282,9 +326,6 @@ def train_mnist(
 
     # Every rank computes the same result, but only rank 0's return value is kept: only rank 0 writes files/Decks.
     path = os.path.join(ctx.working_directory, "mnist_cnn.pt")
-    if rank == 0:
-        torch.save(result.state_dict, path)
-        _show_first(Deck("Training", _plot_html(result.loss_curve, result.accuracies, result.steps_per_epoch)))
     test_examples = test_limit or 10_000
     summary = TrainingSummary(
         final_accuracy=result.accuracies[-1],
@@ -298,6 +339,10 @@ def train_mnist(
         global_batch_size=batch_size,
         test_examples=min(test_examples, 10_000),
     )
+    if rank == 0:
+        torch.save(result.state_dict, path)
+        chart = _plot_html(result.loss_curve, result.accuracies, result.steps_per_epoch)
+        _show_first(Deck("Training", chart + _facts_html(summary, result.accuracies, result.epoch_losses, path)))
     return TrainingOutputs(result.accuracies, FlyteFile(path), summary)
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from examples.mnist import tracking
+from tests.mnist_data import require_mnist
 from tests.sdk.guarded_run import run_guarded
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,34 +133,47 @@ def trackers_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(target)
 
 
-@pytest.fixture(scope="module")
-def tracked_run(trackers_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One training run with both trackers, the key as a Flyte secret; what it printed and where it wrote."""
-    data_dir = os.environ.get("MNIST_DATA_DIR") or str(ROOT.parent / "shared" / "data" / "mnist")
-    if not (Path(data_dir) / "train-images-idx3-ubyte.gz").is_file():
-        pytest.skip(f"MNIST data not found at {data_dir} (set MNIST_DATA_DIR)")
-    if trackers_path:
-        sys.path.insert(0, trackers_path)  # the readers below import wandb's protocol and TensorBoard
-    work = tmp_path_factory.mktemp("tracked")
+def _tracking_env(trackers_path: str, home: Path, wandb_dir: Path | None, **extra: str) -> dict[str, str]:
+    """The caller's environment without any W&B, Flyte secret, MNIST or launcher setting, plus the trackers on
+    PYTHONPATH, a fresh HOME (nothing may land in the real one: a netrc with a key, settings), W&B's folders under
+    `wandb_dir` (when given), and `extra`."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("FLYTE_PYTORCH_", "WANDB_", "_FSEC_", "MNIST_")) and k != "PYTHONPATH"
     }
-    env.update(
-        {
-            "PYTHONPATH": os.pathsep.join(p for p in (trackers_path, str(ROOT)) if p),
-            "MNIST_DATA_DIR": data_dir,
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (trackers_path, str(ROOT)) if p)
+    env["HOME"] = str(home)
+    if wandb_dir is not None:
+        env.update(
+            {
+                "WANDB_DIR": str(wandb_dir),
+                "WANDB_CONFIG_DIR": str(wandb_dir / "wandb-config"),
+                "WANDB_CACHE_DIR": str(wandb_dir / "wandb-cache"),
+                "WANDB_DATA_DIR": str(wandb_dir / "wandb-data"),
+            }
+        )
+    return {**env, **extra}
+
+
+@pytest.fixture(scope="module")
+def tracked_run(trackers_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One training run with both trackers, the key as a Flyte secret; what it printed and where it wrote."""
+    data_dir = str(require_mnist())
+    if trackers_path:
+        sys.path.insert(0, trackers_path)  # the readers below import wandb's protocol and TensorBoard
+    work = tmp_path_factory.mktemp("tracked")
+    env = _tracking_env(
+        trackers_path,
+        work / "home",
+        work,
+        MNIST_DATA_DIR=data_dir,
+        WANDB_MODE="offline",
+        **{
             tracking.TRACKING_ENV: "wandb,tensorboard",
             tracking.TENSORBOARD_DIR_ENV: str(work / "tensorboard"),
             SECRET_ENV: FAKE_KEY,  # the only source of the key: WANDB_API_KEY is not set
-            "WANDB_MODE": "offline",
-            "WANDB_DIR": str(work),
-            "WANDB_CONFIG_DIR": str(work / "wandb-config"),
-            "WANDB_CACHE_DIR": str(work / "wandb-cache"),
-            "WANDB_DATA_DIR": str(work / "wandb-data"),
-            "HOME": str(work / "home"),  # nothing may land in the real home (a netrc with the key, settings)
-        }
+        },
     )
     (work / "home").mkdir()
     pyflyte = str(Path(sys.executable).with_name("pyflyte"))
@@ -250,3 +264,80 @@ def test_the_deck_opens_on_training_with_steps_on_the_axis(tracked_run: dict) ->
     texts = [t.text for t in svg.iter(f"{SVG}text")]
     assert "step" in texts and "step (end of each epoch)" in texts
     assert texts.count("0") == 2 and texts.count(str(STEPS_PER_EPOCH * EPOCHS)) == 2  # both x axes: 0 .. 14 steps
+
+
+#: Rank 0's tracking, without the training: W&B gets one loss and closes; prints where the offline run went.
+_TRACK_ONLY = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+from examples.mnist import tracking
+on_log, close = tracking.make_logger("mnist", {"batch_size": 192}, sys.argv[1])
+on_log(1, {"loss": 2.5})
+on_log(2, {"loss": 1.25})
+close()
+"""
+
+
+def _track_only(work: Path, trackers_path: str, mode: str) -> tuple[str, list[Path]]:
+    """Run :data:`_TRACK_ONLY` with W&B on and no key anywhere; return its output and the offline runs it wrote."""
+    env = _tracking_env(trackers_path, work / "home", work, **{tracking.TRACKING_ENV: "wandb"})
+    if mode:
+        env["WANDB_MODE"] = mode
+    (work / "home").mkdir(parents=True)
+    result = run_guarded(
+        [sys.executable, "-c", _TRACK_ONLY, str(work / "tb")], max_procs=8, timeout_s=180, cwd=str(work), env=env
+    )
+    assert result.killed_for == "" and result.returncode == 0, result.output[-4000:]
+    assert result.leftover == [], f"processes left running: {result.leftover}"
+    return result.output, sorted((work / "wandb").glob("offline-run-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_wandb_offline_needs_no_key(trackers_path: str, tmp_path: Path) -> None:
+    """WANDB_MODE=offline without any key: W&B runs offline and its run file holds what was logged. Without
+    WANDB_MODE and without a key, W&B is skipped with a line that names the offline way."""
+    if trackers_path:
+        sys.path.insert(0, trackers_path)
+    output, runs = _track_only(tmp_path / "offline", trackers_path, "offline")
+    assert "no secret" not in output, output[-3000:]
+    (run_dir,) = runs
+    (run_file,) = run_dir.glob("run-*.wandb")
+    assert wandb_history(wandb_records(run_file))["loss"] == {1: 2.5, 2: 1.25}
+
+    output, runs = _track_only(tmp_path / "online", trackers_path, "")
+    assert runs == [] and not (tmp_path / "online" / "wandb").exists()
+    assert "no secret wandb/api_key and no WANDB_API_KEY; skipping (WANDB_MODE=offline needs no key)" in output
+
+
+def _quickstart_commands() -> list[str]:
+    """The lines of docs/quickstart.md's W&B offline block."""
+    page = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    m = re.search(r"<!-- command:wandb-offline -->\s*```bash\n(.*?)```", page, re.S)
+    assert m, "docs/quickstart.md has no W&B offline block"
+    return [line for line in m.group(1).splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BOUND_S + 660)
+def test_the_quickstart_wandb_offline_commands(trackers_path: str, tmp_path: Path) -> None:
+    """The quickstart's commands as written, from a directory laid out as the repository root, with no key anywhere:
+    the install line is the tracking extra (here the fixture's folder stands in for it), the run line trains with W&B
+    offline, and the folder the sync line names is the run it wrote, holding the logged loss."""
+    install, run, sync = _quickstart_commands()
+    assert install == "pip install -c constraints.txt -e '.[tracking]'"
+    assert sync.startswith("wandb sync ")
+    if trackers_path:
+        sys.path.insert(0, trackers_path)
+    (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    (tmp_path / "home").mkdir()
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = _tracking_env(trackers_path, tmp_path / "home", None, PATH=path, MNIST_DATA_DIR=str(require_mnist()))
+    result = run_guarded(["bash", "-c", run], max_procs=MAX_PROCS, timeout_s=BOUND_S, cwd=str(tmp_path), env=env)
+    assert result.killed_for == "" and result.returncode == 0, result.output[-4000:]
+    assert result.leftover == [], f"processes left running: {result.leftover}"
+    assert "no secret" not in result.output
+    (run_dir,) = sorted(tmp_path.glob(sync.split()[-1]))
+    (run_file,) = run_dir.glob("run-*.wandb")
+    losses = wandb_history(wandb_records(run_file))["loss"]
+    assert losses and set(losses) <= set(_printed_losses(result.output))

@@ -170,3 +170,26 @@ def test_three_ranks_learn_what_one_rank_learns(mnist_dir: Path, tmp_path: Path,
     assert abs(multi["accuracies"][0] - single.accuracies[0]) <= 0.4  # at most 2 of 500 test images differ
     for key, value in single.state_dict.items():
         torch.testing.assert_close(multi["state"][key], value, rtol=1e-3, atol=1e-4, msg=key)
+
+
+def test_the_default_run_draws_a_loss_curve() -> None:
+    """One epoch of the full training set at the defaults: 313 steps, a curve point every 10 (32 points), where the
+    printed lines (every 100 steps) would give 4."""
+    config = TrainConfig()
+    steps = -(-60_000 // config.batch_size)
+    every = min(config.curve_interval, config.log_interval)
+    points = len({s for s in range(1, steps + 1) if s % every == 0 or s % config.log_interval == 0 or s == steps})
+    assert points >= 30
+
+
+@pytest.mark.slow  # trains on 1200 real MNIST images
+def test_the_loss_curve_has_a_point_every_curve_interval(mnist_dir: Path, monkeypatch) -> None:
+    """Points every ``curve_interval`` steps plus every printed step; each is the mean loss since the previous point,
+    so, weighted by the steps each covers, they average to the epoch's mean loss."""
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    result = train(TrainConfig(epochs=1, data_dir=str(mnist_dir), **{**SLICE, "log_interval": 4}, curve_interval=3))
+    steps = [int(s) for s, _ in result.loss_curve]
+    assert steps == [3, 4, 6, 8, 9, 12]  # 12 steps: every 3rd, the printed 4th and 8th, the last
+    covered = [b - a for a, b in zip([0, *steps], steps, strict=False)]
+    weighted = sum(n * loss for n, (_, loss) in zip(covered, result.loss_curve, strict=True)) / steps[-1]
+    assert weighted == pytest.approx(result.epoch_losses[0], rel=1e-9)

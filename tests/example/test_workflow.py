@@ -14,7 +14,14 @@ import torch
 from flytekit.deck import DeckField
 
 from examples.mnist.model import Net
-from examples.mnist.workflow import _plot_html, evaluate_mnist, mnist_workflow, train_mnist
+from examples.mnist.workflow import (
+    TrainingSummary,
+    _facts_html,
+    _plot_html,
+    evaluate_mnist,
+    mnist_workflow,
+    train_mnist,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -102,6 +109,26 @@ def test_deck_draws_both_curves_as_inline_svg() -> None:
     assert loss_x[-1] == pytest.approx(accuracy_x[-1])  # each panel is drawn in its own translated group
     assert loss_x[3] == pytest.approx(accuracy_x[0])  # step 7: the end of epoch 1
     assert titles.count("0") == 2 and titles.count("14") == 2
+
+
+def test_deck_shows_the_accuracy_per_epoch_and_the_run_as_tables() -> None:
+    summary = TrainingSummary(
+        final_accuracy=98.91, epochs=2, resumed_from_epoch=1, world_size=3, backend="gloo", device="cpu",
+        train_seconds=61.234, parameters=23_530, global_batch_size=192, test_examples=10_000,
+    )  # fmt: skip
+    root = ET.fromstring(f"<div>{_facts_html(summary, [97.5, 98.91], [0.61, 0.52], '/tmp/w<1>&/mnist_cnn.pt')}</div>")
+    per_epoch, run = root.findall("table")
+    assert [[td.text for td in tr.findall("td")] for tr in per_epoch.iter("tr") if tr.findall("td")] == [
+        ["1", "97.50%", "0.6100"],
+        ["2", "98.91%", "0.5200"],
+    ]
+    facts = {tr.findall("td")[0].text: tr.findall("td")[1].text for tr in run.iter("tr") if tr.findall("td")}
+    assert facts["ranks"] == "3: a master and 2 workers" and facts["world size"] == "3"
+    assert facts["wall time of training"].startswith("61.2 s")
+    assert facts["final test accuracy"] == "98.91% on 10,000 images"
+    assert facts["weights"].startswith("/tmp/w<1>&/mnist_cnn.pt ")  # escaped in the HTML, itself once parsed
+    assert facts["epochs"] == "2 (resumed after 1)"
+    assert "TrainingSummary(" not in ET.tostring(root, encoding="unicode")
 
 
 @pytest.mark.parametrize(
