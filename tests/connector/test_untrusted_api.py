@@ -327,7 +327,8 @@ def test_a_watch_answered_with_a_list_relists_with_backoff(propeller, tmp_path) 
     meta = p.create(tmp_path)
     server.set_job_status(NS, name_of(meta), RUNNING)
     settle(p, meta)
-    listing = json.dumps({"kind": "PyTorchJobList", "apiVersion": "kubeflow.org/v1", "metadata": {"resourceVersion": "1"},
+    listing = json.dumps({"kind": "PyTorchJobList", "apiVersion": "kubeflow.org/v1",
+                          "metadata": {"resourceVersion": "1"},
                           "items": [server.get_job(NS, name_of(meta))]}).encode()  # fmt: skip
     server.answer_raw(200, listing, times=None, verb="watch")
     server.reset_log()
@@ -366,7 +367,7 @@ def test_a_server_clock_behind_ours_is_no_verdict(propeller, tmp_path) -> None:
     assert late.name == "FAILED" and "operator_pickup_timeout_s=300" in late.message, late
 
 
-# ---------------------------------------------------------------------------------------------- an API client like client-go
+# ------------------------------------------------------------------------------- an API client like client-go
 
 
 def test_retry_after_is_waited_out_within_the_budget(propeller, tmp_path) -> None:
