@@ -330,6 +330,7 @@ class JobConnector(AsyncConnectorBase):
     def _list(self, what: str, namespace: str, name: str, target: JobTarget, deadline: Deadline) -> list[dict]:
         """The core/v1 pods or events of one job (`what`: "pods" or "events"), by the target's selector."""
         api = self.api()
+        list_call: Callable[..., Any]
         if what == "pods":
             list_call, selector = api.core.list_namespaced_pod, {"label_selector": target.pod_selector(name)}
         else:

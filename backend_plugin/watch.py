@@ -310,7 +310,11 @@ class _NamespaceInformer:
 
         settings = self.cache.settings
         stop = self.cache._stopping
-        backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s, sleep=stop.wait)
+
+        def pause(seconds: float) -> None:
+            stop.wait(seconds)  # a stop ends the wait at once
+
+        backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s, sleep=pause)
         need_list = True
         failures = 0
         try:
