@@ -448,3 +448,40 @@ def test_an_idle_namespace_stops_its_thread_and_watch_and_starts_again(propeller
     assert not any(t.name.startswith("job-watch-") and t.is_alive() for t in threading.enumerate())
     settle(p, meta)  # the next poll lists and watches again
     assert cache.namespaces() == [NS]
+
+
+# ---------------------------------------------------------------------------------------------- what held, holds
+
+
+def test_without_list_and_watch_every_poll_is_one_get(propeller, tmp_path) -> None:
+    server, _, make = propeller
+    server.forbid("list", "pytorchjobs")
+    server.forbid("watch", "pytorchjobs")
+    p = make()
+    meta = p.create(tmp_path)
+    server.set_job_status(NS, name_of(meta), RUNNING)
+    server.reset_log()
+    for _ in range(5):
+        assert p.get(meta).name == "RUNNING"
+    assert len(server.calls(verb="get", resource="pytorchjobs")) == 5
+    server.set_job_status(NS, name_of(meta), FAILED)
+    assert failed(p.get(meta))
+
+
+@pytest.mark.parametrize("fault", ["410 and a slow relist", "dropped watch refused"])
+def test_a_broken_watch_is_seen_within_five_seconds(propeller, tmp_path, fault) -> None:
+    server, _, make = propeller
+    p = make()
+    meta = p.create(tmp_path)
+    server.set_job_status(NS, name_of(meta), RUNNING)
+    settle(p, meta)
+    if fault == "410 and a slow relist":
+        server.delay(8.0, times=None, verb="list", resource="pytorchjobs", before=True)
+        server.expire_watches()
+    else:
+        server.fail(503, times=None, verb="watch")
+        server.drop_watches()
+    server.set_job_status(NS, name_of(meta), FAILED)
+    seen = poll_until(p, meta, failed, timeout=15.0)
+    assert seen[-1][0] <= 5.0 + 2.0, [(round(t, 1), a.name) for t, a in seen]
+    server.clear_faults()
