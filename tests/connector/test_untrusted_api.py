@@ -22,7 +22,7 @@ from flytekit.extend.backend.connector_service import AsyncConnectorService
 
 from backend_plugin.config import BackendConfig
 from backend_plugin.connector import JobMetadata, ServedJobConnector
-from tests.connector.helpers import execution_metadata, load_template
+from tests.connector.helpers import GrpcContext, execution_metadata, load_template
 from tests.fakeapi.objects import condition
 from tests.fakeapi.server import FakeKubeApi
 
@@ -38,20 +38,6 @@ FAILED = {
 }
 MANAGED_BY = "app.kubernetes.io/managed-by"
 FAST = {"api_backoff_initial_s": 0.05, "api_backoff_max_s": 0.2}
-
-
-class GrpcContext:
-    """What flytekit's service writes into a gRPC context."""
-
-    def __init__(self) -> None:
-        self.code: Any = None
-        self.details = ""
-
-    def set_code(self, code: Any) -> None:
-        self.code = code
-
-    def set_details(self, details: str) -> None:
-        self.details = details
 
 
 @dataclass
