@@ -437,6 +437,7 @@ class _NamespaceInformer:
                 if self.cache._stopping.is_set():
                     return lines
                 lines += 1
+                self.silent_watches = 0  # it speaks: an earlier silence no longer counts
                 self._apply(event)
                 if self.idle(time.monotonic()):
                     return lines
