@@ -79,6 +79,10 @@ DROPPED_SPEC_KEYS = frozenset(
 _TOMBSTONES = 10_000
 """Deleted jobs remembered per namespace, so that a late GET does not put a job the watch saw deleted back."""
 
+MIN_HEALTHY_WATCH_S = 0.5
+"""A watch that ends sooner than this (each asks for at least 1 s) is not healthy, whatever it delivered: the next one
+waits the backoff, so a proxy that answers every watch with one line and closes it causes no hot loop."""
+
 WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 """The event types an API server writes on a watch; any other line means the watch is broken."""
 
@@ -328,10 +332,11 @@ class _NamespaceInformer:
                     if need_list:
                         self._list()
                         need_list = False
+                    opened = time.monotonic()
                     lines = self._watch()
-                    if lines > 0:
+                    if lines > 0 and time.monotonic() - opened >= MIN_HEALTHY_WATCH_S:
                         failures, self.silent_watches = 0, 0
-                    else:  # ended at once, or by its timeout, without one line: not a healthy watch
+                    elif not stop.is_set():  # ended without a line, or at once: not a healthy watch, back off
                         failures += 1
                 except _Expired as e:
                     logger.info("watch of %s in %s expired (%s); listing again", self.cache.plural, self.namespace, e)
