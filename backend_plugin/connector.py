@@ -4,11 +4,11 @@ The connector only talks to the API; everything else is pure and lives elsewhere
 `template.read_template` (read once per create), the execution from `execution.execution_metadata` (shared with
 `pytorchjob render`), the job kind from `targets` (`BackendConfig.target`; `auto` asks the API server once), and
 from that kind's `JobTarget` the job (`write`), which reads its status needs (`reads`), the phase (`status`) and
-log links (`links`); errors from `errors.classify`, retries from `retry.retry`. It never names or compares a kind:
-messages take the kind's name from the target. Importing this module registers the
-connector for task type "pytorch" versions 0 and 1 with flytekit's `ConnectorRegistry`; it loads neither the
-kubernetes client nor any kube config (the API client is built on first use by a replaceable factory, see
-`set_api_client_factory`).
+log links (`links`). The API client, each request as a value and the deadline-bounded retry live in `api`; inputs.pb,
+error documents and outputs.pb in `blobs`; the watch cache in `watch`. It never names or compares a kind: messages
+take the kind's name from the target. Importing this module registers the connector for task type "pytorch" versions
+0 and 1 with flytekit's `ConnectorRegistry`; it loads neither the kubernetes client nor any kube config (the API
+client is built on first use by a replaceable factory, see `api.set_api_client_factory`).
 
 Serve it with `pyflyte serve connector --modules backend_plugin.connector`.
 
@@ -16,11 +16,12 @@ Failure handling:
 - each create, get and delete has one deadline (`api_create_budget_s`, `api_get_budget_s`, `api_delete_budget_s`,
   sized to propeller's CreateTask/GetTask/DeleteTask timeouts) covering every API call inside it: 429/5xx,
   timeouts and malformed answers are retried with exponential backoff and full jitter while an attempt still fits,
-  each attempt's connect and read timeouts are cut to what is left, and the kubernetes client's own (urllib3)
-  retries are off, so this loop is the only one;
+  a `Retry-After` is waited out when it fits, each attempt may read for all the budget has left, and the
+  kubernetes client's own (urllib3) retries are off, so this loop is the only one (see `api`);
 - errors never carry a response body: they are raised `from None` with the status, the reason and our message;
 - a create that got no answer is followed by a GET before it is retried, so a slow API server never gets two jobs;
-- AlreadyExists adopts the existing job when its spec is the one we would create, and is a `Conflict` otherwise;
+- AlreadyExists adopts the existing job when its spec is the one we would create, and is a `Conflict` otherwise
+  (`JobConnector.adopt_existing`, the one place that decides);
 - `get` only reports what it read: API trouble is an exception (Flyte polls again), never an invented phase;
 - a failed job's phase (retryable or not) and message come from the task's own error document, read from the
   output prefix kept in the resource meta (`status.failed_job_status`); a read failure never hides the phase;
@@ -30,6 +31,11 @@ Failure handling:
   permanent FAILED (an exception from `create` would be retried by propeller as if it could heal);
 - an answer that is not the JSON asked for is an error naming the job (the next poll heals); malformed pods or events
   only make the explanation poorer: the job's own conditions still decide the phase;
+- a job is ours by its uid: the watch cache answers only for the uid the task created; "deleted" is reported only
+  once a GET confirms it (404, or a job of another uid, which is reported as a replacement), never from a watch's
+  DELETED alone (a label change or a lagging watch sends one for a job that still exists);
+- ages (the pickup and start timeouts) are measured on the API server's clock, learnt from its `Date` header
+  (`api.ServerClock`), never by comparing ours with it;
 - a job deleted behind Flyte's back is reported RETRYABLE_FAILED with that reason (as propeller reports a deleted
   pod), unless the task already wrote its outputs or an error document; `delete` of a missing job is success.
 """
@@ -47,13 +53,27 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional
 
 from flyteidl.core.execution_pb2 import TaskExecution
 from flytekit.extend.backend.base_connector import AsyncConnectorBase, ConnectorRegistry, Resource, ResourceMeta
 from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
+from backend_plugin import api as api_module
+from backend_plugin import blobs
+from backend_plugin.api import (
+    PAGE,
+    Api,
+    ApiClientFactory,
+    Request,
+    ServerClock,
+    default_api_client,
+    set_api_client_factory,
+    shape,
+    with_pool_size,
+    without_client_retries,
+)
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import (
     Conflict,
@@ -63,113 +83,34 @@ from backend_plugin.errors import (
     Rejected,
     TemplateError,
     Unavailable,
-    classify,
 )
 from backend_plugin.execution import ExecutionMetadata, execution_metadata, identity_of
 from backend_plugin.retry import Backoff, Deadline, retry
 from backend_plugin.status import failed_job_status
 from backend_plugin.targets import DEFAULT, KINDS, JobTarget, Observed, target_for_config, target_for_kind
-from backend_plugin.task_errors import MAX_ERROR_FILES, ErrorReport, is_error_file, report_of
+from backend_plugin.task_errors import ErrorReport
 from backend_plugin.template import read_template, template_to_dict
-from backend_plugin.watch import JobWatchCache
+from backend_plugin.watch import JobWatchCache, WatchSettings
 from pytorch_contract.template_keys import CONFIG_PREFIX, TASK_TYPE
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "JobConnector",
+    "JobMetadata",
+    "ServedJobConnector",
+    "default_api_client",
+    "set_api_client_factory",
+    "spec_differences",
+    "with_pool_size",
+    "without_client_retries",
+]
 
-T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 """The label (from `BackendConfig.default_labels`) the watch cache selects our jobs by."""
 
-POD_PAGE = 500
-"""`limit` of each page of a pod or event list (client-go's pager uses 500): a 1,000-worker job's 1,001 pods come in
-three bounded answers rather than one of 2 MB."""
-
-MIN_ATTEMPT_S = 0.2
-"""The least time left in an operation's budget for a retry to be worth starting (a first attempt needs 10 ms)."""
-
-ApiClientFactory = Callable[[], Any]
-
-
-def default_api_client() -> Any:
-    """A kubernetes `ApiClient` from the in-cluster service account, else from the local kubeconfig.
-
-    Returns:
-        A new `kubernetes.client.ApiClient`.
-
-    Raises:
-        kubernetes.config.ConfigException: neither in-cluster config nor a kubeconfig is available.
-    """
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        config.load_kube_config(client_configuration=configuration)
-    configuration.retries = False  # our retry loop is the only one (see `without_client_retries`)
-    return client.ApiClient(configuration)
-
-
-def without_client_retries(api_client: Any) -> Any:
-    """Turn the kubernetes client's own retries off: urllib3's (3 by default, each waiting out a full read timeout)
-    and the client-go-style read retries. The connector's loop is then the only one, inside the operation's deadline.
-
-    Args:
-        api_client: a `kubernetes.client.ApiClient` (from any factory).
-
-    Returns:
-        The same client; its REST client is rebuilt when its configuration still allowed retries.
-    """
-    from kubernetes.client import rest
-
-    configuration = api_client.configuration
-    if configuration.retries is not False or getattr(configuration, "client_go_retries", False):
-        configuration.retries = False
-        configuration.client_go_retries = False
-        old = api_client.rest_client
-        api_client.rest_client = rest.RESTClientObject(configuration)
-        old.pool_manager.clear()
-    return api_client
-
-
-def with_pool_size(api_client: Any, size: int) -> Any:
-    """Let the client keep `size` connections open, so that every thread of the get pool (and each watch) has one.
-
-    urllib3 keeps 4 per host by default (`Configuration.connection_pool_maxsize`); more concurrent requests open
-    connections that are closed after use, a TCP (and TLS) handshake per request.
-
-    Args:
-        api_client: a `kubernetes.client.ApiClient`.
-        size: the least number of pooled connections.
-
-    Returns:
-        The same client; its REST client is rebuilt when its pool was smaller.
-    """
-    from kubernetes.client import rest
-
-    configuration = api_client.configuration
-    if (configuration.connection_pool_maxsize or 0) < size:
-        configuration.connection_pool_maxsize = size
-        old = api_client.rest_client
-        api_client.rest_client = rest.RESTClientObject(configuration)
-        old.pool_manager.clear()
-    return api_client
-
-
-_factory: ApiClientFactory = default_api_client
-
-
-def set_api_client_factory(factory: Optional[ApiClientFactory]) -> None:
-    """Replace the function that builds the kubernetes `ApiClient` (tests point it at a fake API server).
-
-    Connectors built without their own factory pick the new one up on their next call.
-
-    Args:
-        factory: a zero-argument callable returning an ApiClient; None restores `default_api_client`.
-    """
-    global _factory
-    _factory = factory or default_api_client
+POD_PAGE = PAGE
+"""`limit` of each page of a pod or event list (`api.PAGE`, client-go's pager size)."""
 
 
 @dataclass
@@ -253,7 +194,7 @@ class JobConnector(AsyncConnectorBase):
         task_type_version: 1 for templates from this SDK and flytekit's kfpytorch plugin, 0 for legacy ones.
         config: backend config; `load_config()` on first use when None.
         api_client_factory: builds the kubernetes ApiClient on first use; the module-level factory when None.
-        clock: returns the current time (tests freeze it).
+        clock: returns the current time (tests freeze it); ages are shifted onto the API server's clock.
         sleep: sleeps between retries (tests make it instant).
     """
 
@@ -272,10 +213,11 @@ class JobConnector(AsyncConnectorBase):
         self._factory = api_client_factory
         self._clock = clock or (lambda: datetime.datetime.now(datetime.timezone.utc))
         self._sleep = sleep or time.sleep
-        self._client: Optional[tuple[ApiClientFactory, Any]] = None
+        self._client: Optional[tuple[ApiClientFactory, Api]] = None
         self._lock = threading.Lock()
         self._auto_target: Optional[JobTarget] = None
         self._caches: dict[str, Optional[JobWatchCache]] = {}
+        self.server_clock = ServerClock()
 
     # ------------------------------------------------------------------ lazy dependencies
     @property
@@ -285,21 +227,32 @@ class JobConnector(AsyncConnectorBase):
             self._config = load_config()  # checked when built
         return self._config
 
-    def _apis(self) -> tuple[Any, Any]:
-        """(CustomObjectsApi, CoreV1Api) over the current factory's ApiClient, built once per factory.
+    def api(self) -> Api:
+        """The `Api` over the current factory's ApiClient, built once per factory.
 
-        Each operation asks for them before its deadline starts: the first time, the kubernetes client imports its
-        API modules (seconds on a busy machine), a one-time cost that is not the API's time."""
-        factory = self._factory or _factory
+        Each operation asks for it before its deadline starts: the first time, the kubernetes client imports its
+        API modules (seconds on a busy machine), a one-time cost that is not the API's time.
+
+        Returns:
+            The `Api`.
+        """
+        factory = self._factory or api_module.current_factory()
         with self._lock:
             if self._client is None or self._client[0] is not factory:
-                from kubernetes import client
-
-                api_client = with_pool_size(without_client_retries(factory()), self.config.get_threads + 4)
-                self._client = (factory, (client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)))
+                config = self.config
+                api_client = with_pool_size(without_client_retries(factory()), config.get_threads + 4)
+                backoff = Backoff(config.api_backoff_initial_s, config.api_backoff_max_s, sleep=self._sleep)
+                self._client = (factory, Api(api_client, backoff, config.api_connect_timeout_s, self.server_clock))
                 self._stop_caches()  # built over the previous factory's client
-            apis: tuple[Any, Any] = self._client[1]
-        return apis
+            return self._client[1]
+
+    def now(self) -> datetime.datetime:
+        """The current time on the API server's clock (ours, shifted by what its `Date` headers said).
+
+        Returns:
+            A timezone-aware time.
+        """
+        return self.server_clock.now(self._clock())
 
     # ------------------------------------------------------------------ the watch cache
     def cache(self, target: JobTarget) -> Optional[JobWatchCache]:
@@ -315,7 +268,7 @@ class JobConnector(AsyncConnectorBase):
         key = _resource_of(target)
         if key in self._caches:
             return self._caches[key]
-        self._apis()
+        self.api()
         with self._lock:
             if key not in self._caches:
                 self._caches[key] = self._new_cache(target)
@@ -333,9 +286,10 @@ class JobConnector(AsyncConnectorBase):
             )
             return None
         assert self._client is not None
-        api_client = self._client[1][0].api_client
+        settings = WatchSettings(silence_s=config.watch_silence_s, idle_s=config.watch_idle_s)
         selector = f"{MANAGED_BY_LABEL}={managed_by}"
-        return JobWatchCache(api_client, target.group, target.version, target.plural, selector)
+        return JobWatchCache(self._client[1].api_client, target.group, target.version, target.plural, selector,
+                             settings, server_clock=self.server_clock)  # fmt: skip
 
     def _stop_caches(self) -> None:
         caches, self._caches = list(self._caches.values()), {}
@@ -355,7 +309,7 @@ class JobConnector(AsyncConnectorBase):
         with self._lock:
             self._stop_caches()
 
-    # ------------------------------------------------------------------ API calls with retries
+    # ------------------------------------------------------------------ API calls
     def deadline(self, operation: str) -> Deadline:
         """A new deadline for one operation, from its budget (`api_<operation>_budget_s`).
 
@@ -368,109 +322,21 @@ class JobConnector(AsyncConnectorBase):
         name = f"api_{operation}_budget_s"
         return Deadline(float(getattr(self.config, name)), name)
 
-    def _backoff(self) -> Backoff:
-        config = self.config
-        return Backoff(config.api_backoff_initial_s, config.api_backoff_max_s, sleep=self._sleep)
-
-    def _timeout(self, deadline: Deadline) -> tuple[float, float]:
-        """(connect, read) timeouts of one attempt: the configured ones, cut to what is left of the deadline."""
-        left = round(max(0.001, deadline.remaining()), 3)
-        return min(float(self.config.api_connect_timeout_s), left), min(float(self.config.api_timeout_s), left)
-
-    def _call(
-        self,
-        fn: Callable[[tuple[float, float]], T],
-        verb: str,
-        subject: str,
-        namespace: str,
-        k8s_verb: str,
-        resource: str,
-        group: str,
-        deadline: Deadline,
-        retry_transient: bool = True,
-        secrets: tuple[str, ...] = (),
-    ) -> T:
-        """Run one API call (given its timeouts) within `deadline`: retry transient failures with backoff while an
-        attempt still fits, raise classified errors without the client's exception (its text carries the body)."""
-        if deadline.remaining() < 0.01:
-            raise Unavailable(
-                verb,
-                subject,
-                f"no time left for the API call ({deadline.elapsed():.1f}s of {deadline.describe()} spent)",
-            )
-
-        def attempt() -> T:
-            try:
-                return fn(self._timeout(deadline))
-            except Exception as e:  # noqa: BLE001 - classified below
-                if not _is_api_failure(e):
-                    raise
-                error = classify(e, verb, subject, namespace, k8s_verb, resource, group, secrets)
-            raise error from None  # outside the handler: no __context__ either
-
-        def gave_up(error: Exception, attempts: int, elapsed: float) -> Exception:
-            assert isinstance(error, KubeApiError)
-            return Unavailable(verb, subject, _gave_up(error.reason, attempts, elapsed, deadline), error.status)
-
-        return retry(
-            attempt,
-            lambda e: retry_transient and isinstance(e, KubeApiError) and e.retryable,
-            self._backoff(),
-            deadline,
-            gave_up,
-            lambda e, n, delay: logger.info("%s (attempt %d); retrying in %.2fs", e, n, delay),
-            min_attempt_s=MIN_ATTEMPT_S,
-        )
-
     def _read_job(self, namespace: str, name: str, target: JobTarget, deadline: Deadline, verb: str = "get") -> dict:
-        custom, _ = self._apis()
-        subject = f"{target.kind} {namespace}/{name}"
-
-        def read(timeout: tuple[float, float]) -> dict:
-            response = custom.get_namespaced_custom_object(
-                target.group, target.version, namespace, target.plural, name, _request_timeout=timeout,
-                _preload_content=False,
-            )  # fmt: skip
-            job = _decode(response, verb, subject, f"a {target.kind} object")
-            if not isinstance(job, dict) or not isinstance(job.get("metadata") or {}, dict):
-                raise MalformedAnswer(verb, subject, f"the API answered with {_shape(job)}, not a {target.kind} object")
-            return job
-
-        return self._call(read, verb, subject, namespace, "get", target.plural, target.group, deadline)
+        request = Request(verb, f"{target.kind} {namespace}/{name}", namespace, "get", target.plural, target.group)
+        return self.api().read_object(request, target.group, target.version, target.plural, name,
+                                      f"a {target.kind} object", deadline)  # fmt: skip
 
     def _list(self, what: str, namespace: str, name: str, target: JobTarget, deadline: Deadline) -> list[dict]:
-        """The core/v1 pods or events of one job (`what`: "pods" or "events"), by the target's selector.
-
-        Items that are not objects are dropped; an answer that is not a list is a `MalformedAnswer`."""
-        _, core = self._apis()
+        """The core/v1 pods or events of one job (`what`: "pods" or "events"), by the target's selector."""
+        api = self.api()
+        list_call: Callable[..., Any]
         if what == "pods":
-            list_call, selector = core.list_namespaced_pod, {"label_selector": target.pod_selector(name)}
+            list_call, selector = api.core.list_namespaced_pod, {"label_selector": target.pod_selector(name)}
         else:
-            list_call, selector = core.list_namespaced_event, {"field_selector": target.events_selector(name)}
-        verb, subject = f"list {what} of", f"{target.kind} {namespace}/{name}"
-        token = ""
-
-        def read(timeout: tuple[float, float]) -> tuple[list[dict], str]:
-            page = {"limit": POD_PAGE, **({"_continue": token} if token else {})}
-            response = list_call(namespace, **selector, **page, _request_timeout=timeout, _preload_content=False)
-            answer = _decode(response, verb, subject, f"a {what} list")
-            if not isinstance(answer, dict):
-                raise MalformedAnswer(verb, subject, f"the API answered with {_shape(answer)}, not a {what} list")
-            meta = answer.get("metadata")
-            following = str(meta.get("continue") or "") if isinstance(meta, dict) else ""
-            items = answer.get("items")
-            if items is None:
-                return [], following  # a list without items (`null` or left out) is an empty list
-            if not isinstance(items, list):
-                raise MalformedAnswer(verb, subject, f"the API answered with {_shape(answer)}, not a {what} list")
-            return [item for item in items if isinstance(item, dict)], following
-
-        out: list[dict] = []
-        while True:  # every page inside the same deadline; an expired token (410) is an error like any other
-            items, token = self._call(read, verb, subject, namespace, "list", what, "", deadline)
-            out.extend(items)
-            if not token:
-                return out
+            list_call, selector = api.core.list_namespaced_event, {"field_selector": target.events_selector(name)}
+        request = Request(f"list {what} of", f"{target.kind} {namespace}/{name}", namespace, "list", what, "")
+        return api.list_pages(request, list_call, selector, what, deadline)
 
     # ------------------------------------------------------------------ target
     def target(self, deadline: Optional[Deadline] = None) -> JobTarget:
@@ -496,29 +362,23 @@ class JobConnector(AsyncConnectorBase):
 
     def _discover_target(self, deadline: Deadline) -> JobTarget:
         """Ask the API server which CRD it serves (`GET /apis/<group>/<version>`), in registry order."""
-        custom, _ = self._apis()
+        api = self.api()
+        for t in KINDS:
+            request = Request("discover", f"API group {t.api_version}", "", "get", t.plural, t.group)
 
-        def resources_of(t: JobTarget) -> Callable[[tuple[float, float]], Any]:
-            def read(timeout: tuple[float, float]) -> Any:
-                response = custom.get_api_resources(
-                    t.group, t.version, _preload_content=False, _request_timeout=timeout
-                )
-                answer = _decode(response, "discover", f"API group {t.api_version}", "an APIResourceList")
+            def send(timeout: tuple[float, float], t: JobTarget = t) -> Any:
+                return api.custom.get_api_resources(t.group, t.version, _preload_content=False,
+                                                    _request_timeout=timeout)  # fmt: skip
+
+            def decode(answer: Any, request: Request = request) -> list:
                 resources = answer.get("resources") if isinstance(answer, dict) else None
                 if not isinstance(resources, list):
-                    raise MalformedAnswer(
-                        "discover", f"API group {t.api_version}", f"the API answered with {_shape(answer)}, not an "
-                        "APIResourceList"
-                    )  # fmt: skip
+                    raise MalformedAnswer(request.verb, request.subject,
+                                          f"the API answered with {shape(answer)}, not an APIResourceList")  # fmt: skip
                 return resources
 
-            return read
-
-        for t in KINDS:
             try:
-                resources = self._call(
-                    resources_of(t), "discover", f"API group {t.api_version}", "", "get", t.plural, t.group, deadline
-                )
+                resources = api.call(request, send, deadline, decode)
             except NotFound:
                 continue
             if t.serves(resources):
@@ -533,41 +393,18 @@ class JobConnector(AsyncConnectorBase):
 
     # ------------------------------------------------------------------ the output prefix (blob storage)
     def read_error_report(self, output_prefix: str) -> ErrorReport:
-        """Read the task's error documents under `output_prefix` (`error.pb`, `error-<uuid>.pb`), bounded.
-
-        Through flytekit's file access (fsspec), so s3, gcs, abfs and local prefixes all work. Every failure is
-        reported in the result, never raised: the job's own status still decides the phase.
+        """The task's error documents under `output_prefix` (`blobs.read_error_report`, never raising).
 
         Args:
             output_prefix: the execution's output prefix.
 
         Returns:
-            The documents read (at most `MAX_ERROR_FILES`, `error_document_max_bytes` each), and what went wrong.
+            The documents read and what went wrong.
         """
-        try:
-            fs, base = _filesystem(output_prefix)
-            try:
-                entries = fs.ls(base, detail=False)
-            except FileNotFoundError:
-                return ErrorReport()
-            names = sorted(str(e) for e in entries if is_error_file(str(e).rstrip("/").rsplit("/", 1)[-1]))
-            limit = self.config.error_document_max_bytes
-            documents, problems = [], []
-            for path in names[:MAX_ERROR_FILES]:
-                with fs.open(path, "rb") as f:
-                    data = f.read(limit + 1)
-                source = path.rsplit("/", 1)[-1]
-                if len(data) > limit:
-                    problems.append(f"{source} is larger than error_document_max_bytes={limit}")
-                    continue
-                documents.append((source, data))
-            return report_of(documents, "; ".join(problems), max(0, len(names) - MAX_ERROR_FILES))
-        except Exception as e:  # noqa: BLE001 - any storage failure is reported, never allowed to hide the phase
-            logger.warning("reading error documents under %s failed: %s", output_prefix, e)
-            return ErrorReport(problem=f"{type(e).__name__}: {e} (under {output_prefix})")
+        return blobs.read_error_report(output_prefix, self.config.error_document_max_bytes)
 
     def outputs_written(self, output_prefix: str) -> bool:
-        """Whether `outputs.pb` exists under `output_prefix` (False when it cannot be told).
+        """Whether `outputs.pb` exists under `output_prefix` (`blobs.outputs_written`).
 
         Args:
             output_prefix: the execution's output prefix.
@@ -575,12 +412,7 @@ class JobConnector(AsyncConnectorBase):
         Returns:
             True when the task wrote its outputs.
         """
-        try:
-            fs, base = _filesystem(output_prefix)
-            return bool(fs.exists(f"{base}/outputs.pb"))
-        except Exception as e:  # noqa: BLE001 - unknown is "not written": the caller then reports what it knows
-            logger.warning("checking outputs.pb under %s failed: %s", output_prefix, e)
-            return False
+        return blobs.outputs_written(output_prefix)
 
     # ------------------------------------------------------------------ create
     def execution_metadata(
@@ -629,7 +461,7 @@ class JobConnector(AsyncConnectorBase):
             Forbidden: RBAC denies creating the job (the message names the permission).
             KubeApiError: any other API failure, after retries for transient ones.
         """
-        self._apis()
+        self.api()
         deadline = self.deadline("create")
         template = template_to_dict(task_template)
         meta = self.execution_metadata(template, output_prefix, task_execution_metadata)
@@ -655,7 +487,7 @@ class JobConnector(AsyncConnectorBase):
             return replace(base, error=f"the task template cannot run: {e}")
         for warning in target.warnings(spec, self.config):
             logger.warning("%s %s/%s: %s", target.kind, job["metadata"]["namespace"], job["metadata"]["name"], warning)
-        _write_inputs(inputs, meta.input_path)
+        blobs.write_inputs(inputs, meta.input_path)
         try:
             created = self.create_job(job, deadline)
         except Rejected as e:
@@ -679,59 +511,68 @@ class JobConnector(AsyncConnectorBase):
             KubeApiError: the create failed (retried within the deadline for transient failures).
         """
         deadline = deadline or self.deadline("create")
-        custom, _ = self._apis()
+        api = self.api()
         namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
         target = target_for_kind(str(job.get("kind") or ""))
-        subject = f"{target.kind} {namespace}/{name}"
-        secrets = _env_values(job)
+        request = Request("create", f"{target.kind} {namespace}/{name}", namespace, "create", target.plural,
+                          target.group, retry_transient=False, secrets=_env_values(job))  # fmt: skip
 
-        def post(timeout: tuple[float, float]) -> dict:
-            response = custom.create_namespaced_custom_object(
+        def post(timeout: tuple[float, float]) -> Any:
+            return api.custom.create_namespaced_custom_object(
                 target.group, target.version, namespace, target.plural, job, _request_timeout=timeout,
                 _preload_content=False,
             )  # fmt: skip
-            created = _decode(response, "create", subject, f"a {target.kind} object")
+
+        def decode(created: Any) -> dict:
             if not isinstance(created, dict) or not isinstance(created.get("metadata"), dict):
-                # The create may have happened: the adopting read below finds out.
-                raise MalformedAnswer(
-                    "create", subject, f"the API answered with {_shape(created)}, not a {target.kind}"
-                )
+                # The create may have happened: the adopting read finds out.
+                raise MalformedAnswer("create", request.subject,
+                                      f"the API answered with {shape(created)}, not a {target.kind}")  # fmt: skip
             return created
 
         def attempt() -> JobMetadata:
             try:
-                created = self._call(
-                    post, "create", subject, namespace, "create", target.plural, target.group, deadline,
-                    retry_transient=False, secrets=secrets,
-                )  # fmt: skip
+                created = api.call(request, post, deadline, decode)
             except Conflict:
-                return self._adopt(job, namespace, name, deadline)
+                return self.adopt_existing(job, deadline)
             except Unavailable as e:
                 # The create may have happened without us seeing the answer: look before trying again.
                 try:
-                    return self._adopt(job, namespace, name, deadline)
+                    return self.adopt_existing(job, deadline)
                 except (NotFound, Unavailable):
                     pass  # not there (or unknown): a repeated POST is safe, the name is deterministic (409)
                 raise e from None
             logger.info("created %s %s/%s", target.kind, namespace, name)
             return JobMetadata(namespace, name, str(created["metadata"].get("uid", "")), kind=target.kind)
 
-        def gave_up(error: Exception, attempts: int, elapsed: float) -> Exception:
-            assert isinstance(error, KubeApiError)
-            return Unavailable("create", subject, _gave_up(error.reason, attempts, elapsed, deadline), error.status)
-
         return retry(
             attempt,
             lambda e: isinstance(e, Unavailable),
-            self._backoff(),
+            api.backoff,
             deadline,
-            gave_up,
+            lambda error, attempts, elapsed: request.gave_up(error, attempts, elapsed, deadline),
             lambda e, n, delay: logger.info("%s; job not found, retrying create in %.2fs", e, delay),
-            min_attempt_s=MIN_ATTEMPT_S,
+            min_attempt_s=api_module.MIN_ATTEMPT_S,
+            least_delay=lambda e: float(getattr(e, "retry_after_s", 0.0) or 0.0),
         )
 
-    def _adopt(self, job: dict, namespace: str, name: str, deadline: Deadline) -> JobMetadata:
-        """Take over an existing job of this name when it is the one we would create; else raise Conflict."""
+    def adopt_existing(self, job: dict, deadline: Deadline) -> JobMetadata:
+        """After a 409, or a create whose answer was lost: take over the job of this name when it is the one we would
+        create, else raise `Conflict`. The one place that decides whether an existing job is ours.
+
+        Args:
+            job: the job we tried to create.
+            deadline: the create's deadline.
+
+        Returns:
+            The existing job's namespace, name and uid.
+
+        Raises:
+            Conflict: the job of this name is being deleted, or its spec differs from ours.
+            NotFound: there is no job of this name (the create did not happen).
+            KubeApiError: it could not be read.
+        """
+        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
         target = target_for_kind(str(job.get("kind") or ""))
         subject = f"{target.kind} {namespace}/{name}"
         stored = self._read_job(namespace, name, target, deadline, verb="create")
@@ -753,8 +594,10 @@ class JobConnector(AsyncConnectorBase):
     def get(self, resource_meta: JobMetadata, **kwargs: Any) -> Resource:
         """Read the job (and its pods only when needed to explain it) and report phase, message and log links.
 
-        With `watch_cache` on, the job comes from the watch cache when it is synced and holds it; otherwise from a GET,
-        which feeds the cache; a job the watch saw deleted is not read again. With it off, every call is a GET.
+        With `watch_cache` on, the job comes from the watch cache when it is fresh and holds the job of our uid;
+        otherwise from a GET, which feeds the cache. A job the cache does not hold (deleted, relabelled, of another
+        uid, not yet seen) is always read with a GET: only the API's own answer (404, or another uid) says it is
+        gone. With the cache off, every call is a GET.
 
         Args:
             resource_meta: what `create` returned.
@@ -772,13 +615,13 @@ class JobConnector(AsyncConnectorBase):
         identity = {"namespace": ns, "name": name, "uid": resource_meta.uid}
         if resource_meta.error:
             return Resource(phase=TaskExecution.FAILED, message=resource_meta.error, custom_info=identity)
-        self._apis()
+        self.api()
         cache = self.cache(target)
-        deadline = self.deadline("get")  # from here: the client is built (see `_apis`)
+        deadline = self.deadline("get")  # from here: the client is built (see `api`)
         job = cache.get(ns, name) if cache is not None else None
+        if job is not None and not _same_uid(job, resource_meta):
+            job = None  # the cache holds another job of this name: the API says which one is there now
         if job is None:
-            if cache is not None and cache.is_deleted(ns, name):
-                return self._gone(resource_meta)
             try:
                 job = self._read_job(ns, name, target, deadline)
             except NotFound:
@@ -788,8 +631,8 @@ class JobConnector(AsyncConnectorBase):
         return self._answer(job, resource_meta, target, deadline)
 
     def answer_from_cache(self, resource_meta: JobMetadata) -> Optional[Resource]:
-        """The `get` answer when it needs no I/O: the job's cache is built and holds the job, and its status needs
-        neither pods, events nor error documents. Safe to call in an event loop.
+        """The `get` answer when it needs no I/O: the job's cache is built and holds the job of our uid, and its
+        status needs neither pods, events nor error documents. Safe to call in an event loop.
 
         Args:
             resource_meta: what `create` returned.
@@ -804,13 +647,10 @@ class JobConnector(AsyncConnectorBase):
         if cache is None:
             return None  # not built yet (or off): building it imports the client, not for the event loop
         job = cache.get(resource_meta.namespace, resource_meta.name)
-        if job is None:
-            return None
-        uid = str((job.get("metadata") or {}).get("uid", ""))
-        if resource_meta.uid and uid and uid != resource_meta.uid:
+        if job is None or not _same_uid(job, resource_meta):
             return None
         try:
-            reads = target.reads(job, self.config, self._clock())
+            reads = target.reads(job, self.config, self.now())
             if reads.pods or reads.events or (reads.error_report and resource_meta.output_prefix):
                 return None
             return self._answer(job, resource_meta, target, None)
@@ -832,7 +672,7 @@ class JobConnector(AsyncConnectorBase):
                 f"now exists (uid {uid}, ours was {resource_meta.uid})",
                 custom_info={**identity, "replaced_by": uid},
             )
-        now = self._clock()
+        now = self.now()
         reads = target.reads(job, self.config, now)
         pods: Optional[list[dict]] = None
         note = ""
@@ -918,25 +758,23 @@ class JobConnector(AsyncConnectorBase):
         """
         if resource_meta.error:
             return  # create recorded why the job could never run: nothing was created
-        self._apis()
+        api = self.api()
         deadline = self.deadline("delete")
         from kubernetes import client
 
-        custom, _ = self._apis()
         ns, name = resource_meta.namespace, resource_meta.name
         target = target_for_kind(getattr(resource_meta, "kind", "") or "")
         body = client.V1DeleteOptions(propagation_policy="Foreground")
 
-        def delete(timeout: tuple[float, float]) -> None:
-            custom.delete_namespaced_custom_object(
+        def send(timeout: tuple[float, float]) -> Any:
+            return api.custom.delete_namespaced_custom_object(
                 target.group, target.version, ns, target.plural, name, body=body, _request_timeout=timeout,
                 _preload_content=False,
             )  # fmt: skip
 
         try:
-            self._call(
-                delete, "delete", f"{target.kind} {ns}/{name}", ns, "delete", target.plural, target.group, deadline
-            )
+            api.call(Request("delete", f"{target.kind} {ns}/{name}", ns, "delete", target.plural, target.group), send,
+                     deadline)  # fmt: skip
         except NotFound:
             logger.info("%s %s/%s already deleted", target.kind, ns, name)
 
@@ -946,43 +784,10 @@ def _resource_of(target: JobTarget) -> str:
     return f"{target.plural}.{target.api_version}"
 
 
-def _is_api_failure(e: BaseException) -> bool:
-    """Whether `e` came from the API round trip (HTTP error status, timeout, connection failure)."""
-    if hasattr(e, "status") and hasattr(e, "body"):  # kubernetes ApiException
-        return True
-    import urllib3
-
-    return isinstance(e, (urllib3.exceptions.HTTPError, TimeoutError, ConnectionError))
-
-
-def _gave_up(reason: str, attempts: int, elapsed: float, deadline: Deadline) -> str:
-    """The reason of an error raised when no attempt fits the deadline any more."""
-    tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
-    return f"{reason} (gave up after {tries} in {elapsed:.1f}s, {deadline.describe()})"
-
-
-def _decode(response: Any, verb: str, subject: str, what: str) -> Any:
-    """The JSON of a raw (`_preload_content=False`) answer; `MalformedAnswer` naming `subject` when it is not JSON.
-    The body itself is never quoted."""
-    data = getattr(response, "data", b"")
-    try:
-        return json.loads(data)
-    except (ValueError, TypeError, UnicodeDecodeError):
-        status, size = getattr(response, "status", "?"), len(data or b"")
-        reason = f"the API answered HTTP {status} with {size} bytes that are not JSON, not {what}"
-        raise MalformedAnswer(verb, subject, reason) from None
-
-
-def _shape(value: Any) -> str:
-    """A JSON value's shape for a message, never its content: `a list of 2 strings`, `null`, `an object`."""
-    if value is None:
-        return "null"
-    if isinstance(value, list):
-        kinds = sorted({type(v).__name__ for v in value})
-        return f"a list of {len(value)} ({', '.join(kinds) or 'nothing'})"
-    if isinstance(value, dict):
-        return f"an object with keys {sorted(value)[:8]}"
-    return f"a JSON {type(value).__name__}"
+def _same_uid(job: dict, meta: JobMetadata) -> bool:
+    """Whether `job` is the one `meta` names (always, when either uid is unknown: old metadata)."""
+    uid = str((job.get("metadata") or {}).get("uid", ""))
+    return not (meta.uid and uid and uid != meta.uid)
 
 
 def _env_values(job: Any) -> tuple[str, ...]:
@@ -998,25 +803,6 @@ def _env_values(job: Any) -> tuple[str, ...]:
         for item in job:
             out.extend(_env_values(item))
     return tuple(out)
-
-
-def _filesystem(prefix: str) -> tuple[Any, str]:
-    """(fsspec filesystem, prefix without a trailing '/') for a blob prefix, through flytekit's file access."""
-    from flytekit.core.context_manager import FlyteContextManager
-
-    file_access = FlyteContextManager.current_context().file_access
-    return file_access.get_filesystem_for_path(prefix), prefix.rstrip("/")
-
-
-def _write_inputs(inputs: Optional[LiteralMap], path: str) -> None:
-    """Write the inputs LiteralMap (empty when None) to `path` through flytekit's file access."""
-    from flytekit.core import utils
-    from flytekit.core.context_manager import FlyteContextManager
-
-    ctx = FlyteContextManager.current_context()
-    local = ctx.file_access.get_random_local_path()
-    utils.write_proto_to_file((inputs or LiteralMap(literals={})).to_flyte_idl(), local)
-    ctx.file_access.put_data(local, path)
 
 
 def _custom_info(job: dict, target: JobTarget) -> dict[str, Any]:

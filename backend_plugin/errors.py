@@ -160,9 +160,14 @@ class Forbidden(KubeApiError):
 
 
 class Unavailable(KubeApiError):
-    """429/5xx or no answer (timeout, connection refused): transient, retried within the budget."""
+    """429/5xx or no answer (timeout, connection refused): transient, retried within the budget.
+
+    Attributes:
+        retry_after_s: the wait the API server asked for (`Retry-After`, in seconds), 0 when it named none.
+    """
 
     retryable = True
+    retry_after_s = 0.0
 
 
 class Rejected(KubeApiError):
@@ -204,6 +209,32 @@ def forbidden_reason(verb: str, resource: str, group: str, namespace: str, messa
         f"(apiGroup {api_group}) {where}; apply the Role/ClusterRole in {RBAC_MANIFEST} and bind it to that "
         "service account."
     )
+
+
+MAX_RETRY_AFTER_S = 600.0
+"""The longest `Retry-After` taken as it is; a larger (or a date-valued) one is read as this long, which no operation's
+budget holds, so the call gives up at once instead of waiting."""
+
+
+def retry_after(exc: BaseException) -> float:
+    """The seconds a 429/503 answer asks the client to wait (its `Retry-After` header), as client-go honours it.
+
+    Args:
+        exc: the exception the client raised (a kubernetes `ApiException` carries the response headers).
+
+    Returns:
+        The delay in seconds; 0 when the header is absent or empty; `MAX_RETRY_AFTER_S` when it is not a number of
+        seconds (an HTTP date) or is larger.
+    """
+    headers = getattr(exc, "headers", None)
+    value = headers.get("Retry-After") if headers is not None and hasattr(headers, "get") else None
+    if value is None or not str(value).strip():
+        return 0.0
+    try:
+        seconds = float(str(value).strip())
+    except ValueError:
+        return MAX_RETRY_AFTER_S
+    return min(MAX_RETRY_AFTER_S, max(0.0, seconds))
 
 
 def classify(
@@ -262,7 +293,9 @@ def classify(
     if code == 0:
         return Unavailable(verb, subject, f"no answer from the Kubernetes API ({message})", status)
     if code in RETRYABLE_STATUSES:
-        return Unavailable(verb, subject, f"HTTP {code} {status.reason}: {message}", status)
+        error = Unavailable(verb, subject, f"HTTP {code} {status.reason}: {message}", status)
+        error.retry_after_s = retry_after(exc)
+        return error
     if code == 401:
         hint = "the API server rejected the connector's credentials (expired token or wrong kubeconfig)"
         return KubeApiError(verb, subject, f"{message}; {hint}", status)

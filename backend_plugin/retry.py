@@ -99,6 +99,7 @@ def retry(
     on_give_up: Callable[[Exception, int, float], Exception],
     on_retry: Callable[[Exception, int, float], None] = lambda error, attempt, delay: None,
     min_attempt_s: float = 0.0,
+    least_delay: Callable[[Exception], float] = lambda error: 0.0,
 ) -> T:
     """Call `call` until it succeeds, its error is not retryable, or another attempt would not fit the deadline.
 
@@ -111,6 +112,8 @@ def retry(
             in this loop) -> the exception to raise instead (chained to the last error).
         on_retry: called before each sleep with (error, attempts made, delay), e.g. to log.
         min_attempt_s: the least time left after the sleep for another attempt to be worth starting.
+        least_delay: the shortest sleep the server asked for after this error (its `Retry-After`), 0 when none:
+            the sleep is never shorter, and when it does not fit the deadline the loop gives up instead.
 
     Returns:
         What `call` returned.
@@ -126,7 +129,7 @@ def retry(
         except Exception as error:  # noqa: BLE001 - re-raised or replaced below, never swallowed
             if not should_retry(error):
                 raise
-            delay = backoff.delay(attempt)
+            delay = max(backoff.delay(attempt), least_delay(error))
             if delay + min_attempt_s > deadline.remaining():
                 raise on_give_up(error, attempt + 1, deadline.clock() - start) from error
             on_retry(error, attempt + 1, delay)

@@ -14,7 +14,11 @@ Reported (``--json`` writes the same figures by name):
 - the connector process's RSS growth per 1,000 tracked jobs (after every job was polled once) and its CPU per
   GetTask;
 - staleness: seconds from a condition change on the API to GetTask reporting it, polling one job back to back
-  after the window (so without the pollers' load), then again after a forced 410 and after dropped watches;
+  after the window (so without the pollers' load), then again after a forced 410, after dropped watches, after a
+  watch answered with a LIST body (not an event), and after a silent stall (the watch's connection open, nothing
+  delivered), with the job reads per second the stall cost (GET, LIST and WATCH of the jobs; the pod lists the
+  staleness job's status needs on every poll are apart);
+- each figure against its goal (``GOALS``): met or MISSED;
 - the GetTask time of the Created job with 1,000 workers.
 
 Usage::
@@ -117,6 +121,15 @@ def _serve_api(jobs: int, big_workers: int, latency_ms: float) -> None:
         elif cmd["cmd"] == "expire_watches":
             out["expired"] = api.expire_watches()
         elif cmd["cmd"] == "drop_watches":
+            out["dropped"] = api.drop_watches()
+        elif cmd["cmd"] == "stall_watches":
+            out["stalled"] = api.stall_watches()
+        elif cmd["cmd"] == "unstall_watches":
+            api.unstall_watches()
+        elif cmd["cmd"] == "watch_answers_a_list":  # a proxy answering the next watch with a LIST body
+            body = json.dumps({"kind": "PyTorchJobList", "apiVersion": "kubeflow.org/v1", "items": [],
+                               "metadata": {"resourceVersion": api.resource_version}}).encode()  # fmt: skip
+            api.answer_raw(200, body, times=1, verb="watch")
             out["dropped"] = api.drop_watches()
         elif cmd["cmd"] == "set_conditions":
             api.set_job_status(NAMESPACE, cmd["name"], {"conditions": [_condition(c) for c in cmd["conditions"]]})
@@ -332,6 +345,27 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
         figures["staleness_after_410_s"] = await _staleness(stub, api)
         figures["watches_dropped"] = api.ask("drop_watches")["dropped"]
         figures["staleness_after_drop_s"] = await _staleness(stub, api)
+        # A watch answered with something that is not an event (a proxy's LIST body): the cache relists after a
+        # backoff and answers with GETs meanwhile.
+        api.ask("watch_answers_a_list")
+        figures["staleness_after_non_event_s"] = await _staleness(stub, api)
+        # A silent stall: the watch's connection stays open and delivers nothing (a half-open connection). Only the
+        # first change after the stall is slow (until the watch is presumed dead and reopened); the goal is 30 s.
+        await _staleness(stub, api, flips=2)  # the watch is back and delivering before the stall
+        await asyncio.sleep(2.0)
+        api.ask("reset")
+        stall_started = time.monotonic()
+        figures["watches_stalled"] = api.ask("stall_watches")["stalled"]
+        figures["staleness_after_stall_s"] = await _staleness(stub, api, flips=1)
+        stall_s = time.monotonic() - stall_started
+        stall_counts = api.ask("counts")
+        api.ask("unstall_watches")
+        # The job reads the cache itself makes (GET, LIST, WATCH of the jobs); the staleness job's pod lists are what
+        # its status needs on every poll, stall or not.
+        job_reads = sum(n for key, n in stall_counts.items() if key.endswith(" pytorchjobs"))
+        figures["api_requests_per_s_during_stall"] = round(job_reads / max(stall_s, 1.0), 3)
+        figures["api_requests_during_stall"] = stall_counts
+        figures["staleness_after_stall_again_s"] = await _staleness(stub, api)
         # Every job once more after the 410 and the dropped watch: each must still answer, and answer RUNNING.
         _, after_errors = await _poll(stub, [n for n in names if n != STALE_JOB], args.pollers, None)
         figures["errors_after_410_and_drop"] = after_errors
@@ -347,6 +381,45 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
                                             "max": round(max(big), 3)}  # fmt: skip
         figures["errors"] = errors
     return figures
+
+
+GOALS = {
+    "gettask_per_s": (">=", 1000.0),
+    "p99_ms": ("<=", 50.0),
+    "api_requests_per_gettask": ("<=", 0.05),
+    "rss_per_1000_jobs_mib": ("<=", 10.0),
+    "staleness_s": ("<=", 5.0),
+    "staleness_after_410_s": ("<=", 5.0),
+    "staleness_after_drop_s": ("<=", 5.0),
+    "staleness_after_non_event_s": ("<=", 5.0),
+    "staleness_after_stall_s": ("<=", 30.0),
+    "staleness_after_stall_again_s": ("<=", 5.0),
+    "api_requests_per_s_during_stall": ("<=", 1.0),
+}
+"""The connector's scale goals (a staleness figure is judged by its max): the watch cache's answers at 2,000 jobs on
+a quiet machine, one request per second per namespace at most while a watch is silent."""
+
+
+def goals(result: dict[str, Any]) -> dict[str, str]:
+    """Each goal met or missed, with the figure: `{"p99_ms": "met (31.0 <= 50)", ...}`; figures not measured are left
+    out.
+
+    Args:
+        result: the benchmark's figures.
+
+    Returns:
+        Goal name -> verdict.
+    """
+    out = {}
+    for key, (op, bound) in GOALS.items():
+        value = result.get(key)
+        if isinstance(value, dict):
+            value = value.get("max")
+        if not isinstance(value, (int, float)):
+            continue
+        met = value >= bound if op == ">=" else value <= bound
+        out[key] = f"{'met' if met else 'MISSED'} ({value:g} {op} {bound:g})"
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -424,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         "get_threads": args.get_threads or None,
         "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in after], **figures,
     }  # fmt: skip
+    result["goals"] = goals(result)
     for key, value in result.items():
         print(f"{key:32} {value}")
     if args.json:

@@ -53,6 +53,20 @@ def execution_metadata(
     )
 
 
+class GrpcContext:
+    """What flytekit's service writes into a gRPC context: the status code and the details propeller receives."""
+
+    def __init__(self) -> None:
+        self.code: Any = None
+        self.details = ""
+
+    def set_code(self, code: Any) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+
 def make_connector(api_client: Any, clock: Any = None, **config: Any) -> JobConnector:
     """A connector over `api_client` with small timeouts and instant retries (real clock unless given).
 

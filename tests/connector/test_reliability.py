@@ -20,7 +20,7 @@ from flytekit.extend.backend.connector_service import AsyncConnectorService
 from backend_plugin.config import BackendConfig
 from backend_plugin.connector import JobMetadata
 from backend_plugin.errors import KubeApiError, TooLarge, Unavailable, classify
-from tests.connector.helpers import NOW, execution_metadata, load_template, make_connector
+from tests.connector.helpers import NOW, GrpcContext, execution_metadata, load_template, make_connector
 from tests.fakeapi.objects import condition, replica_pod
 from tests.faults.drills_reliability import CALLS, FAULTS, SECRET, SHORT, TOKEN, measure
 
@@ -74,20 +74,6 @@ INVALID_STATUS = json.dumps({
     "message": f'PyTorchJob.kubeflow.org "x" is invalid: spec.env[0].value: Invalid value: "{SECRET}": rejected by '
     f"webhook (request carried Authorization: Bearer {TOKEN})",
 }).encode()  # fmt: skip
-
-
-class GrpcContext:
-    """What flytekit's service writes into a gRPC context: the status code and the details propeller receives."""
-
-    def __init__(self) -> None:
-        self.code: Any = None
-        self.details = ""
-
-    def set_code(self, code: Any) -> None:
-        self.code = code
-
-    def set_details(self, details: str) -> None:
-        self.details = details
 
 
 class Everything(logging.Handler):

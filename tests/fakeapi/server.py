@@ -62,9 +62,11 @@ HANG_LIMIT_S = 600.0
 ever)."""
 
 
-def now_rfc3339() -> str:
-    """The current UTC time as the API server writes timestamps (RFC 3339, seconds, `Z`)."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now_rfc3339(offset_s: float = 0.0) -> str:
+    """The current UTC time as the API server writes timestamps (RFC 3339, seconds, `Z`), on a clock `offset_s`
+    ahead of ours (negative: behind)."""
+    now = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=offset_s)
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
@@ -153,6 +155,7 @@ class FaultRule:
     body: bytes | None = None
     content_type: str = "application/json"
     hang: threading.Event | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
     def matches(self, rec: RequestRecord) -> bool:
         """Whether this rule applies to `rec` (and has uses left)."""
@@ -219,6 +222,8 @@ class _Change:
     old_labels: dict | None
     """The labels before the change (None for ADDED): a watch with a label selector sees an object that leaves the
     selection as DELETED and one that enters it as ADDED."""
+    at: float = field(default_factory=time.monotonic)
+    """When the change happened (a lagging watch delivers it `FakeKubeApi.watch_lag_s` later)."""
 
 
 @dataclass(eq=False)
@@ -238,6 +243,8 @@ class _OpenWatch:
     last_sent: float = field(default_factory=time.monotonic)
     drop: bool = False
     expire: bool = False
+    stalled: bool = False
+    injected: list[dict] = field(default_factory=list)
 
     def event_for(self, change: _Change) -> dict | None:
         """The event this watch sees for `change`, or None when it does not concern it."""
@@ -311,6 +318,13 @@ class FakeKubeApi:
         """How often an idle watch with `allowWatchBookmarks=true` gets a BOOKMARK (the API server: about 1 min)."""
         self.watch_timeout_s = 1800.0
         """How long a watch without `timeoutSeconds` is served (the API server: 30 to 60 min, randomised)."""
+        self.watch_lag_s = 0.0
+        """How long after a change the watches deliver it (an API server's watch cache behind etcd)."""
+        self.clock_offset_s = 0.0
+        """How far this server's clock is ahead of the machine's (negative: behind): its `Date` header and the
+        timestamps it writes (`creationTimestamp`, `deletionTimestamp`)."""
+        self.stall_new_watches = False
+        """Whether watches opened from now on stall at once (see `stall_watches`)."""
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> FakeKubeApi:
@@ -391,7 +405,7 @@ class FakeKubeApi:
             job = copy.deepcopy(job)
             meta = job.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
-            meta.setdefault("creationTimestamp", now_rfc3339())
+            meta.setdefault("creationTimestamp", now_rfc3339(self.clock_offset_s))
             meta.setdefault("generation", 1)
             meta["resourceVersion"] = self._next_rv()
             key = (meta["namespace"], meta["name"])
@@ -441,7 +455,7 @@ class FakeKubeApi:
             pod = copy.deepcopy(pod)
             meta = pod.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
-            meta.setdefault("creationTimestamp", now_rfc3339())
+            meta.setdefault("creationTimestamp", now_rfc3339(self.clock_offset_s))
             meta["resourceVersion"] = self._next_rv()
             pod.setdefault("apiVersion", "v1")
             pod.setdefault("kind", "Pod")
@@ -560,6 +574,52 @@ class FakeKubeApi:
         with self._lock:
             self._drop_plans.append((after_events, [resource] * times))
 
+    def stall_watches(self, resource: str | None = None, new: bool = False) -> int:
+        """Stop every open watch (of `resource`, None: any) from delivering anything, events and BOOKMARKs alike,
+        while its connection stays open: a half-open connection (a NAT or load balancer that forgot it), or a proxy
+        that buffers. The watch never ends on its own; `unstall_watches` lets it go on.
+
+        Args:
+            resource: the plural; None: any.
+            new: whether watches opened from now on stall too (a proxy that stalls every watch).
+
+        Returns:
+            How many open watches were stalled.
+        """
+        with self._lock:
+            hit = [w for w in self._watches if resource is None or w.resource == resource]
+            for w in hit:
+                w.stalled = True
+            self.stall_new_watches = new
+            self._changed.notify_all()
+            return len(hit)
+
+    def unstall_watches(self) -> None:
+        """Let stalled watches deliver again, and new ones not stall."""
+        with self._lock:
+            self.stall_new_watches = False
+            for w in self._watches:
+                w.stalled = False
+            self._changed.notify_all()
+
+    def inject_watch_event(self, event: dict, resource: str | None = None) -> int:
+        """Send `event` as it is on every open watch (of `resource`, None: any), whatever its namespace, labels or
+        resourceVersion: what a buggy proxy, a replaying cache or a misrouted stream would deliver.
+
+        Args:
+            event: the line's JSON (`{"type": ..., "object": ...}`, or anything else).
+            resource: the plural; None: any.
+
+        Returns:
+            How many watches will send it.
+        """
+        with self._lock:
+            hit = [w for w in self._watches if resource is None or w.resource == resource]
+            for w in hit:
+                w.injected.append(copy.deepcopy(event))
+            self._changed.notify_all()
+            return len(hit)
+
     def open_watches(self, resource: str | None = None) -> int:
         """How many watches (of `resource`, None: any) are being served now."""
         with self._lock:
@@ -640,7 +700,7 @@ class FakeKubeApi:
                     drop_after = after
                     break
             watch = _OpenWatch(resource, rec.namespace, selector, bookmarks, start_rv, time.monotonic() + timeout,
-                               api_version, kind, drop_after)  # fmt: skip
+                               api_version, kind, drop_after, stalled=self.stall_new_watches)  # fmt: skip
             self._watches.append(watch)
         return watch, initial
 
@@ -653,19 +713,30 @@ class FakeKubeApi:
                     return [], "drop"
                 if self._stopping:
                     return [], "end"
+                if watch.stalled:
+                    self._changed.wait(1.0)
+                    continue
+                if watch.injected:
+                    injected, watch.injected = watch.injected, []
+                    return injected, ""
                 if watch.expire or watch.rv < self._expired_rv:
                     msg = f"too old resource version: {watch.rv} ({self._expired_rv})"
                     return [{"type": "ERROR", "object": status_body(410, "Expired", msg)}], "end"
                 events = []
+                now = time.monotonic()
+                lagging: _Change | None = None
                 for change in self._history:
                     if change.rv <= watch.rv:
                         continue
+                    if now - change.at < self.watch_lag_s:
+                        lagging = change
+                        break
                     event = watch.event_for(change)
                     watch.rv = change.rv
                     if event is not None:
                         events.append(event)
-                watch.rv = max(watch.rv, self._rv)
-                now = time.monotonic()
+                if lagging is None:
+                    watch.rv = max(watch.rv, self._rv)
                 if events:
                     return events, ""
                 if now >= watch.deadline:
@@ -677,6 +748,8 @@ class FakeKubeApi:
                 wake = watch.deadline
                 if watch.bookmarks:
                     wake = min(wake, watch.last_sent + self.bookmark_interval_s)
+                if lagging is not None:
+                    wake = min(wake, lagging.at + self.watch_lag_s)
                 self._changed.wait(max(0.0, wake - now))
 
     def _close_watch(self, watch: _OpenWatch) -> None:
@@ -692,13 +765,23 @@ class FakeKubeApi:
         verb: str | None = None,
         resource: str | None = None,
         name: str | None = None,
+        retry_after: str | None = None,
     ) -> FaultRule:
         """The next `times` matching requests answer `status` (500 InternalError, 503 ServiceUnavailable, ...).
+
+        Args:
+            status: the HTTP status.
+            times: how many requests (None: all).
+            verb, resource, name: which requests (None: any).
+            retry_after: the `Retry-After` header to send with it (the API server's priority and fairness sends one
+                with a 429), None: none.
 
         Returns:
             The rule (its `remaining` counts down).
         """
-        return self._add(FaultRule(verb=verb, resource=resource, name=name, status=status, remaining=times))
+        headers = {"Retry-After": retry_after} if retry_after is not None else {}
+        return self._add(FaultRule(verb=verb, resource=resource, name=name, status=status, remaining=times,
+                                   headers=headers))  # fmt: skip
 
     def delay(
         self,
@@ -901,7 +984,7 @@ class FakeKubeApi:
         if policy == "Foreground":
             # The API server answers with the object marked for deletion; the garbage collector removes the
             # dependents and then the object (done at once here).
-            job["metadata"]["deletionTimestamp"] = now_rfc3339()
+            job["metadata"]["deletionTimestamp"] = now_rfc3339(self.clock_offset_s)
             job["metadata"]["finalizers"] = ["foregroundDeletion"]
             return 200, job
         details = {"name": rec.name, "group": group, "kind": rec.resource, "uid": job["metadata"].get("uid")}
@@ -947,6 +1030,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
         """Silence the default stderr access log."""
 
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The `Date` header, on the server's clock (`FakeKubeApi.clock_offset_s`)."""
+        return super().date_time_string(time.time() + self.api.clock_offset_s if timestamp is None else timestamp)
+
     def _serve(self) -> None:
         url = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
@@ -986,10 +1073,11 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(rule.delay_s)
         error = next((r for r in faults if r.status is not None), None)
         if error is not None and error.body is not None:
-            self._reply_raw(rec, error.status or 500, error.body, error.content_type)
+            self._reply_raw(rec, error.status or 500, error.body, error.content_type, error.headers)
             return
         if error is not None:
-            self._reply(rec, error.status, self._fault_body(rec, error, group))
+            data = json.dumps(self._fault_body(rec, error, group)).encode()
+            self._reply_raw(rec, error.status or 500, data, "application/json", error.headers)
             return
         if rec.verb == "watch" and (rec.resource in JOB_KINDS or rec.resource == "pods"):
             self._stream_watch(rec)
@@ -1018,11 +1106,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _reply(self, rec: RequestRecord, code: int, payload: dict) -> None:
         self._reply_raw(rec, code, json.dumps(payload).encode(), "application/json")
 
-    def _reply_raw(self, rec: RequestRecord, code: int, data: bytes, content_type: str) -> None:
+    def _reply_raw(self, rec: RequestRecord, code: int, data: bytes, content_type: str,
+                   headers: dict[str, str] | None = None) -> None:  # fmt: skip
         rec.status = code
         rec.finished = time.time()
         try:
             self.send_response(code)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -1038,6 +1129,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        try:
+            self.wfile.flush()  # the API server sends a watch's headers at once, before any event
+        except OSError:
+            return
         if isinstance(opened, dict):
             self._write_events(rec, [opened])
             self._end_chunks(rec)

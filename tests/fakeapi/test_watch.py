@@ -316,3 +316,65 @@ def test_stop_ends_open_watches(custom):
         assert not thread.is_alive() and "result" in out
     finally:
         api_client.close()
+
+
+# ------------------------------------------------------------------------------ faults a watch cache must survive
+
+
+def test_a_stalled_watch_sends_nothing_until_let_go(server, custom) -> None:
+    server.put_job(job("a"))
+    rv = server.resource_version
+    thread, out = in_background(watch_events, custom, 1, resource_version=rv, allow_watch_bookmarks=True,
+                                timeout_seconds=30)  # fmt: skip
+    deadline = time.monotonic() + 5
+    while server.open_watches() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.stall_watches() == 1
+    server.put_job({**job("b")})
+    time.sleep(1.0)  # five bookmark intervals: nothing arrives
+    assert "result" not in out and thread.is_alive()
+    server.unstall_watches()
+    thread.join(5)
+    assert out["result"][0]["type"] == "ADDED" and out["result"][0]["object"]["metadata"]["name"] == "b"
+
+
+def test_a_lagging_watch_delivers_a_change_late(server, custom) -> None:
+    server.watch_lag_s = 0.6
+    rv = server.resource_version
+    thread, out = in_background(watch_events, custom, 1, resource_version=rv, timeout_seconds=30)
+    time.sleep(0.2)
+    changed = time.monotonic()
+    server.put_job(job("a"))
+    thread.join(5)
+    assert out["result"][0]["object"]["metadata"]["name"] == "a" and time.monotonic() - changed >= 0.5
+
+
+def test_an_injected_event_is_sent_as_it_is(server, custom) -> None:
+    rv = server.resource_version
+    thread, out = in_background(watch_events, custom, 1, resource_version=rv, timeout_seconds=30)
+    deadline = time.monotonic() + 5
+    while server.open_watches() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    foreign = job("a", managed=False, namespace="elsewhere")
+    assert server.inject_watch_event({"type": "MODIFIED", "object": foreign}) == 1
+    thread.join(5)
+    assert out["result"][0]["raw_object"]["metadata"]["namespace"] == "elsewhere"
+
+
+def test_retry_after_and_a_skewed_clock_are_in_the_headers(server) -> None:
+    import email.utils
+
+    server.clock_offset_s = -310.0
+    server.fail(429, verb="get", retry_after="2")
+    url = f"{server.host}/apis/{GROUP}/{VERSION}/namespaces/{NS}/{PLURAL}/a"
+    answer = urllib3.PoolManager().request("GET", url, retries=False)
+    assert answer.status == 429 and answer.headers["Retry-After"] == "2"
+    date = email.utils.parsedate_to_datetime(answer.headers["Date"]).timestamp()
+    assert abs(date - (time.time() - 310.0)) < 3
+    stored = server.put_job(job("a"))
+    created = email.utils.parsedate_to_datetime(
+        time.strftime(
+            "%a, %d %b %Y %H:%M:%S GMT", time.strptime(stored["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
+        )  # fmt: skip
+    ).timestamp()
+    assert abs(created - (time.time() - 310.0)) < 3
