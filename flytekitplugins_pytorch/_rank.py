@@ -111,9 +111,10 @@ def default_collective_timeout(configured_s: Optional[float]) -> Optional[dateti
 
 
 def preflight_timeout_s(configured_s: Optional[float]) -> float:
-    """How long the preflight waits for every rank to join: at least as long as the task's own
-    ``init_process_group`` would wait without ``timeout=`` (torch's longest default), or the configured collective
-    timeout when that is longer. A join that takes longer still is a warning, not a failure (``_preflight.py``).
+    """How long the preflight waits for every rank to join: as long as the task's own ``init_process_group`` would
+    wait without ``timeout=``: the opt-in collective timeout when set, else torch's longest default. A join that
+    takes longer is a warning, never a failure (``_preflight.py``), so a task that passes a longer ``timeout=`` of its
+    own still gets it.
 
     Args:
         configured_s: ``collective_timeout`` from the task config in seconds, or ``None``.
@@ -122,8 +123,7 @@ def preflight_timeout_s(configured_s: Optional[float]) -> float:
         float: seconds.
     """
     configured = default_collective_timeout(configured_s)
-    longest = torch_default_timeout(None)
-    return max(longest, configured).total_seconds() if configured is not None else longest.total_seconds()
+    return (configured if configured is not None else torch_default_timeout(None)).total_seconds()
 
 
 #: The one line a rank raises for ``backend="nccl"`` on a machine without CUDA (torch's own error is a page long).
