@@ -235,10 +235,11 @@ class HangWatch:
         self._raise_in_main(message, recoverable=False)
         return True
 
-    def _raise_in_main(self, message: str, *, recoverable: bool) -> None:
-        """Raise a HangError with ``message`` in the main thread; exit if it is still running SELF_EXIT_S later
-        (after the callbacks of :func:`on_self_exit` reported it)."""
-        error = hang_error_class(recoverable)(message, rank=self.rank, world_size=self.world_size)
+    def _raise_in_main(self, message: str, *, recoverable: bool, culprit: Optional[int] = None) -> None:
+        """Raise a HangError with ``message`` naming ``culprit`` (this rank by default) in the main thread; exit if
+        it is still running SELF_EXIT_S later (after the callbacks of :func:`on_self_exit` reported it)."""
+        rank = self.rank if culprit is None else culprit
+        error = hang_error_class(recoverable)(message, rank=rank, world_size=self.world_size)
         main = threading.main_thread().ident
         if main is not None:
             _pending[main] = error
@@ -270,8 +271,9 @@ class HangWatch:
                 f"rank {self.rank} (of {self.world_size}) on node {where['node']} (pod {where['pod']}) was stopped: "
                 f"rank {asker} gave up on the group {SELF_STOP_S:.0f}s earlier, and this rank was still {doing}"
             )
-        # Its peer gave up on it while it ran: evidence of a slow rank, not of a vanished one.
-        self._raise_in_main(message, recoverable=False)
+        # Its peer gave up on it while it ran: evidence of a slow rank, not of a vanished one. A rank that waited in
+        # a collective names the rank that gave up, never itself (its report is then a consequence, not a cause).
+        self._raise_in_main(message, recoverable=False, culprit=asker if in_dist else self.rank)
 
 
 class _SelfStop(BaseException):

@@ -174,9 +174,7 @@ def _all_reduce(rank: int, world: int, addr: str, port: int, join_timeout_s: flo
             return
         tensor = torch.ones(1)
         try:
-            group.allreduce([tensor]).wait(
-                datetime.timedelta(seconds=OP_TIMEOUT_S)
-            )
+            group.allreduce([tensor]).wait(datetime.timedelta(seconds=OP_TIMEOUT_S))
         except Exception as exc:  # noqa: BLE001
             raise PreflightError(
                 f"preflight failed on {_where(rank)}: the all-reduce with the other ranks failed: "

@@ -402,11 +402,13 @@ def rank_entrypoint(spec: RankSpec) -> None:
                     control.write_result(_result(value, params, ctx))
         except BaseException as raised:
             exc = pending_error(raised)
+            # A peer waiting for this rank names it with this type, not as a hang (a HangError naming this rank: it
+            # stopped itself for want of progress).
+            if isinstance(exc, HangError) or not is_collateral(exc):
+                mark_failed(exc)
             if is_collateral(exc):
                 # Ask the group's store which rank did not arrive (it may run in another pod: _hang.py).
                 exc = name_culprit(exc) or exc
-            else:
-                mark_failed(exc)  # a peer waiting for this rank names it with this type, not as a hang
             report_error(control, rank, exc)
             if is_collateral(exc):
                 # A lost peer or a collective timeout is a consequence, not a cause. Ask the ranks still running where

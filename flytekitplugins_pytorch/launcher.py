@@ -54,6 +54,7 @@ from typing import Any, Protocol
 from flytekitplugins_pytorch._context import resumed_checkpoint
 from flytekitplugins_pytorch._control import RankResult
 from flytekitplugins_pytorch._failure import (
+    HangError,
     RankFailedError,
     RankFailure,
     RankOutcomes,
@@ -277,7 +278,7 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
         except BaseException as raised:
             exc = pending_error(raised)
             collateral = is_collateral(exc)
-            if not collateral:
+            if isinstance(exc, HangError) or not collateral:
                 mark_failed(exc)  # a peer waiting for this rank names it with this type, not as a hang
             named = name_culprit(exc) if collateral else None
             if named is not None:
