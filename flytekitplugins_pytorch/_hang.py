@@ -103,16 +103,18 @@ def on_self_exit(callback: Any) -> None:
     _before_exit.append(callback)
 
 
-#: When this rank last reported progress (``report_progress``; the watch's start counts as one).
-_last_progress = time.monotonic()
+#: When this rank last reported progress (``report_progress``), or ``None`` before its first report since the group
+#: was set up: the clock starts at the first report, so set-up before the loop (a slow import, loading the data) is
+#: never taken for a stop.
+_last_progress: Optional[float] = None
 
 
 def report_progress() -> None:
     """Tell the plugin that this rank made progress (call it once per step when ``progress_timeout`` is set).
 
-    A rank that has not called it for ``progress_timeout`` while outside ``torch.distributed`` stops itself with a
-    ``HangError`` that names it and where it is; without ``progress_timeout`` this does nothing but note the time.
-    It costs a clock read.
+    A rank that called it once and then not again for ``progress_timeout`` while outside every ``torch.distributed``
+    wait stops itself with a ``HangError`` that names it, where it is and ``progress_timeout``; without
+    ``progress_timeout`` this does nothing but note the time. It costs a clock read.
     """
     global _last_progress
     _last_progress = time.monotonic()
@@ -216,7 +218,8 @@ class HangWatch:
         """Whether this rank made no progress for ``progress_timeout`` outside torch.distributed; if so, tell the
         others (they answer, and learn who stopped) and stop this rank with a HangError naming it."""
         limit = self.progress_timeout_s
-        if limit is None or time.monotonic() - _last_progress <= limit or self.giving_up.is_set():
+        last = _last_progress
+        if limit is None or last is None or time.monotonic() - last <= limit or self.giving_up.is_set():
             return False
         in_dist, doing = activity(_main_stack())
         if in_dist:
@@ -309,7 +312,7 @@ def start_watch(*, recoverable: bool, progress_timeout_s: Optional[float] = None
         progress_timeout_s: ``progress_timeout`` in seconds, or ``None`` (off).
     """
     global _current, _last_progress
-    _last_progress = time.monotonic()
+    _last_progress = None
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 

@@ -36,6 +36,11 @@ PROGRESS_S = 2
 STALL_S = 40.0
 
 
+def mark(event: str) -> None:
+    """Print when ``event`` happened (``MARK <event> <time.time()>``), for a test that measures from there."""
+    print(f"MARK {event} {time.time()}", flush=True)
+
+
 def _rank() -> int:
     return int(os.environ["RANK"])
 
@@ -201,6 +206,7 @@ def progress_stall() -> Any:
 
     def slow(step: int) -> None:
         if _rank() == 2 and step == 1:
+            mark("stalled")
             time.sleep(STALL_S)
 
     return _ddp_steps(3, slow)
@@ -211,6 +217,7 @@ def exit_without_join() -> Any:
     import torch.distributed as dist
 
     if _rank() == 2:
+        mark("left")
         return "left"
     dist.init_process_group("gloo", timeout=USER_TIMEOUT)
     dist.barrier()

@@ -32,7 +32,8 @@ def _failure(exc: BaseException) -> dict[str, Any]:
         "type_name": getattr(exc, "type_name", ""),
         "rank": getattr(exc, "rank", None),
         "recoverable": isinstance(exc, FlyteRecoverableException),
-        "message": text.splitlines()[0] if text else "",
+        # flytekit puts a line of its own before the exception's text.
+        "message": next((line for line in text.splitlines() if "rank" in line), text.splitlines()[0] if text else ""),
     }
 
 
