@@ -140,7 +140,8 @@ class RankFailedError(RankFailure):
 
 class PeerFailedError(RankFailure):
     """A waiting rank's report that a peer raised its own exception (``rank`` is that peer; ``type_name`` its
-    exception's type): never a hang, never retried for the peer's sake (see ``_hang.py``)."""
+    exception's type): never a hang, and retried only when the peer's own exception is (``RecoverablePeerFailedError``
+    for a ``FlyteRecoverableException``; see ``_hang.py``)."""
 
 
 class HangError(RankFailedError):
@@ -150,11 +151,15 @@ class HangError(RankFailedError):
 
 
 #: Recoverable variants, made at first use (flytekit is not imported at module level here): name -> base.
-_RECOVERABLE = {"RecoverableRankFailure": RankFailure, "RecoverableHangError": HangError}
+_RECOVERABLE = {
+    "RecoverableRankFailure": RankFailure,
+    "RecoverableHangError": HangError,
+    "RecoverablePeerFailedError": PeerFailedError,
+}
 
 
 def __getattr__(name: str) -> type:
-    """``RecoverableRankFailure`` or ``RecoverableHangError``, made at first use.
+    """``RecoverableRankFailure``, ``RecoverableHangError`` or ``RecoverablePeerFailedError``, made at first use.
 
     Args:
         name: the attribute asked for.
@@ -187,6 +192,20 @@ def hang_error_class(recoverable: bool) -> type[HangError]:
         type[HangError]: ``RecoverableHangError`` or :class:`HangError`.
     """
     return cast("type[HangError]", __getattr__("RecoverableHangError")) if recoverable else HangError
+
+
+def peer_failed_class(recoverable: bool) -> type[PeerFailedError]:
+    """The class a peer's own failure is reported as by a waiting rank.
+
+    Args:
+        recoverable: the peer's exception was a ``FlyteRecoverableException``.
+
+    Returns:
+        type[PeerFailedError]: ``RecoverablePeerFailedError`` or :class:`PeerFailedError`.
+    """
+    if recoverable:
+        return cast("type[PeerFailedError]", __getattr__("RecoverablePeerFailedError"))
+    return PeerFailedError
 
 
 @dataclass(frozen=True)

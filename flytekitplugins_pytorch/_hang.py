@@ -45,7 +45,13 @@ import threading
 import time
 from typing import Any, Optional
 
-from flytekitplugins_pytorch._failure import HangError, PeerFailedError, activity, hang_error_class
+from flytekitplugins_pytorch._failure import (
+    HangError,
+    PeerFailedError,
+    activity,
+    hang_error_class,
+    peer_failed_class,
+)
 
 #: How often a rank's watcher checks for a request (one small store round trip each time).
 POLL_S = 0.5
@@ -394,7 +400,7 @@ def name_culprit(exc: BaseException) -> Optional[BaseException]:
         report = failed[first_failed]
         short = report.get("type", "").rsplit(".", 1)[-1]
         where = f" on node {report['node']} (pod {report['pod']})" if "node" in report else ""
-        error: BaseException = PeerFailedError(
+        error: BaseException = peer_failed_class(bool(report.get("recoverable")))(
             f"rank {first_failed} (of {watch.world_size}){where} failed: {short}: {report.get('message', '')}; "
             + gave_up,
             type_name=report.get("type", ""),
@@ -460,11 +466,18 @@ def mark_failed(exc: BaseException) -> None:
         **where_am_i(watch.rank),
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": text.splitlines()[0] if text else "",
+        "recoverable": _recoverable(exc),
     }
     try:
         watch.store.set(f"{watch.prefix}failed/{watch.rank}", json.dumps(report))
     except Exception:  # noqa: BLE001 - the store is gone: the peers see a vanished rank
         pass
+
+
+def _recoverable(exc: BaseException) -> bool:
+    from flytekit.exceptions.user import FlyteRecoverableException
+
+    return isinstance(exc, FlyteRecoverableException)
 
 
 def _wait_for_work(work: Any, *args: Any, **kwargs: Any) -> Any:

@@ -131,3 +131,14 @@ def test_an_answer_carries_the_main_threads_stack(store) -> None:
     finally:
         watch.stop()
     assert "in test_an_answer_carries_the_main_threads_stack" in answer["stack"]
+
+
+def test_a_peers_recoverable_error_stays_recoverable(store, monkeypatch) -> None:
+    waiting = _hang.HangWatch(store(), 0, 2, recoverable=False)
+    failing = _hang.HangWatch(store(), 1, 2, recoverable=False)
+    monkeypatch.setattr(_hang, "_current", failing)
+    _hang.mark_failed(FlyteRecoverableException("flaky storage"))
+    monkeypatch.setattr(_hang, "_current", waiting)
+    error = _hang.name_culprit(RuntimeError("Connection closed by peer"))
+    assert isinstance(error, PeerFailedError) and isinstance(error, FlyteRecoverableException)
+    assert error.rank == 1 and "failed: FlyteRecoverableException: " in str(error) and "flaky storage" in str(error)
