@@ -94,5 +94,7 @@ def test_a_blocked_peer_is_a_warning_and_the_task_runs_as_without_the_preflight(
             operator.run_for(meta.name)
         assert operator.errors == []
     assert final.phase == TaskExecution.SUCCEEDED, final.message
-    assert sorted(path.name for path in markers.iterdir()) == ["ran-0", "ran-1"]
+    # The master's task code ran; the job succeeds with the master (the operator's success policy), whether or not
+    # the blocked worker got that far before the job ended: as without the preflight.
+    assert "ran-0" in [path.name for path in markers.iterdir()]
     assert not [name for name in blobs.files(prefix) if name.startswith("error")]
