@@ -41,6 +41,7 @@ from flytekitplugins_pytorch.config import (
     check_quantity,
     check_replicas,
     check_resources,
+    check_shm_size,
     check_shm_within_memory,
     unknown_option,
     warn_replaced_command,
@@ -616,6 +617,13 @@ def pytorch_task(
     check_resources(requests, limits, flat_name)
     requests_or_none = requests if requests != Resources() else None
     limits_or_none = limits if limits != Resources() else None
+    # Named by the keywords typed (the replicas would name Master.limits.mem).
+    check_shm_within_memory(
+        "pytorch_task.shm_size",
+        check_shm_size("pytorch_task.shm_size", shm_size),
+        "pytorch_task.per_replica_memory_limit",
+        limits_or_none,
+    )
 
     # flytekit's own container requests/limits pass through, but get the same checks (flytekit accepts "4Gx").
     check_resources(

@@ -106,7 +106,7 @@ def test_shm_size_above_the_memory_limit_is_refused_at_decoration() -> None:
         PyTorch(worker=Worker(replicas=1, limits=Resources(mem="16Gi")), shm_size="32Gi")
     text = str(info.value)
     assert "shm_size='32Gi'" in text and "Worker.limits.mem='16Gi'" in text and "memory-backed" in text, text
-    with pytest.raises(ConfigError, match=r"shm_size='32Gi' is above the memory limit .*'16Gi'"):
+    with pytest.raises(ConfigError, match=r"shm_size='32Gi' is above the memory limit .*_memory_limit='16Gi'"):
         pytorch_task(workers_count=1, shm_size="32Gi", per_replica_memory_limit="16Gi")(lambda: None)
     with pytest.raises(ConfigError, match=r"limits.mem='16Gi'"):
 
