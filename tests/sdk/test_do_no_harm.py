@@ -44,16 +44,18 @@ def test_the_preflight_waits_as_long_as_init_process_group_would(monkeypatch: py
 
 
 def test_a_rank_gets_the_start_method_of_a_fresh_interpreter() -> None:
-    import subprocess
+    import os
     import sys
 
-    fresh = subprocess.run(
+    from tests.sdk.guarded_run import run_guarded
+
+    fresh = run_guarded(
         [sys.executable, "-c", "import multiprocessing; print(multiprocessing.get_start_method())"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
+        max_procs=2,
+        timeout_s=60,
+        cwd=os.getcwd(),
+        env=dict(os.environ),
+    ).output.strip()
     before = multiprocessing.get_start_method(allow_none=True)
     try:
         multiprocessing.set_start_method("forkserver", force=True)  # what a rank inherits from the fork server
