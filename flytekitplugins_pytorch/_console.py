@@ -113,6 +113,11 @@ class RankConsole:
     def __exit__(self, *exc: object) -> None:
         self._restore()
 
+    def drain(self) -> None:
+        """Copy everything written so far to the console and stop prefixing (before the process exits without
+        unwinding, ``os._exit``: the copying threads would otherwise die with what they had not written yet)."""
+        self._restore()
+
     def _restore(self) -> None:
         """Flush, give the descriptors back (the pipes then end), and wait for the copies to finish."""
         for stream in (sys.stdout, sys.stderr):

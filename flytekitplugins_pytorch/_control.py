@@ -226,6 +226,24 @@ class ControlDir:
         """
         _write_atomic(self.path / DONE_FILE.format(rank=rank), b"")
 
+    def returned_before(self, when: float) -> set[int]:
+        """The ranks whose function returned before ``when`` (a ``time.time()``).
+
+        Args:
+            when: the time.
+
+        Returns:
+            set[int]: those ranks.
+        """
+        found = set()
+        for path in self.path.glob(DONE_FILE.format(rank="*")):
+            try:
+                if path.stat().st_mtime < when:
+                    found.add(int(path.name.split(".")[0].split("-")[1]))
+            except (OSError, ValueError):
+                continue
+        return found
+
     def write_error(self, error: RankError) -> None:
         """Write ``rank-<n>.error``.
 

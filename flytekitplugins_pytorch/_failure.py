@@ -7,7 +7,8 @@ that into the exception the task raises. Neither starts a process, so every case
 
 The rules, in order:
 
-1. the **earliest** rank whose exception is its own (not a lost-peer or timeout error) is the root cause;
+1. the **earliest** rank whose exception is its own (not raised by a collective) is the root cause, whatever its
+   text says;
 2. else a rank that died without reporting an exception (a signal, ``os._exit``, a segfault: its peers then fail
    with connection errors), the lowest such rank;
 3. else, when every reported error is a lost-peer / timeout error, the ranks that **did not arrive**: those whose
@@ -22,8 +23,9 @@ still running, never started), then the root cause's traceback. The exception is
 rebuilt here and pickles back as itself; otherwise it is a :class:`RankFailure` that carries the type's name, its
 message and the rank. A ``FlyteRecoverableException`` stays recoverable either way, so Flyte retries the task.
 
-Whether an exception is collateral (a consequence of a lost peer) is decided in the rank, where its type is known
-(:func:`is_collateral`), and travels in the report. Neither torch nor flytekit is imported at module level.
+Whether an exception is collateral (raised by a collective, so possibly a consequence of a lost peer) is decided in
+the rank, where its type and traceback are known (:func:`is_collateral`), and travels in the report. Neither torch
+nor flytekit is imported at module level.
 """
 
 from __future__ import annotations
@@ -41,37 +43,55 @@ from typing import Optional, cast
 from flytekitplugins_pytorch._control import RankError
 from flytekitplugins_pytorch._nested import HOW_TO_FIX, NESTED_LAUNCH_EXIT_CODE
 
-# Error text from torch.distributed / gloo / NCCL that a rank raises *because another rank failed*. Such errors are
-# collateral: the root cause is the peer that died or raised first.
-_COLLATERAL_PATTERNS = re.compile(
-    r"connection closed by peer|connection reset|broken pipe|timed out|timeout|nccl|gloo|"
-    r"socket|Connection refused|ProcessGroup|store",
-    re.IGNORECASE,
-)
+#: Where an exception raised by a collective comes from: torch.distributed itself (gloo and NCCL raise a plain
+#: ``RuntimeError`` from ``distributed_c10d.py``), DDP's forward, and the autograd engine (DDP's gradient all-reduce
+#: fails inside ``backward()``; counted only while a process group of more than one rank is up).
+_DIST_FRAMES = ("/torch/distributed/", "/torch/nn/parallel/")
+_AUTOGRAD_FRAMES = ("/torch/autograd/", "/torch/_tensor.py")
+
+
+def _innermost_file(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    path = ""
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return path.replace("\\", "/")
+
+
+def _group_up() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_initialized() and dist.get_world_size() > 1)
+    except Exception:  # noqa: BLE001 - a group torn down half-way: no group
+        return False
 
 
 def is_collateral(exc: BaseException) -> bool:
-    """Whether ``exc`` looks like a consequence of another rank's failure (lost peer, timeout in a collective).
+    """Whether ``exc`` may be a consequence of another rank's failure (lost peer, timeout in a collective).
+
+    Decided by where and what was raised, never by the message's words: a user's ``TimeoutError("metadata service
+    timed out")`` or torch's ``RuntimeError: DataLoader timed out`` is that rank's own error.
 
     Args:
         exc: the exception a rank raised.
 
     Returns:
-        bool: True for torch's ``DistError`` family, and for runtime, connection and timeout errors whose text
-        names a lost connection, a timeout or a process-group internal.
+        bool: True for torch's ``DistError`` family, a :class:`HangError` or :class:`PeerFailedError` (a waiting
+        rank's report), and a runtime, connection or timeout error raised inside ``torch.distributed`` (or DDP's
+        backward while a group is up).
     """
-    if isinstance(exc, HangError):
+    if isinstance(exc, (HangError, PeerFailedError)):
         return True  # a waiting rank's report: the cause is the rank it names
-    try:
-        import torch.distributed as dist
-
-        if isinstance(exc, getattr(dist, "DistError", ())):
-            return True
-    except ImportError:  # pragma: no cover - torch is always there in a rank process
-        pass
-    return isinstance(exc, (RuntimeError, ConnectionError, TimeoutError)) and bool(
-        _COLLATERAL_PATTERNS.search(str(exc))
-    )
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    if not isinstance(exc, (RuntimeError, ConnectionError, TimeoutError)):
+        return False
+    where = _innermost_file(exc)
+    if any(part in where for part in _DIST_FRAMES):
+        return True
+    return any(part in where for part in _AUTOGRAD_FRAMES) and _group_up()
 
 
 class RankFailure(RuntimeError):
@@ -118,6 +138,12 @@ class RankFailedError(RankFailure):
     arrive), or the launch itself failed; the message names the rank when one can be named."""
 
 
+class PeerFailedError(RankFailure):
+    """A waiting rank's report that a peer raised its own exception (``rank`` is that peer; ``type_name`` its
+    exception's type): never a hang, and retried only when the peer's own exception is (``RecoverablePeerFailedError``
+    for a ``FlyteRecoverableException``; see ``_hang.py``)."""
+
+
 class HangError(RankFailedError):
     """A rank did not arrive at a collective in time: the message leads with that rank, its node and pod, and what it
     was doing; ``rank`` is that rank (see ``_hang.py``). Raised as ``RecoverableHangError`` (also a
@@ -125,11 +151,15 @@ class HangError(RankFailedError):
 
 
 #: Recoverable variants, made at first use (flytekit is not imported at module level here): name -> base.
-_RECOVERABLE = {"RecoverableRankFailure": RankFailure, "RecoverableHangError": HangError}
+_RECOVERABLE = {
+    "RecoverableRankFailure": RankFailure,
+    "RecoverableHangError": HangError,
+    "RecoverablePeerFailedError": PeerFailedError,
+}
 
 
 def __getattr__(name: str) -> type:
-    """``RecoverableRankFailure`` or ``RecoverableHangError``, made at first use.
+    """``RecoverableRankFailure``, ``RecoverableHangError`` or ``RecoverablePeerFailedError``, made at first use.
 
     Args:
         name: the attribute asked for.
@@ -162,6 +192,20 @@ def hang_error_class(recoverable: bool) -> type[HangError]:
         type[HangError]: ``RecoverableHangError`` or :class:`HangError`.
     """
     return cast("type[HangError]", __getattr__("RecoverableHangError")) if recoverable else HangError
+
+
+def peer_failed_class(recoverable: bool) -> type[PeerFailedError]:
+    """The class a peer's own failure is reported as by a waiting rank.
+
+    Args:
+        recoverable: the peer's exception was a ``FlyteRecoverableException``.
+
+    Returns:
+        type[PeerFailedError]: ``RecoverablePeerFailedError`` or :class:`PeerFailedError`.
+    """
+    if recoverable:
+        return cast("type[PeerFailedError]", __getattr__("RecoverablePeerFailedError"))
+    return PeerFailedError
 
 
 @dataclass(frozen=True)
@@ -212,6 +256,7 @@ class RootCause:
         headline: the first line, e.g. ``rank 2 (of 3) failed: ValueError: boom``.
         details: lines about the other ranks (failed afterwards, still running, never started).
         error: the rank's report when it raised (``RAISED``, ``COLLATERAL``).
+        vanished: the rank that did not arrive is gone (its process or pod): the only hang that is retried.
     """
 
     kind: CauseKind
@@ -220,6 +265,7 @@ class RootCause:
     headline: str
     details: tuple[str, ...] = ()
     error: Optional[RankError] = None
+    vanished: bool = False
 
     @property
     def message(self) -> str:
@@ -330,7 +376,9 @@ def find_root_cause(outcomes: RankOutcomes) -> RootCause:
             # A rank of another pod did not arrive: the waiting rank learnt which from the group's store (_hang.py).
             headline = named.message.strip().splitlines()[0]
             culprit = cast(int, named.culprit)
-            return RootCause(CauseKind.NOT_ARRIVED, culprit, outcomes.world_size, headline, (), named)
+            return RootCause(
+                CauseKind.NOT_ARRIVED, culprit, outcomes.world_size, headline, (), named, vanished=named.recoverable
+            )
         return _from_report(CauseKind.COLLATERAL, outcomes.errors[0], outcomes)
     headline = f"the ranks failed after {outcomes.elapsed_s:.1f}s without reporting an error: {outcomes.agent_error}"
     return RootCause(CauseKind.UNKNOWN, None, outcomes.world_size, headline)
@@ -398,13 +446,30 @@ def activity(dump: str) -> tuple[bool, str]:
     if not frames:
         return False, "still running (no stack sample)"
     user = next((f for f in frames if not any(part in f.path for part in _NOT_USER)), None)
-    in_dist = "/torch/distributed/" in frames[0].path
-    if in_dist:
+    # The frames above the task's innermost own frame: what it called and waits in.
+    called = frames[: frames.index(user)] if user is not None else frames
+    if any(_is_wait(f) for f in called):
         # The public call (all_reduce, barrier, ...) is defined in distributed_c10d.py; decorators wrap it.
-        call = next((f.function for f in frames if f.path.endswith("distributed_c10d.py")), frames[0].function)
+        call = next(
+            (f.function for f in called if f.path.endswith("distributed_c10d.py")),
+            next((_WAIT_NAMES[f.function] for f in called if f.function in _WAIT_NAMES), called[0].function),
+        )
         where = f"still running, waiting in torch.distributed's {call}"
         return True, where + (f" called at {user}" if user is not None else "")
     return False, f"still running at {user or frames[0]}, outside torch.distributed"
+
+
+#: Frames that wait on the process group: torch.distributed's calls (not its elastic agent, which runs every rank),
+#: DDP, the autograd engine (DDP's gradient all-reduce runs in ``backward()``), futures, and the plugin's wrapper of
+#: ``Work.wait`` (a C++ method that leaves no frame of its own).
+_WAIT_FRAMES = ("/torch/distributed/", "/torch/nn/parallel/", "/torch/autograd/", "/torch/futures/")
+_WAIT_NAMES = {"_wait_for_work": "Work.wait", "_engine_run_backward": "backward (DDP's gradient all-reduce)"}
+
+
+def _is_wait(frame: Frame) -> bool:
+    if "/torch/distributed/elastic/" in frame.path:
+        return False
+    return frame.function in _WAIT_NAMES or any(part in frame.path for part in _WAIT_FRAMES)
 
 
 def _not_arrived(outcomes: RankOutcomes) -> dict[int, str]:
@@ -456,7 +521,8 @@ def to_exception(cause: RootCause, *, retry_hangs: bool = True) -> BaseException
 
     Args:
         cause: the root cause.
-        retry_hangs: a rank that did not arrive is a recoverable :class:`HangError` (the config's ``retry_hangs``).
+        retry_hangs: a rank that did not arrive and vanished (its process or pod gone) is a recoverable
+            :class:`HangError` (the config's ``retry_hangs``).
 
     Returns:
         BaseException: for a rank that raised, an exception of its very type (``type(e)`` is the rank's exception
@@ -471,7 +537,9 @@ def to_exception(cause: RootCause, *, retry_hangs: bool = True) -> BaseException
         return RankFailedError(cause.message, rank=rank, world_size=cause.world_size)
     if cause.kind is CauseKind.NOT_ARRIVED:
         # A rank that did not arrive raised nothing: the waiting rank's exception type would blame the wrong one.
-        hang = hang_error_class(retry_hangs)
+        # Retried only when that rank vanished (its pod or process is gone): a rank still running the task's code,
+        # or one that returned, would be late again on every attempt.
+        hang = hang_error_class(retry_hangs and cause.vanished)
         error = hang(cause.message, rank=rank, world_size=cause.world_size)
         setattr(error, "_timestamp", cause.error.timestamp)  # noqa: B010 - flytekit's attribute (error timestamp)
         return error

@@ -9,11 +9,17 @@ In every rank, before the task's module is even unpickled (so before data loadin
    ``init_process_group`` later meets none of its keys) and runs one all-reduce of one number, which must come back
    as the world size; a rank that has CUDA also runs one operation on its device.
 
-A failure raises :class:`PreflightError`, naming the node, pod and rank and what failed. It is an infrastructure
-failure, never the user's: the task classes hand it to Flyte outside the user's scope, so its error document is a
-retryable ``SYSTEM`` error and Flyte's retries apply (a fresh attempt gets fresh pods). A peer that never joins
-(a blocked port, a pod that cannot reach the master) fails every waiting rank at the collective timeout with the
-ranks that did not join.
+The preflight never fails a job that torch would run. It waits for its peers at least as long as the task's own
+``init_process_group`` would (torch's longest default timeout, or ``collective_timeout`` when longer); a peer that
+joins later still, an address that does not resolve yet, or a ``/dev/shm`` smaller than ``shm_size`` is a warning
+on stderr, and the task's code runs and meets the same conditions under its own timeout. What fails is what would
+fail the task too: an all-reduce that gives a wrong sum or breaks once every rank joined, a GPU that cannot run one
+operation. That raises :class:`PreflightError`, naming the node, pod and rank and what failed: an infrastructure
+failure, never the user's, which the task classes hand to Flyte outside the user's scope (a retryable ``SYSTEM``
+error; a fresh attempt gets fresh pods).
+
+Before the task's code runs, every store and socket the preflight opened is closed again (rank 0 hosts the store
+when no agent does): the task may bind ``MASTER_PORT`` itself, e.g. ``TCPStore(..., is_master=rank == 0)``.
 
 torch is imported inside functions only.
 """
@@ -23,6 +29,8 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import sys
+import time
 from typing import Any, Optional
 
 from pytorch_contract.quantity import parse_quantity
@@ -32,9 +40,8 @@ OP_TIMEOUT_S = 30.0
 #: Where the preflight's keys live in the group's store.
 KEY_PREFIX = "flyte-pytorch/preflight/"
 
-#: The store a rank 0 without an agent hosts for the preflight (multi-tenant: the task's ``init_process_group``
-#: on the same port then reuses it rather than failing to bind the port).
-_kept: list[Any] = []
+#: How often an address that does not resolve yet is tried again.
+RESOLVE_RETRY_S = 1.0
 
 
 class PreflightError(Exception):
@@ -79,56 +86,95 @@ def shm_problem(requested: Optional[str], path: str = "/dev/shm") -> Optional[st
     return None
 
 
+def warn(rank: int, text: str) -> None:
+    """One line on stderr: the preflight found something it does not fail the task for.
+
+    Args:
+        rank: this rank.
+        text: what was found and what happens instead.
+    """
+    sys.stderr.write(f"preflight warning on {_where(rank)}: {text}\n")
+    sys.stderr.flush()
+
+
+def _resolves(addr: str, port: int, deadline: float) -> Optional[str]:
+    """``None`` once ``addr`` resolves (tried until ``deadline``), else the last resolver error."""
+    while True:
+        try:
+            socket.getaddrinfo(addr, port)
+            return None
+        except OSError as exc:
+            if time.monotonic() + RESOLVE_RETRY_S > deadline:
+                return str(exc)
+            time.sleep(RESOLVE_RETRY_S)
+
+
 def run_preflight(*, shm_size: Optional[str], join_timeout_s: float) -> None:
     """Run the checks of the module docstring in this rank.
 
     Args:
         shm_size: the task's ``shm_size`` to check ``/dev/shm`` against (``None`` locally or when unset).
-        join_timeout_s: how long to wait for every rank to join (the collective timeout).
+        join_timeout_s: how long to wait for every rank to join (see ``_rank.preflight_timeout_s``); a join that
+            takes longer is a warning.
 
     Raises:
-        PreflightError: a check failed.
+        PreflightError: the all-reduce failed once every rank joined, or this rank's GPU cannot run an operation.
     """
     import torch
-    import torch.distributed as dist
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     addr = os.environ.get("MASTER_ADDR", "")
     port = int(os.environ.get("MASTER_PORT", "0") or 0)
-    try:
-        socket.getaddrinfo(addr, port)
-    except OSError as exc:
-        where = _where(rank)
-        raise PreflightError(
-            f"preflight failed on {where}: cannot resolve the master address {addr!r}: {exc}"
-        ) from None
+    deadline = time.monotonic() + join_timeout_s
     problem = shm_problem(shm_size)
     if problem is not None:
-        raise PreflightError(f"preflight failed on {_where(rank)}: {problem}")
+        warn(rank, f"{problem}; DataLoader workers that pass large batches may fail with a bus error")
     if world > 1:
-        timeout = datetime.timedelta(seconds=join_timeout_s)
-        attempt = f"{os.environ.get('FLYTE_ATTEMPT_NUMBER', '0')}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        unresolved = _resolves(addr, port, deadline)
+        if unresolved is not None:
+            warn(rank, f"the master address {addr!r} did not resolve within {join_timeout_s:g}s: {unresolved}")
+        else:
+            _all_reduce(rank, world, addr, port, max(1.0, deadline - time.monotonic()))
+    if torch.cuda.is_available():
         try:
-            if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
-                base = dist.TCPStore(addr, port, world_size=world, is_master=False, timeout=timeout)
-            else:
-                base = dist.TCPStore(
-                    addr, port, world_size=world, is_master=rank == 0, timeout=timeout, multi_tenant=True
-                )
-                _kept.append(base)
+            device = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+            (torch.ones(1, device=f"cuda:{device}") * 2).cpu()
+        except Exception as exc:  # noqa: BLE001
+            raise PreflightError(f"preflight failed on {_where(rank)}: its GPU does not work: {exc}") from None
+
+
+def _all_reduce(rank: int, world: int, addr: str, port: int, join_timeout_s: float) -> None:
+    """Join the others on the group's store and all-reduce one number; close every store and socket afterwards.
+
+    Raises:
+        PreflightError: the all-reduce failed or gave a wrong sum once every rank joined.
+    """
+    import torch
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=join_timeout_s)
+    attempt = f"{os.environ.get('FLYTE_ATTEMPT_NUMBER', '0')}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True) and rank == 0
+    base: Any = None
+    store: Any = None
+    group: Any = None
+    try:
+        try:
+            base = dist.TCPStore(addr, port, world_size=world, is_master=hosts, timeout=timeout)
             store = dist.PrefixStore(f"{KEY_PREFIX}{attempt}/", base)
             group = dist.ProcessGroupGloo(store, rank, world, timeout)
-        except Exception as exc:  # noqa: BLE001 - any failure to join is the infrastructure's
-            raise PreflightError(
-                f"preflight failed on {_where(rank)}: could not join the other {world - 1} ranks at "
-                f"{addr}:{port} within {join_timeout_s:.0f}s: {type(exc).__name__}: {exc}"
-            ) from None
+        except Exception as exc:  # noqa: BLE001 - not joined in time: the task's own init_process_group decides
+            warn(
+                rank,
+                f"the other {world - 1} ranks did not all join at {addr}:{port} within {join_timeout_s:g}s "
+                f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
+                "the task runs, and its init_process_group waits for them under its own timeout",
+            )
+            return
         tensor = torch.ones(1)
         try:
-            group.allreduce([tensor]).wait(  # type: ignore[attr-defined]
-                datetime.timedelta(seconds=OP_TIMEOUT_S)
-            )
+            group.allreduce([tensor]).wait(datetime.timedelta(seconds=OP_TIMEOUT_S))
         except Exception as exc:  # noqa: BLE001
             raise PreflightError(
                 f"preflight failed on {_where(rank)}: the all-reduce with the other ranks failed: "
@@ -138,9 +184,16 @@ def run_preflight(*, shm_size: Optional[str], join_timeout_s: float) -> None:
             raise PreflightError(
                 f"preflight failed on {_where(rank)}: the all-reduce of 1 per rank gave {tensor.item()}, not {world}"
             )
-    if torch.cuda.is_available():
-        try:
-            device = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
-            (torch.ones(1, device=f"cuda:{device}") * 2).cpu()
-        except Exception as exc:  # noqa: BLE001
-            raise PreflightError(f"preflight failed on {_where(rank)}: its GPU does not work: {exc}") from None
+        # Every rank is done with the store before its host closes it (the host waits for the count).
+        store.add("released", 1)
+        if hosts:
+            _wait_count(store, "released", world, OP_TIMEOUT_S)
+    finally:
+        # Nothing of the preflight outlives it: the task's code may bind MASTER_PORT itself.
+        del group, store, base
+
+
+def _wait_count(store: Any, key: str, target: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while store.add(key, 0) < target and time.monotonic() < deadline:
+        time.sleep(0.002)

@@ -5,8 +5,9 @@ process. The entrypoint:
 
 1. dies with the launcher (:func:`die_with_parent`), so a killed launcher never leaves ranks behind;
 2. sets the ``PET_*`` variables the Kubeflow operator sets on a cluster, and an even share of the cores;
-3. fills a default ``timeout=`` into ``torch.distributed.init_process_group`` (see :func:`install_collective_timeout`;
-   the in-process and single-process pod modes of the launcher use it too);
+3. fills the task's opt-in ``collective_timeout`` into ``torch.distributed.init_process_group`` calls without
+   ``timeout=`` (none set: torch's own default stays; see :func:`install_collective_timeout`; the in-process and
+   single-process pod modes of the launcher use it too);
 4. rebuilds the task process's ``flytekit.current_context()`` (``_context.py``);
 5. runs the function and reports through the control directory (``_control.py``): rank 0's return value and Decks,
    or the exception with a high-resolution timestamp, so the launcher can name the earliest failing rank.
@@ -38,7 +39,15 @@ from flytekitplugins_pytorch._context import rank_context
 from flytekitplugins_pytorch._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
 from flytekitplugins_pytorch._failure import HangError, is_collateral
 from flytekitplugins_pytorch._forkserver import set_process_name
-from flytekitplugins_pytorch._hang import mark_done, name_culprit, pending_error, start_watch
+from flytekitplugins_pytorch._hang import (
+    mark_done,
+    mark_failed,
+    name_culprit,
+    on_self_exit,
+    pending_error,
+    set_timeout_note,
+    start_watch,
+)
 from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
 from flytekitplugins_pytorch._plan import node_view
 from flytekitplugins_pytorch._preflight import run_preflight
@@ -47,31 +56,42 @@ from flytekitplugins_pytorch._preflight import run_preflight
 #: It wins over ``collective_timeout`` in the task config (it is the knob for one run, e.g. a local debugging session).
 COLLECTIVE_TIMEOUT_ENV = "FLYTE_PYTORCH_COLLECTIVE_TIMEOUT"
 
-#: Default collective timeout for gloo (CPU). CPU collectives on small tensors finish in milliseconds; a rank that is
-#: 5 minutes late is hung or dead, and torch's own 30-minute default leaves the other ranks idle for half an hour.
-DEFAULT_GLOO_TIMEOUT_S = 300.0
-
-#: Default collective timeout for NCCL. Twice gloo's: the first collective also creates the NCCL communicators, and
-#: rank 0 commonly writes a checkpoint or evaluates while the other ranks wait at the next barrier.
-DEFAULT_NCCL_TIMEOUT_S = 600.0
-
 #: How often a rank checks that its launcher is alive (see :func:`die_with_parent`).
 PARENT_POLL_S = 0.5
 #: How long a rank whose error is collateral lingers before exiting, so the agent sees the real cause exit first.
 COLLATERAL_GRACE_S = 1.0
 
 
-def default_collective_timeout(backend: Any, configured_s: Optional[float]) -> datetime.timedelta:
-    """The timeout a rank uses for ``init_process_group`` when the user passes none.
+def torch_default_timeout(backend: Any = None) -> datetime.timedelta:
+    """The timeout torch's ``init_process_group`` uses for ``backend`` when given ``timeout=None``, read from torch.
 
     Args:
-        backend: the ``backend`` argument of ``init_process_group`` (``None``, ``"gloo"``, ``"nccl"``,
-            ``"cpu:gloo,cuda:nccl"``, a ``Backend``).
+        backend: the ``backend`` argument of ``init_process_group``; ``None`` for the longest default of any backend
+            (what a wait that must outlast the user's own ``init_process_group`` needs).
+
+    Returns:
+        datetime.timedelta: ``torch.distributed.constants.default_pg_timeout`` (30 minutes in torch 2.x), or
+        ``default_pg_nccl_timeout`` for NCCL where torch has it.
+    """
+    from torch.distributed import constants
+
+    general: datetime.timedelta = constants.default_pg_timeout
+    nccl = getattr(constants, "default_pg_nccl_timeout", None)
+    nccl = nccl if isinstance(nccl, datetime.timedelta) else general
+    if backend is None:
+        return max(general, nccl)
+    return nccl if str(backend).strip().lower() == "nccl" else general
+
+
+def default_collective_timeout(configured_s: Optional[float]) -> Optional[datetime.timedelta]:
+    """The timeout a rank's ``init_process_group`` gets when the user passes none (or ``timeout=None``).
+
+    Args:
         configured_s: ``collective_timeout`` from the task config in seconds, or ``None``.
 
     Returns:
-        datetime.timedelta: ``$FLYTE_PYTORCH_COLLECTIVE_TIMEOUT`` if set, else ``configured_s``, else 600 s when the
-        backend is (or, for ``None`` with CUDA present, defaults to) NCCL and 300 s otherwise.
+        Optional[datetime.timedelta]: ``$FLYTE_PYTORCH_COLLECTIVE_TIMEOUT`` if set, else ``configured_s``; ``None``
+        (torch's own default for the backend: nothing is filled in) when neither is set.
 
     Raises:
         ValueError: ``$FLYTE_PYTORCH_COLLECTIVE_TIMEOUT`` is not a positive number of seconds.
@@ -87,16 +107,14 @@ def default_collective_timeout(backend: Any, configured_s: Optional[float]) -> d
         return datetime.timedelta(seconds=seconds)
     if configured_s is not None:
         return datetime.timedelta(seconds=configured_s)
-    name = str(backend).lower() if backend is not None else ""
-    if not name:
-        import torch
-
-        name = "nccl" if torch.cuda.is_available() else "gloo"
-    return datetime.timedelta(seconds=DEFAULT_NCCL_TIMEOUT_S if "nccl" in name else DEFAULT_GLOO_TIMEOUT_S)
+    return None
 
 
 def preflight_timeout_s(configured_s: Optional[float]) -> float:
-    """How long the preflight waits for every rank to join: the collective timeout gloo would get.
+    """How long the preflight waits for every rank to join: as long as the task's own ``init_process_group`` would
+    wait without ``timeout=``: the opt-in collective timeout when set, else torch's longest default. A join that
+    takes longer is a warning, never a failure (``_preflight.py``), so a task that passes a longer ``timeout=`` of its
+    own still gets it.
 
     Args:
         configured_s: ``collective_timeout`` from the task config in seconds, or ``None``.
@@ -104,7 +122,8 @@ def preflight_timeout_s(configured_s: Optional[float]) -> float:
     Returns:
         float: seconds.
     """
-    return default_collective_timeout("gloo", configured_s).total_seconds()
+    configured = default_collective_timeout(configured_s)
+    return (configured if configured is not None else torch_default_timeout(None)).total_seconds()
 
 
 #: The one line a rank raises for ``backend="nccl"`` on a machine without CUDA (torch's own error is a page long).
@@ -141,19 +160,27 @@ def refuse_nccl_without_cuda(backend: Any) -> None:
 
 
 def install_collective_timeout(
-    configured_s: Optional[float], *, retry_hangs: bool = True, progress_timeout_s: Optional[float] = None
+    configured_s: Optional[float],
+    *,
+    retry_hangs: bool = True,
+    progress_timeout_s: Optional[float] = None,
+    control: Optional[ControlDir] = None,
 ) -> Callable[[], None]:
-    """Make ``torch.distributed.init_process_group`` default to our collective timeout, and watch for hangs.
+    """Make ``torch.distributed.init_process_group`` use the opt-in collective timeout, and watch for hangs.
 
-    Calls that pass ``timeout=`` are unchanged. Both ``torch.distributed.init_process_group`` and
-    ``torch.distributed.distributed_c10d.init_process_group`` are replaced, so ``import torch.distributed as dist``
-    and ``from torch.distributed import init_process_group`` (done after this call) both see the default. Once the
+    Calls that pass a ``timeout=`` are unchanged; without one (or with ``timeout=None``) torch's own default for the
+    backend stays unless ``collective_timeout`` (or ``$FLYTE_PYTORCH_COLLECTIVE_TIMEOUT``) is set. Both
+    ``torch.distributed.init_process_group`` and ``torch.distributed.distributed_c10d.init_process_group`` are
+    replaced, so ``import torch.distributed as dist`` and ``from torch.distributed import init_process_group`` (done
+    after this call) both see it. Once the
     group is up (more than one rank), the rank watches the group's store for peers that gave up (``_hang.py``).
 
     Args:
         configured_s: ``collective_timeout`` from the task config in seconds, or ``None`` for the backend default.
         retry_hangs: a hang is raised as a recoverable error (the config's ``retry_hangs``).
         progress_timeout_s: the config's ``progress_timeout`` in seconds, or ``None``.
+        control: the launch's control directory (a local rank): while ``init_process_group`` waits, a peer whose
+            function returned without joining fails this rank within seconds (:class:`_JoinWatch`).
 
     Returns:
         Callable[[], None]: undoes the replacement (used by the in-process mode, which runs in the task process).
@@ -171,8 +198,17 @@ def install_collective_timeout(
         bound = signature.bind_partial(*args, **kwargs)
         refuse_nccl_without_cuda(bound.arguments.get("backend"))
         if bound.arguments.get("timeout") is None:
-            bound.arguments["timeout"] = default_collective_timeout(bound.arguments.get("backend"), configured_s)
-        value = original(*bound.args, **bound.kwargs)
+            # Only an opt-in shorter timeout is filled in; otherwise torch picks its own default for the backend.
+            chosen = default_collective_timeout(configured_s)
+            if chosen is not None:
+                bound.arguments["timeout"] = chosen
+                set_timeout_note(chosen, torch_default_timeout(bound.arguments.get("backend")))
+        join_watch = _JoinWatch(control) if control is not None else None
+        try:
+            value = original(*bound.args, **bound.kwargs)
+        finally:
+            if join_watch is not None:
+                join_watch.stop()
         if dist.get_world_size() > 1:
             start_watch(recoverable=retry_hangs, progress_timeout_s=progress_timeout_s)
         return value
@@ -186,6 +222,45 @@ def install_collective_timeout(
         dist.init_process_group, c10d.init_process_group = previous
 
     return restore
+
+
+#: How long after a peer's function returned a rank may still be inside ``init_process_group`` before that peer
+#: counts as never joining: a peer that joined lets the others' ``init_process_group`` return within milliseconds.
+JOIN_GRACE_S = 5.0
+
+
+class _JoinWatch:
+    """While this rank waits in ``init_process_group``: a peer whose function returned :data:`JOIN_GRACE_S` ago
+    never joined and never will, so this rank reports it (it names that rank) and exits, instead of waiting out the
+    timeout (torch's default is 30 minutes). torch's agent then stops the others."""
+
+    def __init__(self, control: ControlDir) -> None:
+        self.control = control
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.stopped = threading.Event()
+        threading.Thread(target=self._run, name="pytorch-join-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(PARENT_POLL_S):
+            left = self.control.returned_before(time.time() - JOIN_GRACE_S)
+            left.discard(self.rank)
+            if not left or self.stopped.is_set():
+                continue
+            first = min(left)
+            error = HangError(
+                f"rank {first} (of {self.world_size}) did not arrive: its function returned without calling "
+                f"init_process_group, while rank {self.rank} waited in init_process_group",
+                rank=first,
+                world_size=self.world_size,
+            )
+            report_error(self.control, self.rank, error)
+            sys.stderr.write(f"{error}\n")
+            sys.stderr.flush()
+            os._exit(1)
 
 
 def die_with_parent(parent_pid: Optional[int]) -> None:
@@ -291,11 +366,21 @@ def rank_entrypoint(spec: RankSpec) -> None:
     control = ControlDir(spec.control_dir)
     _dump_stacks_on_request(control, rank)  # before the pid is published: the signal must never find us unprepared
     control.mark_started(rank, os.getpid())
-    with RankConsole(rank, enabled=prefix_enabled(os.environ.get(RANK_PREFIX_ENV))):
+    _reset_start_method()
+    with RankConsole(rank, enabled=prefix_enabled(os.environ.get(RANK_PREFIX_ENV))) as console:
+
+        def report_before_exit(error: BaseException) -> None:
+            report_error(control, rank, error)
+            console.drain()
+
+        on_self_exit(report_before_exit)
         try:
             _set_rank_env(spec, rank)
             install_collective_timeout(
-                spec.collective_timeout_s, retry_hangs=spec.retry_hangs, progress_timeout_s=spec.progress_timeout_s
+                spec.collective_timeout_s,
+                retry_hangs=spec.retry_hangs,
+                progress_timeout_s=spec.progress_timeout_s,
+                control=control,
             )
             if spec.preflight:
                 # Before the task's module is unpickled: its import is the task's code too.
@@ -317,6 +402,10 @@ def rank_entrypoint(spec: RankSpec) -> None:
                     control.write_result(_result(value, params, ctx))
         except BaseException as raised:
             exc = pending_error(raised)
+            # A peer waiting for this rank names it with this type, not as a hang (a HangError naming this rank: it
+            # stopped itself for want of progress).
+            if isinstance(exc, HangError) or not is_collateral(exc):
+                mark_failed(exc)
             if is_collateral(exc):
                 # Ask the group's store which rank did not arrive (it may run in another pod: _hang.py).
                 exc = name_culprit(exc) or exc
@@ -332,6 +421,19 @@ def rank_entrypoint(spec: RankSpec) -> None:
                 raise exc from raised
             raise
         control.mark_done(rank)
+
+
+def _reset_start_method() -> None:
+    """Give the rank the multiprocessing start method a fresh interpreter gets on this Python, as torchrun's ranks
+    (fresh interpreters) have: ``fork`` on Linux before Python 3.14. A rank started by multiprocessing's fork server
+    inherits ``forkserver`` from it, and its DataLoader workers would then need a picklable dataset (no lambdas) and
+    a fork server interpreter of their own per rank. A method the task sets itself is its own business."""
+    import multiprocessing
+
+    try:
+        multiprocessing.set_start_method(None, force=True)
+    except (RuntimeError, ValueError):  # pragma: no cover - a context that refuses a reset: leave it
+        pass
 
 
 def _dump_stacks_on_request(control: ControlDir, rank: int) -> None:

@@ -519,6 +519,34 @@ def check_shm_size(name: str, value: Any) -> Optional[str]:
     return value if isinstance(value, str) else str(value)
 
 
+def check_shm_within_memory(shm_name: str, shm_size: Optional[str], limit_name: str, limits: Any) -> None:
+    """Refuse an in-memory ``/dev/shm`` larger than the replica's memory limit.
+
+    A memory-backed emptyDir is mounted at no more than the pod's memory limit, so such a pod gets a smaller
+    ``/dev/shm`` than asked on every attempt, and its pages count against the same limit.
+
+    Args:
+        shm_name: dotted name of the ``shm_size`` field, for the message.
+        shm_size: the quantity (already checked), or None.
+        limit_name: dotted name of the memory limit, for the message.
+        limits: flytekit ``Resources`` used as limits, or None.
+
+    Raises:
+        ConfigError: ``shm_size`` is above ``limits.mem``.
+    """
+    mem = getattr(limits, "mem", None) if isinstance(limits, Resources) else None
+    if not shm_size or mem is None:
+        return
+    if parse_quantity(shm_size) > parse_quantity(mem):
+        raise _fail(
+            shm_name,
+            shm_size,
+            f"above the memory limit {limit_name}={mem!r}: /dev/shm is a memory-backed volume, which Kubernetes "
+            "sizes to at most the pod's memory limit, and its pages count against that limit",
+            f"use shm_size of at most {mem!r}, or raise {limit_name}",
+        )
+
+
 def check_pod_template(name: str, value: Any) -> Optional[PodTemplate]:
     """A flytekit ``PodTemplate`` (or None); warns when its primary container has a command or args.
 
@@ -840,6 +868,9 @@ class PyTorch:
                 field="PyTorch.worker.pod_template",
                 value=self.worker.pod_template,
             )
+        check_shm_within_memory("PyTorch.shm_size", self.shm_size, "Master.limits.mem", self.master.limits)
+        if self.worker.replicas:
+            check_shm_within_memory("PyTorch.shm_size", self.shm_size, "Worker.limits.mem", self.worker.limits)
         total = 1 + self.worker.replicas
         _check_min_available(
             "PyTorch", self.run_policy, total, f"{total} replicas (1 master + {self.worker.replicas} workers)"

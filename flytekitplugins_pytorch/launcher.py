@@ -34,8 +34,8 @@ Environment variables read here:
 - ``FLYTE_PYTORCH_INPROCESS=1``: in-process mode (above).
 - ``FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE=N``: cap the local world size (nodes are reduced first, then processes per
   node); one log line says so when the declared size is larger.
-- ``FLYTE_PYTORCH_COLLECTIVE_TIMEOUT=SECONDS``: default timeout of ``init_process_group`` (see
-  :func:`flytekitplugins_pytorch._rank.default_collective_timeout`: 300 s gloo, 600 s NCCL otherwise).
+- ``FLYTE_PYTORCH_COLLECTIVE_TIMEOUT=SECONDS``: timeout of ``init_process_group`` calls without one (see
+  :func:`flytekitplugins_pytorch._rank.default_collective_timeout`; unset, torch's own default applies).
 - ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per local rank instead of ``max(1, cpus // local ranks)``.
 
 torch is imported lazily; this module imports without torch.
@@ -54,6 +54,7 @@ from typing import Any, Protocol
 from flytekitplugins_pytorch._context import resumed_checkpoint
 from flytekitplugins_pytorch._control import RankResult
 from flytekitplugins_pytorch._failure import (
+    HangError,
     RankFailedError,
     RankFailure,
     RankOutcomes,
@@ -61,7 +62,7 @@ from flytekitplugins_pytorch._failure import (
     is_collateral,
     to_exception,
 )
-from flytekitplugins_pytorch._hang import mark_done, name_culprit, pending_error
+from flytekitplugins_pytorch._hang import mark_done, mark_failed, name_culprit, pending_error
 from flytekitplugins_pytorch._nested import NestedLaunchError, refuse_nested_launch
 from flytekitplugins_pytorch._plan import (
     INPROCESS_ENV,
@@ -276,7 +277,10 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
             mark_done()
         except BaseException as raised:
             exc = pending_error(raised)
-            named = name_culprit(exc) if is_collateral(exc) else None
+            collateral = is_collateral(exc)
+            if isinstance(exc, HangError) or not collateral:
+                mark_failed(exc)  # a peer waiting for this rank names it with this type, not as a hang
+            named = name_culprit(exc) if collateral else None
             if named is not None:
                 # Flyte's error document of this pod then leads with the rank that did not arrive (_hang.py).
                 raise named from raised

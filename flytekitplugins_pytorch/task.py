@@ -41,6 +41,8 @@ from flytekitplugins_pytorch.config import (
     check_quantity,
     check_replicas,
     check_resources,
+    check_shm_size,
+    check_shm_within_memory,
     unknown_option,
     warn_replaced_command,
 )
@@ -269,6 +271,15 @@ def _timeline_last(decks: list[Any]) -> None:
     decks[:] = [d for d in decks if not isinstance(d, TimeLineDeck)] + timeline
 
 
+def _check_shm_against_task_limits(config: Any, options: dict[str, Any]) -> None:
+    """``shm_size`` against the task's own memory limit, for replicas without a limit of their own (they run with
+    the task container's)."""
+    limits = options.get("limits") or getattr(options.get("resources"), "limits", None)
+    groups = [group for group in (getattr(config, "master", None), getattr(config, "worker", None)) if group]
+    if not groups or any(getattr(group.limits, "mem", None) is None for group in groups):
+        check_shm_within_memory(f"{type(config).__name__}.shm_size", config.shm_size, "limits.mem", limits)
+
+
 class _DistributedFunctionTask(PythonFunctionTask):
     """What both task types share: the config-type check, the template's ``custom``/``config``, distributed execute.
 
@@ -295,6 +306,7 @@ class _DistributedFunctionTask(PythonFunctionTask):
         image = kwargs.get("container_image")
         if isinstance(image, str) and "{{" not in image:  # "{{.image.<name>.fqn}}" is filled in by flytekit
             check_image("container_image", image)
+        _check_shm_against_task_limits(task_config, kwargs)
         super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
 
     def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
@@ -605,6 +617,13 @@ def pytorch_task(
     check_resources(requests, limits, flat_name)
     requests_or_none = requests if requests != Resources() else None
     limits_or_none = limits if limits != Resources() else None
+    # Named by the keywords typed (the replicas would name Master.limits.mem).
+    check_shm_within_memory(
+        "pytorch_task.shm_size",
+        check_shm_size("pytorch_task.shm_size", shm_size),
+        "pytorch_task.per_replica_memory_limit",
+        limits_or_none,
+    )
 
     # flytekit's own container requests/limits pass through, but get the same checks (flytekit accepts "4Gx").
     check_resources(

@@ -1,5 +1,5 @@
 """A task for the preflight drill (`tests/faults/test_preflight_drill.py`): a master and a worker; the task's own code
-never runs when the preflight fails (it would write `ran-<rank>` into `marker_dir`)."""
+writes `ran-<rank>` into `marker_dir` and never talks to its peer."""
 
 from __future__ import annotations
 

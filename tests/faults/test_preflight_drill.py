@@ -1,5 +1,6 @@
-"""Preflight drills: a peer that cannot reach the master is a retryable infrastructure failure, found before the
-task's code runs; and the preflight's own checks, in-process."""
+"""Preflight drills: the preflight never fails a job that torch would run. A peer that cannot reach the master within
+the time the task's own ``init_process_group`` would wait is a warning naming it, and the task's code runs as it would
+without the preflight; the preflight's own checks, in-process."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from typing import Any
 import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
-from backend_plugin.task_errors import parse_error_document
-from flytekitplugins_pytorch._preflight import PreflightError, run_preflight, shm_problem
+from flytekitplugins_pytorch._preflight import run_preflight, shm_problem
 from tests.connector.helpers import execution_metadata, make_connector
 from tests.e2e import harness
 from tests.e2e.harness import BlobStore, FakeOperator
@@ -25,24 +25,35 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])  # closed again when the socket is: nothing listens there
 
 
-def test_a_peer_that_never_joins_fails_the_waiting_rank_naming_it(monkeypatch) -> None:
+def test_a_peer_that_never_joins_is_a_warning_and_every_port_is_released(monkeypatch, capfd) -> None:
     monkeypatch.setenv("_F_WN", "job-master-0")
     monkeypatch.setenv("GROUP_RANK", "0")
-    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_closed_port())}
+    port = _closed_port()
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(PreflightError) as info:
-        run_preflight(shm_size=None, join_timeout_s=1.0)
-    text = str(info.value)
-    assert text.startswith("preflight failed on node 0 (pod job-master-0), rank 0: could not join the other 1 ranks")
+    run_preflight(shm_size=None, join_timeout_s=1.0)
+    err = capfd.readouterr().err
+    assert "preflight warning on node 0 (pod job-master-0), rank 0: the other 1 ranks did not all join" in err, err
+    assert "its init_process_group waits for them under its own timeout" in err
+    with socket.socket() as sock:  # the store rank 0 hosted for the preflight is gone: the task may bind the port
+        sock.bind(("127.0.0.1", port))
 
 
-def test_an_unresolvable_master_is_named(monkeypatch) -> None:
+def test_an_unresolvable_master_is_a_warning(monkeypatch, capfd) -> None:
     env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "23456"}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(PreflightError, match="cannot resolve the master address 'no-such-host.invalid'"):
-        run_preflight(shm_size=None, join_timeout_s=1.0)
+    run_preflight(shm_size=None, join_timeout_s=1.0)
+    assert "the master address 'no-such-host.invalid' did not resolve within 1s" in capfd.readouterr().err
+
+
+def test_a_small_dev_shm_is_a_warning(monkeypatch, capfd) -> None:
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(name, value)
+    run_preflight(shm_size="1000Pi", join_timeout_s=1.0)
+    err = capfd.readouterr().err
+    assert "preflight warning on" in err and "less than shm_size='1000Pi'" in err, err
 
 
 def test_shm_smaller_than_asked_is_named(tmp_path: Path) -> None:
@@ -66,7 +77,9 @@ class BlockedWorker(FakeOperator):
 @pytest.mark.e2e
 @pytest.mark.faults
 @pytest.mark.slow
-def test_a_blocked_peer_is_a_retryable_infrastructure_failure_before_the_task_runs(tmp_path: Path) -> None:
+def test_a_blocked_peer_is_a_warning_and_the_task_runs_as_without_the_preflight(tmp_path: Path) -> None:
+    """The task never talks to its peer, so torch would run it: the preflight warns after the collective timeout and
+    lets it run."""
     template = harness.package_tasks(["tests.faults.preflight_tasks"], tmp_path / "package")["two_ranks"]
     blobs = BlobStore(tmp_path / "blobs")
     markers = tmp_path / "markers"
@@ -80,12 +93,8 @@ def test_a_blocked_peer_is_a_retryable_infrastructure_failure_before_the_task_ru
             final = harness.poll_until_terminal(connector, meta, JOIN_TIMEOUT_S + 90)[-1]
             operator.run_for(meta.name)
         assert operator.errors == []
-    assert final.phase == TaskExecution.RETRYABLE_FAILED, final.message
-    assert list(markers.iterdir()) == []  # the task's code never ran
-    documents = [name for name in blobs.files(prefix) if name.startswith("error")]
-    assert documents
-    for name in documents:
-        error = parse_error_document((Path(prefix.removeprefix("file://")) / name).read_bytes(), name)
-        assert (error.kind, error.origin) == ("RECOVERABLE", "SYSTEM"), error
-        assert "preflight failed on node" in error.message and "could not join the other 1 ranks" in error.message
-    print(f"\n[preflight drill] {final.message[:300]}")
+    assert final.phase == TaskExecution.SUCCEEDED, final.message
+    # The master's task code ran; the job succeeds with the master (the operator's success policy), whether or not
+    # the blocked worker got that far before the job ended: as without the preflight.
+    assert "ran-0" in [path.name for path in markers.iterdir()]
+    assert not [name for name in blobs.files(prefix) if name.startswith("error")]

@@ -309,18 +309,38 @@ def test_nobody_to_blame_raises_rank_failed_error_without_a_rank() -> None:
 # ---------------------------------------------------------------- collateral or not (decided in the rank) ---------
 
 
+def _raised_in(path: str, exc: BaseException) -> BaseException:
+    """``exc`` as raised by code compiled under ``path`` (what the rank's traceback records)."""
+    code = compile("raise exc", path, "exec")
+    try:
+        exec(code, {"exc": exc})
+    except BaseException as raised:  # noqa: BLE001 - caught to return it
+        return raised
+    raise AssertionError("not raised")
+
+
+GLOO = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+DATALOADER = "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py"
+USER = "/home/me/train.py"
+
+
 @pytest.mark.parametrize(
-    ("exc", "expected"),
+    ("exc", "where", "expected"),
     [
-        pytest.param(RuntimeError("[gloo] Connection closed by peer [127.0.0.1]:1234"), True, id="gloo-lost-peer"),
-        pytest.param(TimeoutError("timed out waiting for rank 1"), True, id="timeout"),
-        pytest.param(ConnectionResetError("connection reset"), True, id="connection-reset"),
-        pytest.param(RuntimeError("boom"), False, id="plain-runtime-error"),
-        pytest.param(ValueError("timeout must be positive"), False, id="value-error-mentioning-timeout"),
+        pytest.param(RuntimeError("[gloo] Connection closed by peer [127.0.0.1]:1"), GLOO, True, id="gloo-lost-peer"),
+        pytest.param(RuntimeError("Timed out waiting 3000ms for recv"), GLOO, True, id="gloo-timeout"),
+        pytest.param(RuntimeError("boom"), GLOO, True, id="anything-from-a-collective"),
+        # The words of an error are never evidence: these are the ranks' own errors.
+        pytest.param(RuntimeError("[gloo] Connection closed by peer"), USER, False, id="user-text-like-gloo"),
+        pytest.param(RuntimeError("DataLoader timed out after 1 seconds"), DATALOADER, False, id="dataloader-timeout"),
+        pytest.param(TimeoutError("metadata service timed out"), USER, False, id="user-timeout-error"),
+        pytest.param(ConnectionResetError("connection reset by store socket"), USER, False, id="user-connection"),
+        pytest.param(RuntimeError("boom"), USER, False, id="plain-runtime-error"),
+        pytest.param(ValueError("timeout must be positive"), GLOO, False, id="value-error-from-torch"),
     ],
 )
-def test_is_collateral(exc: BaseException, expected: bool) -> None:
-    assert is_collateral(exc) is expected
+def test_is_collateral_by_type_and_place_never_by_text(exc: BaseException, where: str, expected: bool) -> None:
+    assert is_collateral(_raised_in(where, exc)) is expected
 
 
 def test_torch_dist_errors_are_collateral() -> None:
@@ -374,7 +394,8 @@ def test_a_sleeping_rank_is_named_with_where_it_was() -> None:
     assert "  /home/me/train.py:42 in step_loop\n" in cause.message and " in watch" not in cause.message
     exc = to_exception(cause)
     assert isinstance(exc, HangError) and exc.rank == 1  # not the waiting rank's RuntimeError
-    assert isinstance(exc, FlyteRecoverableException)  # retry_hangs=True: a bad node is worth a retry
+    # Still running the task's code: it would be late again on every attempt, so no retry even with retry_hangs.
+    assert not isinstance(exc, FlyteRecoverableException)
     permanent = to_exception(cause, retry_hangs=False)
     assert type(permanent) is HangError and not isinstance(permanent, FlyteRecoverableException)
     assert pickle.loads(pickle.dumps(exc)).rank == 1 and type(pickle.loads(pickle.dumps(exc))) is type(exc)

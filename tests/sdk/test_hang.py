@@ -15,7 +15,7 @@ import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
 
 from flytekitplugins_pytorch import _hang
-from flytekitplugins_pytorch._failure import HangError
+from flytekitplugins_pytorch._failure import HangError, PeerFailedError
 
 
 def _port() -> int:
@@ -57,7 +57,8 @@ def test_the_rank_outside_torch_distributed_is_named_with_its_node_and_pod(store
         took = time.monotonic() - started
     finally:
         stuck.stop()
-    assert isinstance(error, HangError) and isinstance(error, FlyteRecoverableException)
+    # rank 1 was still running the task's code: not evidence of a bad node, so not retried despite retry_hangs
+    assert type(error) is HangError and not isinstance(error, FlyteRecoverableException)
     assert error.rank == 1 and error.world_size == 3 and error.type_name == "builtins.RuntimeError"
     text = str(error)
     assert text.startswith("rank 1 (of 3) on node 1 (pod job-worker-0) did not arrive: still running at "), text
@@ -73,7 +74,34 @@ def test_a_rank_that_never_answers_is_named_after_the_wait(store, monkeypatch) -
     monkeypatch.setattr(_hang, "ANSWER_WAIT_S", 0.3)
     error = _hang.name_culprit(RuntimeError("Connection closed by peer"))
     assert type(error) is HangError  # retry_hangs=False: permanent
-    assert str(error).startswith("rank 1 (of 2) did not arrive: did not answer within 0s (dead, or stuck where")
+    assert str(error).startswith("rank 1 (of 2) did not arrive: did not answer within 0s (its process or pod is gone")
+
+
+def test_a_vanished_rank_is_a_retryable_hang(store, monkeypatch) -> None:
+    waiting = _hang.HangWatch(store(), 0, 2, recoverable=True)
+    monkeypatch.setattr(_hang, "_current", waiting)
+    monkeypatch.setattr(_hang, "ANSWER_WAIT_S", 0.3)
+    error = _hang.name_culprit(RuntimeError("Connection closed by peer"))
+    assert isinstance(error, HangError) and isinstance(error, FlyteRecoverableException)
+    assert error.rank == 1
+
+
+@pytest.mark.parametrize(
+    "own",
+    [RuntimeError("DataLoader timed out after 1 seconds"), TimeoutError("metadata service timed out")],
+    ids=["dataloader-timeout", "user-timeout"],
+)
+def test_a_peer_that_raised_its_own_error_is_named_with_its_type_and_never_retried(store, monkeypatch, own) -> None:
+    waiting = _hang.HangWatch(store(), 0, 2, recoverable=True)
+    failing = _hang.HangWatch(store(), 1, 2, recoverable=True)
+    monkeypatch.setattr(_hang, "_current", failing)
+    _hang.mark_failed(own)
+    monkeypatch.setattr(_hang, "_current", waiting)
+    error = _hang.name_culprit(RuntimeError("Connection closed by peer"))
+    assert isinstance(error, PeerFailedError) and not isinstance(error, (HangError, FlyteRecoverableException))
+    assert error.rank == 1 and error.type_name == f"builtins.{type(own).__name__}"
+    assert str(error).startswith("rank 1 (of 2) on node "), str(error)
+    assert f"failed: {type(own).__name__}: {own}; rank 0 " in str(error)
 
 
 def test_a_request_of_an_earlier_attempt_is_not_read(store, monkeypatch) -> None:
@@ -103,3 +131,14 @@ def test_an_answer_carries_the_main_threads_stack(store) -> None:
     finally:
         watch.stop()
     assert "in test_an_answer_carries_the_main_threads_stack" in answer["stack"]
+
+
+def test_a_peers_recoverable_error_stays_recoverable(store, monkeypatch) -> None:
+    waiting = _hang.HangWatch(store(), 0, 2, recoverable=False)
+    failing = _hang.HangWatch(store(), 1, 2, recoverable=False)
+    monkeypatch.setattr(_hang, "_current", failing)
+    _hang.mark_failed(FlyteRecoverableException("flaky storage"))
+    monkeypatch.setattr(_hang, "_current", waiting)
+    error = _hang.name_culprit(RuntimeError("Connection closed by peer"))
+    assert isinstance(error, PeerFailedError) and isinstance(error, FlyteRecoverableException)
+    assert error.rank == 1 and "failed: FlyteRecoverableException: " in str(error) and "flaky storage" in str(error)
