@@ -7,6 +7,7 @@ flyte-migrate patches flytekit when imported, so every check runs in a fresh int
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -17,7 +18,8 @@ import pytest
 
 from tests.sdk.guarded_run import run_guarded
 
-pytest.importorskip("flyte_migrate")
+# Never imported here: importing flyte_migrate patches flytekit for the whole test session.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("flyte_migrate") is None, reason="flyte-migrate not installed")
 
 ROOT = Path(__file__).resolve().parents[2]
 
