@@ -97,10 +97,9 @@ async def execute(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     Raises:
         RemoteExecutionNotSupported: not a local run.
     """
-    from flyte._context import internal_ctx
+    import flyte
 
-    tctx = internal_ctx().data.task_context
-    if tctx is None or tctx.mode != "local":
+    if flyte.ctx().mode != "local":  # a null context (all None) outside a task
         raise RemoteExecutionNotSupported(
             f"{task.name}: a flyte2_pytorch task runs locally (flyte.run after flyte.init()) in this release; "
             "in a pod it is not supported yet"
