@@ -90,3 +90,25 @@ TASKS = {}
 for _name, _config in CASES.items():
     _env = flyte.TaskEnvironment(name=f"pytorch-{_name.replace('_', '-')}", image=IMAGE, plugin_config=_config)
     TASKS[_name] = _env.task(_rank_report)
+
+
+def _pod_template() -> Any:
+    from kubernetes.client import V1Container, V1PodSpec
+
+    spec = V1PodSpec(containers=[V1Container(name="primary")], node_selector={"pool": "gpu"})
+    return flyte.PodTemplate(pod_spec=spec, primary_container_name="primary", labels={"team": "ml"})
+
+
+_pod_env = flyte.TaskEnvironment(
+    name="pytorch-pod-template", image=IMAGE, plugin_config=CASES["roles"], pod_template=_pod_template()
+)
+POD_TEMPLATE_TASK = _pod_env.task(_rank_report)
+
+_trainjob_env = flyte.TaskEnvironment(
+    name="pytorch-trainjob",
+    image=IMAGE,
+    plugin_config=f2.PyTorch(worker=f2.Worker(replicas=2), nproc_per_node=2, run_policy=f2.RunPolicy(queue="team-a")),
+    pod_template=_pod_template(),
+)
+TRAINJOB_TASK = _trainjob_env.task(_rank_report)
+"""A task both targets run (a TrainJob has one pod spec for every node, no per-role policies)."""
