@@ -16,7 +16,7 @@ from flyte2_pytorch.config import (
     RunPolicy,
     Worker,
 )
-from flyte2_pytorch.task import ElasticTask, PyTorchTask
+from flyte2_pytorch.task import Connector, ConnectorTask, ElasticTask, PyTorchTask
 
 __all__ = [
     "PyTorch",
@@ -29,4 +29,6 @@ __all__ = [
     "ConfigError",
     "PyTorchTask",
     "ElasticTask",
+    "Connector",
+    "ConnectorTask",
 ]

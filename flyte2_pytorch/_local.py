@@ -108,7 +108,9 @@ async def execute(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         raise TypeError(f"{task.name}: pass the inputs by name")
     from flytekitplugins_pytorch.launcher import run_distributed
 
-    launched = _LaunchedTask(sdk_config(task.plugin_config), task.name, task.func)
+    config = task.plugin_config
+    config = getattr(config, "config", config)  # a Connector wraps the task's config
+    launched = _LaunchedTask(sdk_config(config), task.name, task.func)
     # run_distributed blocks until the ranks are done; Flyte 2's local controller runs the task in its own event
     # loop, which has nothing else to serve meanwhile.
     await asyncio.sleep(0)

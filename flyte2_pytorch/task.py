@@ -20,11 +20,30 @@ from flyteidl2.plugins import common_pb2 as replica_pb2
 from flyteidl2.plugins.kubeflow import common_pb2, pytorch_pb2
 from google.protobuf import json_format
 
-from flyte2_pytorch.config import CleanPodPolicy, Elastic, Master, PyTorch, RestartPolicy, RunPolicy, Worker
+from flyte2_pytorch.config import (
+    CleanPodPolicy,
+    ConfigError,
+    Elastic,
+    Master,
+    PyTorch,
+    RestartPolicy,
+    RunPolicy,
+    Worker,
+)
+from flyte2_pytorch.task_types import CONNECTOR_TASK_TYPE, CONNECTOR_TASK_TYPE_VERSION
 from pytorch_contract import template_keys as keys
 from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND, TASK_TYPE, TASK_TYPE_VERSION
 
-__all__ = ["PyTorchTask", "ElasticTask", "pytorch_custom", "elastic_custom", "pytorch_config", "elastic_config"]
+__all__ = [
+    "PyTorchTask",
+    "ElasticTask",
+    "Connector",
+    "ConnectorTask",
+    "pytorch_custom",
+    "elastic_custom",
+    "pytorch_config",
+    "elastic_config",
+]
 
 # ExitCode has no proto value: NEVER stands in (a reader that ignores pytorch.<role>.restart_policy fails the job and
 # Flyte's retries apply), as in the flytekit front-end.
@@ -220,5 +239,49 @@ class ElasticTask(PyTorchTask):
         return elastic_config(self.plugin_config)
 
 
+@dataclass(frozen=True)
+class Connector:
+    """Run a task through this project's connector instead of Flyte 2's native plugin (task type ``pytorch-job``).
+
+    ``flyte.TaskEnvironment(name=..., plugin_config=Connector(PyTorch(...)))``: the same message and ``pytorch.*``
+    keys as the wrapped config, under a task type the native plugin does not claim, so the job kind is the one the
+    connector's backend config targets (a TrainJob, or a PyTorchJob with every option). A local run is the same.
+
+    Args:
+        config: the task's `PyTorch` or `Elastic` configuration.
+    """
+
+    config: Union[PyTorch, Elastic]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, (PyTorch, Elastic)):
+            raise ConfigError(
+                f"Connector.config={self.config!r} is not a PyTorch or Elastic config ({type(self.config).__name__}); "
+                "use Connector(flyte2_pytorch.PyTorch(...)) or Connector(flyte2_pytorch.Elastic(...))",
+                field="Connector.config",
+                value=self.config,
+            )
+
+
+@dataclass(kw_only=True)
+class ConnectorTask(PyTorchTask):
+    """A function run as the job our connector makes (task type ``pytorch-job``, version 1)."""
+
+    task_type: str = CONNECTOR_TASK_TYPE
+    task_type_version: int = CONNECTOR_TASK_TYPE_VERSION
+    plugin_config: Connector  # type: ignore[assignment]
+
+    def custom_config(self, sctx: SerializationContext) -> dict[str, Any]:
+        """``TaskTemplate.custom`` of the wrapped config."""
+        inner = self.plugin_config.config
+        return elastic_custom(inner) if isinstance(inner, Elastic) else pytorch_custom(inner)
+
+    def config(self, sctx: SerializationContext) -> dict[str, str]:
+        """The ``pytorch.*`` keys of the wrapped config."""
+        inner = self.plugin_config.config
+        return elastic_config(inner) if isinstance(inner, Elastic) else pytorch_config(inner)
+
+
 TaskPluginRegistry.register(config_type=PyTorch, plugin=PyTorchTask)
+TaskPluginRegistry.register(config_type=Connector, plugin=ConnectorTask)
 TaskPluginRegistry.register(config_type=Elastic, plugin=ElasticTask)

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from pytorch_contract.template_keys import CONFIG_PREFIX
 
-__all__ = ["task_template", "main"]
+__all__ = ["task_template", "flyte1_template", "main"]
 
 
 def task_template(task: Any, *, root_dir: Optional[Path] = None, version: str = "v1") -> dict[str, Any]:
@@ -40,20 +40,41 @@ def task_template(task: Any, *, root_dir: Optional[Path] = None, version: str = 
     """
     from flyte._internal.runtime.task_serde import get_proto_task
     from flyte.models import SerializationContext
-    from flyteidl.core import tasks_pb2
-    from google.protobuf import json_format
 
     if root_dir is None:
         root_dir = Path(task.source_file).resolve().parent if task.source_file else Path.cwd()
     sctx = SerializationContext(version=version, root_dir=root_dir)
-    flyte1 = tasks_pb2.TaskTemplate.FromString(get_proto_task(task, sctx).SerializeToString())
-    for key, value in task.config(sctx).items():
-        if key.startswith(CONFIG_PREFIX):
-            flyte1.config[key] = value
+    return flyte1_template(get_proto_task(task, sctx), task.config(sctx))
+
+
+def flyte1_template(template: Any, config: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """A Flyte 2 ``TaskTemplate`` (the message, or its bytes) as the protobuf-JSON dict of ``flyteidl.core``'s.
+
+    The ``pytorch.*`` keys of its container's config move to the template's config; `config` adds (and wins over)
+    keys the message lost (a pod template's container has no config in Flyte 2).
+
+    Args:
+        template: ``flyteidl2.core.tasks_pb2.TaskTemplate`` or its serialized bytes.
+        config: the task's own ``config()``, when the task object is at hand.
+
+    Returns:
+        The template, its ``config`` holding the ``pytorch.*`` keys.
+    """
+    from flyteidl.core import tasks_pb2
+    from google.protobuf import json_format
+
+    data = template if isinstance(template, bytes) else template.SerializeToString()
+    flyte1 = tasks_pb2.TaskTemplate.FromString(data)
     if flyte1.HasField("container"):
+        for kv in flyte1.container.config:
+            if kv.key.startswith(CONFIG_PREFIX):
+                flyte1.config[kv.key] = kv.value
         kept = [kv for kv in flyte1.container.config if not kv.key.startswith(CONFIG_PREFIX)]
         del flyte1.container.config[:]
         flyte1.container.config.extend(kept)
+    for key, value in (config or {}).items():
+        if key.startswith(CONFIG_PREFIX):
+            flyte1.config[key] = value
     return json_format.MessageToDict(flyte1)
 
 
