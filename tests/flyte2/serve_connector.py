@@ -13,7 +13,7 @@ import sys
 
 from backend_plugin.config import BackendConfig
 from backend_plugin.connector import ServedJobConnector
-from backend_plugin.connector_flyte2 import Flyte2JobConnector, register, serve
+from flyte2_backend.connector import Flyte2JobConnector, register, serve
 
 LINKS = ({"name": "Logs", "template": "https://logs.example.com/{{ .namespace }}/{{ .podName }}/{{ .containerName }}"},)
 

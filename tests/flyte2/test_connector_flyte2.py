@@ -179,7 +179,7 @@ def test_a_failed_trainjob_names_its_root_cause(fake_api, stub, tmp_path: Path) 
 def test_a_task_a_trainjob_cannot_express_fails_permanently_without_a_request(fake_api, tmp_path: Path) -> None:  # noqa: F811
     """Through the connector's create, not gRPC: an elastic task is refused by the TrainJob writer, recorded in the
     metadata, and the first get is a permanent FAILED naming why (propeller would retry an exception from create)."""
-    from backend_plugin.connector_flyte2 import Flyte2JobConnector
+    from flyte2_backend.connector import Flyte2JobConnector
     from tests.flyte2.serve_connector import connector
 
     elastic = flyte.TaskEnvironment(name="elastic", plugin_config=f2.Connector(f2.Elastic(nnodes=2)))

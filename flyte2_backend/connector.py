@@ -17,7 +17,7 @@ differs is only the envelope:
   literals of the types flyte guesses from them);
 - the answer is flyte's ``Resource``: the same phase (the enums agree), message, log links and job status.
 
-Serve it with ``python -m backend_plugin.connector_flyte2 --port 8000`` (the ``flyte2-backend`` extra). flytekit's
+Serve it with ``python -m flyte2_backend --port 8000`` (the ``flyte2-backend`` extra). flytekit's
 and flyte's connector services register the same Prometheus metric names, so the Flyte 1 connector
 (``pyflyte serve connector``) runs as a second process of the same image.
 """
@@ -166,6 +166,15 @@ class Flyte2ConnectorService(AsyncConnectorService):
     """flyte's service, keeping the create request's Inputs message for `Flyte2JobConnector`."""
 
     async def CreateTask(self, request: Any, context: Any) -> Any:  # noqa: N802 - the gRPC method name
+        """flyte's ``CreateTask``, with the request's Inputs message visible to `Flyte2JobConnector.create`.
+
+        Args:
+            request: ``flyteidl2.connector.CreateTaskRequest``.
+            context: the gRPC context.
+
+        Returns:
+            ``CreateTaskResponse``.
+        """
         token = _REQUEST_INPUTS.set(request.inputs)
         try:
             return await super().CreateTask(request, context)
@@ -214,8 +223,12 @@ async def serve(address: str, workers: int = 10, ready: Optional[Any] = None) ->
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    """``python -m backend_plugin.connector_flyte2 [--port 8000] [--prometheus-port 9090] [--workers 10]``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    """``python -m flyte2_backend [--port 8000] [--prometheus-port 9090] [--workers 10]``: serve until killed.
+
+    Args:
+        argv: the arguments (``sys.argv[1:]`` when None).
+    """
+    parser = argparse.ArgumentParser(prog="python -m flyte2_backend", description="Serve the Flyte 2 connector.")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--prometheus-port", type=int, default=9090, help="0: no metrics endpoint")
     parser.add_argument("--workers", type=int, default=10)
