@@ -8,9 +8,6 @@ The connector serves from its own process (`serve_connector`), started per test 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +24,7 @@ import flyte2_pytorch as f2
 from tests.connector.test_trainjob_connector import node_pod
 from tests.fakeapi.fixtures import fake_api  # noqa: F401 - the fixture
 from tests.fakeapi.server import TRAINJOBS
+from tests.flyte2.served import served
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "flytesnacks-development"
@@ -67,31 +65,9 @@ def metadata(execution: str) -> connector_pb2.TaskExecutionMetadata:
 
 @pytest.fixture
 def stub(fake_api) -> Iterator[service_pb2_grpc.AsyncConnectorServiceStub]:  # noqa: F811 - the fixture
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.flyte2.serve_connector", fake_api.server.host, "trainjob"],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.strip().isdigit(), "the connector did not start"
-        with grpc.insecure_channel(f"127.0.0.1:{int(line)}") as channel:
+    with served("tests.flyte2.serve_connector", fake_api.server.host, "trainjob") as port:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             yield service_pb2_grpc.AsyncConnectorServiceStub(channel)
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def create(stub: Any, prefix: Path, execution: str = "abc123", steps: int = 3) -> bytes:

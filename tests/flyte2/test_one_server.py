@@ -10,7 +10,6 @@ They run as two processes: both packages' connector servers register the same Pr
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.flyte2.served import served_all
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("flyte") is None, reason="flyte not installed")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,38 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def ports() -> Iterator[dict[str, int]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    procs = {
-        which: subprocess.Popen(
-            [sys.executable, "-m", "tests.flyte2.serve_generation", which],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for which in ("flyte1", "flyte2")
-    }
-    try:
-        found = {}
-        for which, proc in procs.items():
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert line.strip().isdigit(), f"{which} server did not start"
-            found[which] = int(line)
+    servers = {which: ("tests.flyte2.serve_generation", which) for which in ("flyte1", "flyte2")}
+    with served_all(servers) as found:
         yield found
-    finally:
-        for proc in procs.values():
-            if proc.stdin is not None:
-                proc.stdin.close()
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
 
 
 @pytest.mark.timeout(120)
