@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from enum import Enum
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 from flytekit import PodTemplate, Resources
 
@@ -188,10 +188,13 @@ def reject_unknown_options(owner: str, given: Iterable[str], valid: Iterable[str
         raise unknown_option(owner, name, valid)
 
 
-def suggesting(cls: type) -> type:
+_Config = TypeVar("_Config", bound=type)
+
+
+def suggesting(cls: _Config) -> _Config:
     """Wrap a config dataclass's ``__init__`` so that an unknown keyword raises `UnknownOptionError` with a
     suggestion (or kfpytorch's replacement) instead of Python's bare ``TypeError``."""
-    init = cls.__init__
+    init = cls.__init__  # type: ignore[misc]
     valid = [f.name for f in fields(cls) if f.init]
 
     @functools.wraps(init)

@@ -291,7 +291,7 @@ def _replica_gpus(config: Any, options: dict[str, Any]) -> dict[str, Optional[in
     task_gpus = ("limits.gpu", _gpus(task_limits)) if _gpus(task_limits) else ("requests.gpu", _gpus(task_requests))
     out: dict[str, Optional[int]] = {}
     master, worker = getattr(config, "master", None), getattr(config, "worker", None)
-    roles = [r for r in (master, worker) if r is not None and (r is master or worker.replicas)]
+    roles = [r for r in (master, worker) if r is not None and (r is master or r.replicas)]
     for role in roles or [None]:
         owner = type(role).__name__
         if role is not None and _gpus(role.limits):
@@ -349,7 +349,7 @@ class _DistributedFunctionTask(PythonFunctionTask):
             pytorchjob_roles=2 if worker is not None and worker.replicas else 1,
         )
         check_processes_against_gpus(
-            type(task_config).__name__, task_config.nproc_per_node, _replica_gpus(task_config, kwargs)
+            type(task_config).__name__, getattr(task_config, "nproc_per_node", None), _replica_gpus(task_config, kwargs)
         )
         super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
 
