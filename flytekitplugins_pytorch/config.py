@@ -13,7 +13,9 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
@@ -34,7 +36,7 @@ from pytorch_contract.k8s_names import (
     env_var_name_problem,
     image_reference_problem,
 )
-from pytorch_contract.pod_rules import node_selector_problems, toleration_problems
+from pytorch_contract.pod_rules import env_name_problems, node_selector_problems, toleration_problems
 from pytorch_contract.quantity import QuantityError, parse_quantity
 from pytorch_contract.suggest import did_you_mean
 from pytorch_contract.template_keys import (
@@ -694,6 +696,9 @@ def check_pod_template_rules(name: str, pod_template: PodTemplate) -> None:
     tolerations = [_api_dict(t) for t in (getattr(spec, "tolerations", None) or [])]
     problems += toleration_problems(tolerations, f"{name} tolerations")
     problems += node_selector_problems(getattr(spec, "node_selector", None) or {}, f"{name} nodeSelector")
+    for container in getattr(spec, "containers", None) or []:
+        env_names = [getattr(e, "name", None) for e in getattr(container, "env", None) or []]
+        problems += env_name_problems(env_names, f"{name} container {getattr(container, 'name', None)!r} env")
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ConfigError(
@@ -741,7 +746,7 @@ def check_job_limits(
     own_env = max([len(_primary_env(t)) for t in templates.values()] or [0])
     problem = env_count_problem(len(environment) + own_env, "trainjob", "environment (with the pod template's env)")
     if problem is not None:
-        warnings.warn(f"{problem} (as a PyTorchJob it is admitted)", JobLimitWarning, stacklevel=4)
+        warnings.warn(f"{problem} (as a PyTorchJob it is admitted)", JobLimitWarning, stacklevel=_user_stacklevel())
     values = {f"environment[{k!r}]": v for k, v in environment.items()}
     for where, template in templates.items():
         for entry in _primary_env(template):
@@ -760,12 +765,27 @@ def check_job_limits(
         raise ConfigError(certain.replace(" the trainjob ", " the job "), field=largest, value=values.get(largest))
     per_role = job_size_problem(total, "pytorchjob", where, copies=pytorchjob_roles)
     if per_role is not None:
-        warnings.warn(f"{per_role} (as a TrainJob, written once, it fits)", JobLimitWarning, stacklevel=4)
+        warnings.warn(
+            f"{per_role} (as a TrainJob, written once, it fits)", JobLimitWarning, stacklevel=_user_stacklevel()
+        )
 
 
 def _abbreviate(value: Any, limit: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]} ({len(str(value)):,} characters)"
+
+
+def _user_stacklevel() -> int:
+    """The `stacklevel` of the caller's caller outside flytekit and this package (the user's decorated function),
+    so that a warning at decoration points at the user's line, not into flytekit's decorator."""
+    ours = os.path.dirname(__file__)
+    flytekit_dir = os.path.dirname(sys.modules["flytekit"].__file__ or "")
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (
+        frame.f_code.co_filename.startswith((ours, flytekit_dir)) or frame.f_code.co_filename.endswith("contextlib.py")
+    ):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
 
 
 class ProcessesGpusWarning(UserWarning):
@@ -800,7 +820,7 @@ def check_processes_against_gpus(owner: str, nproc_per_node: Any, replica_gpus: 
             f"{owner}.nproc_per_node={nproc_per_node} but {where}={gpus}: {why}; use nproc_per_node={gpus} or "
             "'gpu' (one rank per GPU), or request as many GPUs as ranks",
             ProcessesGpusWarning,
-            stacklevel=4,
+            stacklevel=_user_stacklevel(),
         )
         return
 

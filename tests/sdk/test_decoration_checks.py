@@ -72,6 +72,11 @@ BAD_TEMPLATES = [
         PodTemplate(pod_spec=spec(node_selector={"pool": "big gpus"})),
         ("nodeSelector", "'big gpus'", "label value"),
     ),
+    (
+        "container-env-name-with-equals",
+        PodTemplate(pod_spec=V1PodSpec(containers=[V1Container(name="primary", env=[V1EnvVar(name="A=B")])])),
+        ("container 'primary' env", "'A=B'", "without '='"),
+    ),
 ]
 
 # Valid neighbours of each rule: Kubernetes admits the pods, so the SDK must too.
@@ -89,6 +94,10 @@ GOOD_TEMPLATES = [
                 tolerations=[V1Toleration(key="gpu", value="a100", effect="NoExecute", toleration_seconds=30)]
             )
         ),
+    ),
+    (
+        "container-env-name-dotted",
+        PodTemplate(pod_spec=V1PodSpec(containers=[V1Container(name="primary", env=[V1EnvVar(name="my.var-1")])])),
     ),
     ("node-selector-gpu-product", PodTemplate(pod_spec=spec(node_selector={"nvidia.com/gpu.product": "A100-80GB"}))),
 ]
@@ -231,6 +240,8 @@ def test_processes_against_gpus(build: Callable[[], Any], parts: Optional[tuple[
     else:
         assert len(ours) == 1, ours
         assert all(p in ours[0] for p in parts), ours[0]
+        # it points at the user's decorated function, not into flytekit's decorator
+        assert [w.filename for w in caught if issubclass(w.category, ProcessesGpusWarning)] == [__file__]
 
 
 # (id, call, the suggestion)
