@@ -157,8 +157,9 @@ def test_a_409_for_a_different_job_is_a_conflict(propeller, tmp_path) -> None:
     server.reset_log()
     _, context = p.try_create(tmp_path, template=template())
     assert context.code is not None
-    assert f"a different PyTorchJob with this name already exists (differs in spec.pytorchReplicaSpecs.Worker" in (
-        context.details
+    assert (
+        "a different PyTorchJob with this name already exists (differs in spec.pytorchReplicaSpecs.Worker.replicas)"
+        in (context.details)
     )
     assert [(r.verb, r.status) for r in server.requests] == [("create", 409), ("get", 200)]
     assert server.get_job(NS, name)["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 7
