@@ -7,7 +7,8 @@ Two sources::
     pytorchjob render --template flyte-package.tgz train_mnist   # a `pyflyte package` archive (task picked by name)
     pytorchjob render --target trainjob train.py train_mnist      # another job kind than the config's target
 
-The output is the exact object the connector would create (the same reader, execution metadata and writer), ready
+The output is the exact object the connector would create (the same reader, execution metadata and writer, and the
+same `pytorch.flyte.org/spec-sha256` stamp), ready
 for `kubectl create -f -` (docs/admission.md says why `kubectl apply` fails on jobs over about 256 KiB).
 `metadata.namespace` is written only when `--namespace` is given, so `kubectl create -n NS -f job.yaml` works.
 Every job is put through the admission model (`backend_plugin.admission`): one the cluster would reject, silently
@@ -52,7 +53,7 @@ from typing import Any, Optional
 
 import yaml
 
-from backend_plugin.admission import CEL_UNAVAILABLE, Problem, admit, check_admission
+from backend_plugin.admission import CEL_UNAVAILABLE, Problem, admit, check_admission, stamp
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execution_metadata, job_name
@@ -654,6 +655,7 @@ def render_job(
     job = target.write(spec, meta, config)
     if not args.namespace:
         job["metadata"].pop("namespace", None)
+    job = stamp(job)  # as the connector sends it: the digest it adopts its own job by (docs/admission.md)
     for warning in target.warnings(spec, config):
         print(f"pytorchjob render: warning: {warning}", file=sys.stderr)
     lines = default_image_warnings(job, target) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)

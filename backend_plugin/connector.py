@@ -19,8 +19,14 @@ Failure handling:
   a `Retry-After` is waited out when it fits, each attempt may read for all the budget has left, and the
   kubernetes client's own (urllib3) retries are off, so this loop is the only one (see `api`);
 - errors never carry a response body: they are raised `from None` with the status, the reason and our message;
+- every job is stamped with the digest of its spec (`admission.stamp`, annotation `pytorch.flyte.org/spec-sha256`)
+  and put through the admission model (`admission.check_admission`) before anything is sent, inputs.pb included:
+  a job the API server would reject or silently prune, or whose pods could never start, is a permanent failure
+  naming the user's setting, and the create is sent with `fieldValidation=Strict`, so that a cluster whose CRD
+  declares less than the vendored one refuses a field rather than dropping it;
 - a create that got no answer is followed by a GET before it is retried, so a slow API server never gets two jobs;
-- AlreadyExists adopts the existing job when its spec is the one we would create, and is a `Conflict` otherwise
+- AlreadyExists, or a create whose answer was lost, adopts the existing job when it is ours (`admission.is_our_job`:
+  its stamp is our digest, so defaults, pruning and mutating webhooks do not count), and is a `Conflict` otherwise
   (`JobConnector.adopt_existing`, the one place that decides);
 - `get` only reports what it read: API trouble is an exception (Flyte polls again), never an invented phase;
 - a failed job's phase (retryable or not) and message come from the task's own error document, read from the
@@ -60,8 +66,9 @@ from flytekit.extend.backend.base_connector import AsyncConnectorBase, Connector
 from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
+from backend_plugin import admission, blobs
 from backend_plugin import api as api_module
-from backend_plugin import blobs
+from backend_plugin.admission import crds, structural
 from backend_plugin.api import (
     PAGE,
     Api,
@@ -453,8 +460,9 @@ class JobConnector(AsyncConnectorBase):
 
         Returns:
             The job's namespace, name, uid, output prefix and the task config log links need; for a template that
-            cannot be built or a job the API server rejects as invalid (it can never run), no job and the reason in
-            `error`, which the next `get` reports as a permanent failure.
+            cannot be built, a job the admission model refuses (nothing is sent, not even inputs.pb) or a job the API
+            server rejects as invalid (it can never run), no job and the reason in `error`, which the next `get`
+            reports as a permanent failure.
 
         Raises:
             Conflict: a different job with the same name exists.
@@ -462,6 +470,7 @@ class JobConnector(AsyncConnectorBase):
             KubeApiError: any other API failure, after retries for transient ones.
         """
         self.api()
+        admission.prepare()  # one-time: the vendored CRDs read and their rules compiled, outside the budget
         deadline = self.deadline("create")
         template = template_to_dict(task_template)
         meta = self.execution_metadata(template, output_prefix, task_execution_metadata)
@@ -481,8 +490,8 @@ class JobConnector(AsyncConnectorBase):
         )
         try:
             spec = read_template(template)
-            job = target.write(spec, meta, self.config)
-        except TemplateError as e:
+            job = self.admitted(target.write(spec, meta, self.config))
+        except TemplateError as e:  # admission.JobNotAdmitted included: nothing has been sent
             logger.warning("task template for %s/%s cannot run as a %s: %s", base.namespace, base.name, target.kind, e)
             return replace(base, error=f"the task template cannot run: {e}")
         for warning in target.warnings(spec, self.config):
@@ -495,11 +504,31 @@ class JobConnector(AsyncConnectorBase):
             return replace(base, error=f"the API server rejected the job: {e}")
         return replace(base, namespace=created.namespace, name=created.name, uid=created.uid, kind=created.kind)
 
-    def create_job(self, job: dict, deadline: Optional[Deadline] = None) -> JobMetadata:
-        """POST a built job, never creating a second copy (see the module docstring).
+    def admitted(self, job: dict) -> dict:
+        """The job as the connector sends it: stamped with its digest (`admission.stamp`) and put through the
+        admission model; its notes (a job close to the size limit, a rule not evaluated) are logged.
 
         Args:
-            job: the job dict (its `kind` picks the target).
+            job: the job a target wrote.
+
+        Returns:
+            The stamped job.
+
+        Raises:
+            admission.JobNotAdmitted: the cluster would reject it, prune part of it, or never start its pods (a
+                permanent `TemplateError` naming each user setting and what to do).
+        """
+        stamped = admission.stamp(job)
+        meta = stamped["metadata"]
+        for note in admission.check_admission(stamped):
+            logger.warning("%s %s/%s: %s", stamped.get("kind"), meta.get("namespace"), meta.get("name"), note.message)
+        return stamped
+
+    def create_job(self, job: dict, deadline: Optional[Deadline] = None) -> JobMetadata:
+        """POST a built job with `fieldValidation=Strict`, never creating a second copy (see the module docstring).
+
+        Args:
+            job: the job dict as `admitted` returns it (its `kind` picks the target); sent as it is.
             deadline: the create's deadline; a new one (`api_create_budget_s`) when None.
 
         Returns:
@@ -519,8 +548,8 @@ class JobConnector(AsyncConnectorBase):
 
         def post(timeout: tuple[float, float]) -> Any:
             return api.custom.create_namespaced_custom_object(
-                target.group, target.version, namespace, target.plural, job, _request_timeout=timeout,
-                _preload_content=False,
+                target.group, target.version, namespace, target.plural, job, field_validation="Strict",
+                _request_timeout=timeout, _preload_content=False,
             )  # fmt: skip
 
         def decode(created: Any) -> dict:
@@ -557,8 +586,13 @@ class JobConnector(AsyncConnectorBase):
         )
 
     def adopt_existing(self, job: dict, deadline: Deadline) -> JobMetadata:
-        """After a 409, or a create whose answer was lost: take over the job of this name when it is the one we would
-        create, else raise `Conflict`. The one place that decides whether an existing job is ours.
+        """After a 409, or a create whose answer was lost: take over the job of this name when it is ours, else raise
+        `Conflict`. The one place that decides whether an existing job is ours.
+
+        Ours is `admission.is_our_job`: the stored job's `pytorch.flyte.org/spec-sha256` annotation is the digest of
+        the job we would send (the API server keeps annotations as sent, so its defaults, pruning and mutating
+        webhooks do not count); a stored job without the annotation is ours when the job we sent, pruned by its
+        CRD, is contained in it.
 
         Args:
             job: the job we tried to create.
@@ -568,7 +602,7 @@ class JobConnector(AsyncConnectorBase):
             The existing job's namespace, name and uid.
 
         Raises:
-            Conflict: the job of this name is being deleted, or its spec differs from ours.
+            Conflict: the job of this name is being deleted, or is another job (the message names where it differs).
             NotFound: there is no job of this name (the create did not happen).
             KubeApiError: it could not be read.
         """
@@ -578,16 +612,14 @@ class JobConnector(AsyncConnectorBase):
         stored = self._read_job(namespace, name, target, deadline, verb="create")
         if (stored.get("metadata") or {}).get("deletionTimestamp"):
             raise Conflict("create", subject, "a job with this name exists and is being deleted; retry once it is gone")
-        diffs = spec_differences(job.get("spec"), stored.get("spec"))
-        if diffs:
-            shown = ", ".join(diffs[:5]) + (f" and {len(diffs) - 5} more" if len(diffs) > 5 else "")
+        if not admission.is_our_job(stored, job):
             raise Conflict(
                 "create",
                 subject,
-                f"a different {target.kind} with this name already exists (differs in {shown}); delete it with "
-                f"`kubectl delete {target.kind.lower()} -n {namespace} {name}` or rerun under a new execution",
+                f"a different {target.kind} with this name already exists ({_how_it_differs(job, stored)}); delete "
+                f"it with `kubectl delete {target.kind.lower()} -n {namespace} {name}` or rerun under a new execution",
             )
-        logger.info("adopted existing %s %s/%s with the same spec", target.kind, namespace, name)
+        logger.info("adopted existing %s %s/%s: it is the job we create", target.kind, namespace, name)
         return JobMetadata(namespace, name, str(stored["metadata"].get("uid", "")), kind=target.kind)
 
     # ------------------------------------------------------------------ get
@@ -777,6 +809,19 @@ class JobConnector(AsyncConnectorBase):
                      deadline)  # fmt: skip
         except NotFound:
             logger.info("%s %s/%s already deleted", target.kind, ns, name)
+
+
+def _how_it_differs(sent: dict, stored: dict) -> str:
+    """Where another job under our name differs from ours, for the Conflict: the fields of our spec (pruned by the
+    CRD, as the server stores it) it lacks or holds otherwise, else what else tells them apart."""
+    schema = crds.schema_for(str(sent.get("apiVersion")), str(sent.get("kind")))
+    diffs = spec_differences(structural.prune(sent, schema).get("spec"), stored.get("spec"))
+    if diffs:
+        return "differs in " + ", ".join(diffs[:5]) + (f" and {len(diffs) - 5} more" if len(diffs) > 5 else "")
+    digest = ((stored.get("metadata") or {}).get("annotations") or {}).get(admission.SPEC_DIGEST_ANNOTATION)
+    if digest is not None:
+        return f"its {admission.SPEC_DIGEST_ANNOTATION} annotation is the digest of another spec, labels or annotations"
+    return "differs in its labels or annotations"
 
 
 def _resource_of(target: JobTarget) -> str:

@@ -27,9 +27,9 @@ flatters us: the script warns when the 1-minute load average is above 0.5 or oth
 starts, and when torch has no compiled bytecode (every process would compile it again). Report figures from a quiet
 machine.
 
-Usage: ``MNIST_DATA_DIR=../shared/data/mnist python benchmarks/mnist_time_to_accuracy.py [--runs 3] [--detail]
+Usage: ``python benchmarks/mnist_time_to_accuracy.py [--runs 3] [--detail]
 [--json PATH]``
-(without ``MNIST_DATA_DIR`` the data comes from the cache or the mirrors, as in the example).
+(the data comes from ``MNIST_DATA_DIR`` where it is set, else from the cache or the mirrors, as in the example).
 """
 
 from __future__ import annotations

@@ -60,6 +60,8 @@ class RankSpec:
         parent_pid: pid of the launching process, for the die-with-parent check.
         retry_hangs: a hang is raised as a recoverable error (``_hang.py``).
         preflight: run the preflight before the task's code (``_preflight.py``).
+        preflight_local: every rank runs on this host (the local launcher): the preflight's local check, not the
+            all-reduce that crosses the network between pods.
         shm_size: the ``/dev/shm`` size the preflight checks (``None``: not checked).
         progress_timeout_s: ``progress_timeout`` in seconds (``_hang.py``), or ``None``.
         import_roots: directories the task's module is imported from, put on ``sys.path`` before the function is
@@ -80,6 +82,7 @@ class RankSpec:
     import_roots: tuple[str, ...] = ()
     retry_hangs: bool = True
     preflight: bool = True
+    preflight_local: bool = False
     shm_size: Optional[str] = None
     progress_timeout_s: Optional[float] = None
 

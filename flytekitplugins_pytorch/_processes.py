@@ -200,6 +200,7 @@ def rank_spec(
         import_roots=_import_roots(fn),
         retry_hangs=plan.retry_hangs,
         preflight=plan.preflight,
+        preflight_local=plan.kind is ExecutionKind.LOCAL,
         shm_size=plan.shm_size,
         progress_timeout_s=plan.progress_timeout_s,
     )

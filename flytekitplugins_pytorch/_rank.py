@@ -384,7 +384,11 @@ def rank_entrypoint(spec: RankSpec) -> None:
             )
             if spec.preflight:
                 # Before the task's module is unpickled: its import is the task's code too.
-                run_preflight(shm_size=spec.shm_size, join_timeout_s=preflight_timeout_s(spec.collective_timeout_s))
+                run_preflight(
+                    shm_size=spec.shm_size,
+                    join_timeout_s=preflight_timeout_s(spec.collective_timeout_s),
+                    local=spec.preflight_local,
+                )
             for root in reversed(spec.import_roots):
                 if root not in sys.path:
                     sys.path.insert(0, root)

@@ -11,16 +11,22 @@ This module never imports torch: defining, serializing and registering a task wo
 from __future__ import annotations
 
 import datetime
+import functools
+import json
+import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from enum import Enum
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 from flytekit import PodTemplate, Resources
 
+from pytorch_contract.job_limits import env_count_problem, job_size_problem
+from pytorch_contract.k8s_metadata import annotation_problems, label_problems
 from pytorch_contract.k8s_names import (
     DNS1123_SUBDOMAIN,
     EXTENDED_RESOURCE_NAME,
@@ -30,6 +36,7 @@ from pytorch_contract.k8s_names import (
     env_var_name_problem,
     image_reference_problem,
 )
+from pytorch_contract.pod_rules import env_name_problems, node_selector_problems, toleration_problems
 from pytorch_contract.quantity import QuantityError, parse_quantity
 from pytorch_contract.suggest import did_you_mean
 from pytorch_contract.template_keys import (
@@ -43,6 +50,8 @@ __all__ = [
     "ConfigError",
     "UnknownOptionError",
     "PodTemplateOverrideWarning",
+    "JobLimitWarning",
+    "ProcessesGpusWarning",
     "RestartPolicy",
     "CleanPodPolicy",
     "RunPolicy",
@@ -107,6 +116,96 @@ def unknown_option(owner: str, name: str, valid: Iterable[str]) -> UnknownOption
     """
     hint = did_you_mean(name, valid)
     return UnknownOptionError(f"{owner}.{name} is not an option; {hint}", field=f"{owner}.{name}", value=name)
+
+
+KFPYTORCH_NAMES: dict[tuple[str, str], Union[str, dict[Any, str]]] = {
+    ("PyTorch", "num_workers"): "PyTorch(worker=Worker(replicas={value!r}))",
+    ("PyTorch", "increase_shared_mem"): {True: "PyTorch()", False: 'PyTorch(shm_size="0")'},
+    ("Elastic", "increase_shared_mem"): {True: "Elastic()", False: 'Elastic(shm_size="0")'},
+    ("Elastic", "rdzv_configs"): {
+        "join_timeout": "rdzv_join_timeout",
+        "last_call_timeout": "rdzv_last_call_timeout",
+        "close_timeout": "rdzv_close_timeout",
+        "timeout": "rdzv_join_timeout",
+    },
+    ("pytorch_task", "num_workers"): "pytorch_task(workers_count={value!r})",
+}
+"""The keywords of flytekitplugins-kfpytorch 1.16 that are spelled differently here (docs/migration.md has the
+full table), keyed by (what was called, keyword): a replacement with ``{value!r}`` for the value given, a value ->
+replacement map (``increase_shared_mem``), or for ``rdzv_configs`` a map of its dict keys to our fields."""
+
+
+def kfpytorch_replacement(owner: str, name: str, value: Any) -> Optional[str]:
+    """The exact replacement for a kfpytorch 1.16 keyword, or None when `name` is not one of them.
+
+    Args:
+        owner: what was called (``"PyTorch"``, ``"pytorch_task"``).
+        name: the keyword.
+        value: the value given.
+
+    Returns:
+        Code that says the same here, e.g. ``'PyTorch(shm_size="0")'``, or None.
+    """
+    rule = KFPYTORCH_NAMES.get((owner, name))
+    if rule is None:
+        return None
+    if isinstance(rule, str):
+        return rule.format(value=value)
+    if name == "rdzv_configs":
+        if not isinstance(value, dict) or not value or any(k not in rule for k in value):
+            keys = ", ".join(f"{k!r} -> {v}" for k, v in rule.items())
+            return f"{owner}(rdzv_join_timeout=..., rdzv_last_call_timeout=..., rdzv_close_timeout=...) ({keys})"
+        merged = {rule[k]: v for k, v in value.items()}
+        return f"{owner}({', '.join(f'{k}={v!r}' for k, v in merged.items())})"
+    if isinstance(value, bool) and value in rule:
+        return rule[value]
+    return " or ".join(rule.values())
+
+
+def reject_unknown_options(owner: str, given: Iterable[str], valid: Iterable[str], values: dict[str, Any]) -> None:
+    """Raise for the first keyword in `given` that is not in `valid`: kfpytorch's names get their exact
+    replacement, others the nearest valid names.
+
+    Args:
+        owner: what was called (``"Elastic"``).
+        given: the keywords passed.
+        valid: every keyword accepted.
+        values: keyword -> value, for the replacement.
+
+    Raises:
+        UnknownOptionError: a keyword is not an option.
+    """
+    valid = list(dict.fromkeys(valid))
+    for name in given:
+        if name in valid:
+            continue
+        replacement = kfpytorch_replacement(owner, name, values.get(name))
+        if replacement is not None:
+            raise UnknownOptionError(
+                f"{owner}.{name} is flytekitplugins-kfpytorch's name, not an option here; write {replacement} "
+                "(docs/migration.md lists every kfpytorch name)",
+                field=f"{owner}.{name}",
+                value=name,
+            )
+        raise unknown_option(owner, name, valid)
+
+
+_Config = TypeVar("_Config", bound=type)
+
+
+def suggesting(cls: _Config) -> _Config:
+    """Wrap a config dataclass's ``__init__`` so that an unknown keyword raises `UnknownOptionError` with a
+    suggestion (or kfpytorch's replacement) instead of Python's bare ``TypeError``."""
+    init = cls.__init__  # type: ignore[misc]
+    valid = [f.name for f in fields(cls) if f.init]
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        reject_unknown_options(cls.__name__, kwargs, valid, kwargs)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -575,7 +674,163 @@ def check_pod_template(name: str, value: Any) -> Optional[PodTemplate]:
             f"{name}.pod_spec", spec, f"not a V1PodSpec ({type(spec).__name__})", "use kubernetes.client.V1PodSpec(...)"
         )
     warn_replaced_command(name, value)
+    check_pod_template_rules(name, value)
     return value
+
+
+def check_pod_template_rules(name: str, pod_template: PodTemplate) -> None:
+    """Refuse a pod template the job would be admitted with but whose every pod create fails: bad label keys or
+    values, bad annotation keys or over 256 KiB of annotations, bad tolerations, bad nodeSelector keys or values
+    (`pytorch_contract`'s rules, the ones the backend checks again before create).
+
+    Args:
+        name: where the pod template was given (``"Worker.pod_template"``).
+        pod_template: a flytekit ``PodTemplate``.
+
+    Raises:
+        ConfigError: the first problem; the message names the setting, the value and what is allowed.
+    """
+    problems = label_problems(pod_template.labels or {}, f"{name} labels")
+    problems += annotation_problems(pod_template.annotations or {}, f"{name} annotations")
+    spec = pod_template.pod_spec
+    tolerations = [_api_dict(t) for t in (getattr(spec, "tolerations", None) or [])]
+    problems += toleration_problems(tolerations, f"{name} tolerations")
+    problems += node_selector_problems(getattr(spec, "node_selector", None) or {}, f"{name} nodeSelector")
+    for container in getattr(spec, "containers", None) or []:
+        env_names = [getattr(e, "name", None) for e in getattr(container, "env", None) or []]
+        problems += env_name_problems(env_names, f"{name} container {getattr(container, 'name', None)!r} env")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ConfigError(
+            f"{problems[0]}{more}; the job would be admitted but Kubernetes would refuse every pod",
+            field=name,
+            value=pod_template,
+        )
+
+
+class JobLimitWarning(UserWarning):
+    """A task the PyTorchJob or the TrainJob kind would refuse, but not both: the SDK does not know which kind the
+    backend will create, so it warns instead of refusing."""
+
+
+def _primary_env(pod_template: Any) -> list[Any]:
+    """The env entries of a pod template's primary container."""
+    spec = getattr(pod_template, "pod_spec", None)
+    primary = getattr(pod_template, "primary_container_name", None)
+    for container in getattr(spec, "containers", None) or []:
+        if getattr(container, "name", None) == primary:
+            return list(getattr(container, "env", None) or [])
+    return []
+
+
+def check_job_limits(
+    environment: Optional[dict[str, str]], pod_templates: dict[str, Any], *, pytorchjob_roles: int = 2
+) -> None:
+    """Environment entries and payload size against what the API server stores (`pytorch_contract.job_limits`).
+
+    The backend's kind is not known here. A limit every kind has (a payload over 1.5 MiB even written once) is a
+    `ConfigError`; a limit of one kind (a TrainJob's 128 env entries, a PyTorchJob writing the pod template once
+    per role) is a `JobLimitWarning` naming the kind, because the same task is admitted as the other kind.
+
+    Args:
+        environment: the task's ``environment=``, or None.
+        pod_templates: where -> flytekit ``PodTemplate`` (``"pod_template"``, ``"Worker.pod_template"``) or None.
+        pytorchjob_roles: the roles a PyTorchJob of this task has (Master and Worker: 2; master-only or elastic: 1),
+            each holding its own copy of the pod template.
+
+    Raises:
+        ConfigError: the payload alone is over the stored-object limit.
+    """
+    environment = environment or {}
+    templates = {where: t for where, t in pod_templates.items() if t is not None}
+    own_env = max([len(_primary_env(t)) for t in templates.values()] or [0])
+    problem = env_count_problem(len(environment) + own_env, "trainjob", "environment (with the pod template's env)")
+    if problem is not None:
+        warnings.warn(f"{problem} (as a PyTorchJob it is admitted)", JobLimitWarning, stacklevel=_user_stacklevel())
+    values = {f"environment[{k!r}]": v for k, v in environment.items()}
+    for where, template in templates.items():
+        for entry in _primary_env(template):
+            values[f"{where} env {getattr(entry, 'name', '')!r}"] = getattr(entry, "value", None) or ""
+    sizes = {k: len(json.dumps({"name": k, "value": v})) for k, v in values.items()}
+    for where, template in templates.items():
+        sizes[f"{where} annotations"] = len(json.dumps(template.annotations or {}))
+    total = sum(sizes.values())
+    if not total:
+        return
+    largest = max(sizes, key=lambda k: sizes[k])
+    shown = f"{largest}={_abbreviate(values[largest])}" if largest in values else largest
+    where = shown if sizes[largest] * 2 > total else f"{shown} with {len(sizes) - 1} other entries"
+    certain = job_size_problem(total, "trainjob", where, copies=1)
+    if certain is not None:
+        raise ConfigError(certain.replace(" the trainjob ", " the job "), field=largest, value=values.get(largest))
+    per_role = job_size_problem(total, "pytorchjob", where, copies=pytorchjob_roles)
+    if per_role is not None:
+        warnings.warn(
+            f"{per_role} (as a TrainJob, written once, it fits)", JobLimitWarning, stacklevel=_user_stacklevel()
+        )
+
+
+def _abbreviate(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]} ({len(str(value)):,} characters)"
+
+
+def _user_stacklevel() -> int:
+    """The `stacklevel` of the caller's caller outside flytekit and this package (the user's decorated function),
+    so that a warning at decoration points at the user's line, not into flytekit's decorator."""
+    ours = os.path.dirname(__file__)
+    flytekit_dir = os.path.dirname(sys.modules["flytekit"].__file__ or "")
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (
+        frame.f_code.co_filename.startswith((ours, flytekit_dir)) or frame.f_code.co_filename.endswith("contextlib.py")
+    ):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
+
+
+class ProcessesGpusWarning(UserWarning):
+    """``nproc_per_node`` differs from the GPUs a replica requests."""
+
+
+def check_processes_against_gpus(owner: str, nproc_per_node: Any, replica_gpus: dict[str, Optional[int]]) -> None:
+    """Warn when a whole-number ``nproc_per_node`` differs from a replica's GPU count.
+
+    One rank per GPU is the norm. More ranks than GPUs is usually a mistake (NCCL refuses two ranks on one device,
+    and ``cuda.set_device(LOCAL_RANK)`` fails for the extra ones) but runs under gloo or with GPU sharing; fewer can
+    be deliberate (model parallelism inside a rank). torchrun starts either, so this warns and never refuses.
+
+    Args:
+        owner: the config class, for the message (``"PyTorch"``).
+        nproc_per_node: the checked value (an int, or a word such as ``"gpu"``, which always matches).
+        replica_gpus: where the GPU count was given (``"Worker.limits.gpu"``) -> GPUs of one replica, or None.
+    """
+    if not isinstance(nproc_per_node, int):
+        return
+    for where, gpus in replica_gpus.items():
+        if not gpus or gpus == nproc_per_node:
+            continue
+        if nproc_per_node > gpus:
+            why = (
+                "more ranks than GPUs: with NCCL two ranks cannot share a device, and code that calls "
+                "torch.cuda.set_device(LOCAL_RANK) fails on the extra ranks"
+            )
+        else:
+            why = f"{gpus - nproc_per_node} GPU(s) per replica unused unless each rank uses several (model parallel)"
+        warnings.warn(
+            f"{owner}.nproc_per_node={nproc_per_node} but {where}={gpus}: {why}; use nproc_per_node={gpus} or "
+            "'gpu' (one rank per GPU), or request as many GPUs as ranks",
+            ProcessesGpusWarning,
+            stacklevel=_user_stacklevel(),
+        )
+        return
+
+
+def _api_dict(model: Any) -> dict[str, Any]:
+    """A kubernetes client model (or a dict) in the API's camelCase keys."""
+    if isinstance(model, dict):
+        return model
+    attribute_map = getattr(model, "attribute_map", {})
+    return {attribute_map.get(k, k): getattr(model, k) for k in attribute_map}
 
 
 class PodTemplateOverrideWarning(UserWarning):
@@ -655,6 +910,7 @@ def _check_min_available(owner: str, run_policy: RunPolicy, total: int, total_te
 # The public configuration.
 
 
+@suggesting
 @dataclass
 class RunPolicy:
     """Job-level policy (``spec.runPolicy`` of the PyTorchJob).
@@ -714,6 +970,7 @@ class RunPolicy:
         check_bool("RunPolicy.suspend", self.suspend)
 
 
+@suggesting
 @dataclass
 class Master:
     """The master replica group: always exactly one pod (global rank 0 lives there).
@@ -743,6 +1000,7 @@ class Master:
         _check_replica(type(self).__name__, self)
 
 
+@suggesting
 @dataclass
 class Worker:
     """The worker replica group.
@@ -784,6 +1042,7 @@ def _check_replica(owner: str, replica: Union[Master, Worker]) -> None:
     check_resources(replica.requests, replica.limits, name_of)
 
 
+@suggesting
 @dataclass
 class PyTorch:
     """A non-elastic PyTorchJob: one master and ``worker.replicas`` workers, each running ``nproc_per_node`` ranks.
@@ -882,6 +1141,7 @@ class PyTorch:
         return 1 + self.worker.replicas
 
 
+@suggesting
 @dataclass
 class Elastic:
     """A torchrun-style elastic job: no master; between ``min_nodes`` and ``max_nodes`` worker pods rendezvous.

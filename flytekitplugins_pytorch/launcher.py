@@ -137,6 +137,7 @@ def run_distributed(task: DistributedTask, kwargs: dict[str, Any]) -> Any:
             task's module calls its workflow at import (see ``_nested.py``).
     """
     refuse_nested_launch(task.name)
+    require_torch(task.name)
     fn = task._task_function
     cuda_devices, cpu_count = _machine()
     plan = plan_launch(
@@ -210,6 +211,49 @@ def _say_cpu_fallback(task: DistributedTask) -> None:
         task.name,
         asked,
     )
+
+
+class TorchMissingError(ModuleNotFoundError):
+    """torch is not installed where a ``pytorch`` task runs (defining and registering one needs no torch)."""
+
+
+def torch_requirement() -> str:
+    """The torch pin of this package's ``[torch]`` extra (``torch==2.13.0``), read from the installed metadata;
+    ``torch`` when the package is not installed (a source checkout on ``PYTHONPATH``)."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires("flytekitplugins-pytorch") or []
+    except metadata.PackageNotFoundError:
+        requires = []
+    for requirement in requires:
+        spec, _, marker = requirement.partition(";")
+        if re.match(r"torch\b(?![-_.\w])", spec.strip()) and "torch" in marker:
+            return spec.strip().replace(" ", "")
+    return "torch"
+
+
+def require_torch(task_name: str) -> None:
+    """Fail in one line, naming torch and the install command, when torch cannot be imported.
+
+    Args:
+        task_name: the task, for the message.
+
+    Raises:
+        TorchMissingError: torch is not installed (or its import is blocked).
+    """
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise TorchMissingError(
+            f"{task_name} runs torch.distributed, but torch is not installed in this Python ({sys.executable}): "
+            f"pip install '{torch_requirement()}' (or pip install 'flytekitplugins-pytorch[torch]')",
+            name="torch",
+        )
 
 
 def _is_local_execution() -> bool:

@@ -34,19 +34,25 @@ from flytekitplugins_pytorch.config import (
     PyTorch,
     RestartPolicy,
     RunPolicy,
+    UnknownOptionError,
     Worker,
     check_environment,
     check_gpu,
     check_image,
+    check_job_limits,
+    check_pod_template_rules,
+    check_processes_against_gpus,
     check_quantity,
     check_replicas,
     check_resources,
     check_shm_size,
     check_shm_within_memory,
-    unknown_option,
+    kfpytorch_replacement,
+    reject_unknown_options,
     warn_replaced_command,
 )
 from pytorch_contract import template_keys as keys
+from pytorch_contract.suggest import closest
 from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND, TASK_TYPE, TASK_TYPE_VERSION
 
 __all__ = ["PyTorchFunctionTask", "ElasticPyTorchFunctionTask", "pytorch_task", "TASK_TYPE", "TASK_TYPE_VERSION"]
@@ -271,6 +277,32 @@ def _timeline_last(decks: list[Any]) -> None:
     decks[:] = [d for d in decks if not isinstance(d, TimeLineDeck)] + timeline
 
 
+def _gpus(resources: Any) -> Optional[int]:
+    value = getattr(resources, "gpu", None)
+    return check_gpu("gpu", value) if value is not None and not isinstance(value, (list, tuple)) else None
+
+
+def _replica_gpus(config: Any, options: dict[str, Any]) -> dict[str, Optional[int]]:
+    """Where each replica's GPU count comes from -> that count: a role's own limits or requests, else the task's
+    (``@task(limits=...)``), which replicas without their own run with."""
+    spec = options.get("resources")
+    task_limits = options.get("limits") or getattr(spec, "limits", None)
+    task_requests = options.get("requests") or getattr(spec, "requests", None)
+    task_gpus = ("limits.gpu", _gpus(task_limits)) if _gpus(task_limits) else ("requests.gpu", _gpus(task_requests))
+    out: dict[str, Optional[int]] = {}
+    master, worker = getattr(config, "master", None), getattr(config, "worker", None)
+    roles = [r for r in (master, worker) if r is not None and (r is master or r.replicas)]
+    for role in roles or [None]:
+        owner = type(role).__name__
+        if role is not None and _gpus(role.limits):
+            out[f"{owner}.limits.gpu"] = _gpus(role.limits)
+        elif role is not None and _gpus(role.requests):
+            out[f"{owner}.requests.gpu"] = _gpus(role.requests)
+        else:
+            out[task_gpus[0]] = task_gpus[1]
+    return out
+
+
 def _check_shm_against_task_limits(config: Any, options: dict[str, Any]) -> None:
     """``shm_size`` against the task's own memory limit, for replicas without a limit of their own (they run with
     the task container's)."""
@@ -301,12 +333,24 @@ class _DistributedFunctionTask(PythonFunctionTask):
             )
         if kwargs.get("pod_template") is not None:
             warn_replaced_command("pod_template", kwargs["pod_template"])
+            check_pod_template_rules("pod_template", kwargs["pod_template"])
         # flytekit's own options that end up in every replica pod, checked against Kubernetes' rules here.
         check_environment("environment", kwargs.get("environment"))
         image = kwargs.get("container_image")
         if isinstance(image, str) and "{{" not in image:  # "{{.image.<name>.fqn}}" is filled in by flytekit
             check_image("container_image", image)
         _check_shm_against_task_limits(task_config, kwargs)
+        roles = [r for r in (getattr(task_config, "master", None), getattr(task_config, "worker", None)) if r]
+        role_templates = {f"{type(r).__name__}.pod_template": r.pod_template for r in roles}
+        worker = getattr(task_config, "worker", None)
+        check_job_limits(
+            kwargs.get("environment"),
+            {"pod_template": kwargs.get("pod_template"), **role_templates},
+            pytorchjob_roles=2 if worker is not None and worker.replicas else 1,
+        )
+        check_processes_against_gpus(
+            type(task_config).__name__, getattr(task_config, "nproc_per_node", None), _replica_gpus(task_config, kwargs)
+        )
         super().__init__(task_config, task_function, task_type=TASK_TYPE, task_type_version=TASK_TYPE_VERSION, **kwargs)
 
     def get_custom(self, settings: SerializationSettings) -> dict[str, Any]:
@@ -497,6 +541,27 @@ def _flat_names() -> Iterator[None]:
         raise ConfigError(flat_name + message[len(name) :], field=flat_name, value=e.value) from None
 
 
+def _reject_unknown_task_options(task_options: dict[str, Any]) -> None:
+    """An unknown keyword of `pytorch_task`: kfpytorch's names get their replacement; others the nearest of ours
+    and flytekit's (each once); with none near, only ours are listed, not flytekit's ~40 `@task` options too."""
+    valid_flytekit = _flytekit_task_options()
+    unknown = [name for name in task_options if name not in valid_flytekit]
+    if not unknown:
+        return
+    skip = ("_task_function", "task_options")
+    ours = [p for p in inspect.signature(pytorch_task).parameters if p not in skip]
+    name = unknown[0]
+    valid = list(dict.fromkeys([*ours, *valid_flytekit]))
+    if kfpytorch_replacement("pytorch_task", name, None) is not None or closest(name, valid):
+        reject_unknown_options("pytorch_task", [name], valid, task_options)
+    raise UnknownOptionError(
+        f"pytorch_task.{name} is not an option; valid options: {', '.join(sorted(ours))}, and "
+        "flytekit's @task options (retries, cache, requests, environment, ...)",
+        field=f"pytorch_task.{name}",
+        value=name,
+    )
+
+
 def pytorch_task(
     _task_function: Optional[Callable] = None,
     *,
@@ -584,12 +649,7 @@ def pytorch_task(
         ConfigError: a bad setting (the message names the keyword, the value and what is allowed); for an unknown
             keyword an `UnknownOptionError` (also a ``TypeError``) suggesting the closest valid name.
     """
-    valid_flytekit = _flytekit_task_options()
-    for name in task_options:
-        if name not in valid_flytekit:
-            skip = ("_task_function", "task_options")
-            ours = [p for p in inspect.signature(pytorch_task).parameters if p not in skip]
-            raise unknown_option("pytorch_task", name, [*ours, *valid_flytekit])
+    _reject_unknown_task_options(task_options)
 
     check_replicas("pytorch_task.workers_count", workers_count, minimum=0)
     flat = {

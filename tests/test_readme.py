@@ -117,13 +117,10 @@ def test_no_page_names_a_folder_of_ours_outside_the_repository():
     offenders = []
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         text = page.read_text(encoding="utf-8")
-        if page.name == "benchmarks.md":  # the generated figures section: test_generated_commands_... below
-            text = text[: text.index(release_figures.BEGIN)] + text[text.index(release_figures.END) :]
         offenders += [f"{page.relative_to(ROOT)}: {m}" for m in re.findall(r"\S*\.\./shared\S*", text)]
     assert offenders == []
 
 
-@pytest.mark.xfail(strict=True, reason="benchmarks/release_figures.py's MNIST_CMD still names ../shared")
 def test_generated_benchmark_commands_name_no_folder_outside_the_repository():
     assert "../shared" not in release_figures.MNIST_CMD
 

@@ -46,6 +46,7 @@ __all__ = [
     "JobNotAdmitted",
     "admit",
     "check_admission",
+    "prepare",
     "job_size",
     "REJECTED",
     "PRUNED",
@@ -173,6 +174,19 @@ def check_admission(job: Mapping[str, Any]) -> list[Problem]:
     if refusing:
         raise JobNotAdmitted(str(job.get("kind")), refusing)
     return problems
+
+
+def prepare() -> None:
+    """Read every vendored CRD and compile its CEL rules now (once per process), so that the first `admit` costs
+    milliseconds: the connector calls it before a create's deadline starts, as it builds the API client.
+    """
+    for api_version, kind in crds.CRD_FILES:
+        schema = crds.schema_for(api_version, kind)
+        try:
+            cel.prepare(cel.rules_of(schema))
+        except ModuleNotFoundError as e:
+            if e.name != "celpy":
+                raise
 
 
 def _dedup(problems: list[Problem]) -> list[Problem]:

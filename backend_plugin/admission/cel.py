@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from backend_plugin.admission.structural import REJECTED, Finding, Path
 
-__all__ = ["Rule", "rules_of", "check", "UNCHECKED"]
+__all__ = ["Rule", "rules_of", "check", "prepare", "UNCHECKED"]
 
 UNCHECKED = "unchecked"
 """A rule this model could not evaluate: said, never refused."""
@@ -74,6 +74,23 @@ def _program(rule: str) -> Any:
 
     env = celpy.Environment()
     return env.program(env.compile(rule))
+
+
+def prepare(rules: tuple[Rule, ...]) -> None:
+    """Compile every create-time rule now (compiled rules are kept); a rule that does not compile is left for `check`
+    to report.
+
+    Args:
+        rules: a CRD's rules (`rules_of`).
+    """
+    for rule in rules:
+        if not rule.transition:
+            try:
+                _program(rule.rule)
+            except ModuleNotFoundError:
+                raise
+            except Exception:  # noqa: BLE001, S112 - `check` reports it as unchecked, with its reason
+                continue
 
 
 def _targets(value: Any, steps: tuple[_Step, ...], path: Path) -> Iterator[tuple[Path, Any]]:

@@ -110,6 +110,8 @@ def is_our_job(stored: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
     except KeyError:
         return False
     pruned = structural.prune(sent, schema)
-    sent_meta = pruned.get("metadata") or {}
+    sent_meta = dict(pruned.get("metadata") or {})
+    own = {k: v for k, v in (sent_meta.get("annotations") or {}).items() if k != SPEC_DIGEST_ANNOTATION}
+    sent_meta["annotations"] = own or None  # a stamped job against one stored without a stamp: compare the rest
     mine = {k: sent_meta.get(k) for k in ("name", "labels", "annotations") if sent_meta.get(k) is not None}
     return contained(mine, stored_meta) and contained(pruned.get("spec") or {}, stored.get("spec") or {})

@@ -95,3 +95,12 @@ def test_the_digest_is_stable_and_ignores_key_order() -> None:
 
 def test_a_kind_mismatch_is_never_ours() -> None:
     assert not is_our_job(stored(TRAINJOB), PYTORCHJOB)
+
+
+@pytest.mark.parametrize("sent", [PYTORCHJOB, TRAINJOB], ids=["pytorchjob", "trainjob"])
+def test_a_job_stored_without_a_stamp_is_ours_when_we_send_one(sent: dict) -> None:
+    """A job created before the stamp existed, met by a connector that stamps: our stamp is not held against it."""
+    assert is_our_job(stored(sent), stamp(sent))
+    theirs = copy.deepcopy(sent)
+    other_image(theirs)
+    assert not is_our_job(stored(theirs), stamp(sent))

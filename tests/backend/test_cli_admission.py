@@ -144,3 +144,15 @@ def test_render_help_has_an_example_and_no_placeholder_jargon(capsys) -> None:
     text = capsys.readouterr().out
     assert "example: pytorchjob render train.py train_mnist" in text
     assert "{{" not in text
+
+
+@pytest.mark.parametrize("target", ["pytorchjob", "trainjob"])
+def test_render_stamps_the_job_as_the_connector_does(target: str, tmp_path: Path, capsys) -> None:
+    """The rendered job carries the digest annotation the connector sends and adopts its own job by."""
+    from backend_plugin.admission import SPEC_DIGEST_ANNOTATION, spec_digest
+
+    path = template_file(tmp_path, load("sdk_pod_template"))
+    code, out, err = run(["render", "--template", path, "--target", target, *PATHS], capsys)
+    assert code == 0, err
+    job = yaml.safe_load(out)
+    assert job["metadata"]["annotations"][SPEC_DIGEST_ANNOTATION] == spec_digest(job)

@@ -139,7 +139,7 @@ def _with(name: str, edit) -> dict:
 
 
 REFUSED = [
-    pytest.param(lambda: load("sdk_elastic"), "custom.elasticConfig", id="elastic"),
+    pytest.param(lambda: load("sdk_elastic"), "Elastic(nnodes=", id="elastic"),
     pytest.param(
         lambda: load("hand_per_role"), "Worker(image=...) differs from Master(image=...)", id="per-role-image"
     ),
@@ -323,4 +323,4 @@ def test_render_template_target_trainjob_refuses_elastic(tmp_path: Path, capsys)
     path.write_text(json.dumps(load("sdk_elastic")))
     code = main(["render", "--target", "trainjob", "--template", str(path)])
     _, err = capsys.readouterr()
-    assert code == 2 and "custom.elasticConfig" in err and "target: pytorchjob" in err
+    assert code == 2 and "Elastic(nnodes=" in err and "target: pytorchjob" in err

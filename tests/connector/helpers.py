@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
+from flyteidl.admin.agent_pb2 import CreateTaskRequest, DeleteTaskRequest, GetTaskRequest, TaskCategory
 from flyteidl.core import tasks_pb2
+from flyteidl.core.execution_pb2 import TaskExecution
+from flytekit.extend.backend.base_connector import ConnectorRegistry
+from flytekit.extend.backend.connector_service import AsyncConnectorService
 from flytekit.models.core.identifier import (
     Identifier,
     NodeExecutionIdentifier,
@@ -27,7 +33,11 @@ NOW = datetime.datetime(2025, 1, 1, 0, 10, tzinfo=datetime.timezone.utc)
 
 def load_template(name: str = "official_container") -> TaskTemplate:
     """A flytekit TaskTemplate from tests/data/templates/<name>.json."""
-    data = json.loads((TEMPLATES / f"{name}.json").read_text())
+    return template_of(json.loads((TEMPLATES / f"{name}.json").read_text()))
+
+
+def template_of(data: dict) -> TaskTemplate:
+    """A flytekit TaskTemplate from its JSON form (as in tests/data/templates)."""
     return TaskTemplate.from_flyte_idl(json_format.ParseDict(data, tasks_pb2.TaskTemplate()))
 
 
@@ -65,6 +75,78 @@ class GrpcContext:
 
     def set_details(self, details: str) -> None:
         self.details = details
+
+
+@dataclass
+class Answer:
+    """What GetTask answered: the phase and message, or the gRPC error's details."""
+
+    phase: int
+    message: str
+    error: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.error and "ERROR" or TaskExecution.Phase.Name(self.phase)
+
+
+class Propeller:
+    """Calls the connector service as flytepropeller does: CreateTask once, then GetTask polls.
+
+    Args:
+        server: the fake API server (for the tests' counts).
+        connector: the connector the service finds for task type "pytorch" version 1 while a call runs.
+    """
+
+    def __init__(self, server: Any, connector: Any) -> None:
+        self.server = server
+        self.connector = connector
+        self.service = AsyncConnectorService()
+
+    def _run(self, coro: Any) -> Any:
+        old = ConnectorRegistry.get_connector("pytorch", 1)
+        ConnectorRegistry.register(self.connector, override=True)
+        try:
+            return asyncio.run(coro)
+        finally:
+            ConnectorRegistry.register(old, override=True)
+
+    def try_create(
+        self,
+        tmp_path: Any,
+        execution: str = "abc123",
+        template: Optional[TaskTemplate] = None,
+        environment: Optional[dict[str, str]] = None,
+    ) -> tuple[bytes, GrpcContext]:
+        """CreateTask as propeller sends it; the resource meta and what the service wrote into the gRPC context."""
+        request = CreateTaskRequest(
+            template=(template or load_template()).to_flyte_idl(),
+            output_prefix=str(tmp_path / execution),
+            task_execution_metadata=execution_metadata(execution, environment=environment).to_flyte_idl(),
+        )
+        context = GrpcContext()
+        created = self._run(self.service.CreateTask(request, context))
+        return (bytes(created.resource_meta) if created is not None else b""), context
+
+    def create(self, tmp_path: Any, execution: str = "abc123", **kwargs: Any) -> bytes:
+        """CreateTask that must succeed (`try_create`'s arguments); the resource meta."""
+        meta, context = self.try_create(tmp_path, execution, **kwargs)
+        assert context.code is None, context.details
+        return meta
+
+    def get(self, meta: bytes) -> Answer:
+        context = GrpcContext()
+        request = GetTaskRequest(task_category=TaskCategory(name="pytorch", version=1), resource_meta=meta)
+        got = self._run(self.service.GetTask(request, context))
+        if context.code is not None:
+            return Answer(-1, "", context.details)
+        return Answer(got.resource.phase, got.resource.message)
+
+    def delete(self, meta: bytes) -> GrpcContext:
+        context = GrpcContext()
+        request = DeleteTaskRequest(task_category=TaskCategory(name="pytorch", version=1), resource_meta=meta)
+        self._run(self.service.DeleteTask(request, context))
+        return context
 
 
 def make_connector(api_client: Any, clock: Any = None, **config: Any) -> JobConnector:

@@ -12,6 +12,7 @@ from flytekit.core import utils
 from flytekit.extend.backend.base_connector import ConnectorRegistry
 from flytekit.models.literals import Literal, LiteralMap, Primitive, Scalar
 
+from backend_plugin.admission import SPEC_DIGEST_ANNOTATION, stamp
 from backend_plugin.connector import JobConnector, JobMetadata, spec_differences
 from backend_plugin.errors import RBAC_MANIFEST, Conflict, Forbidden, KubeApiError, Unavailable
 from tests.connector.helpers import execution_metadata, load_template, make_connector
@@ -55,12 +56,16 @@ def test_409_with_same_spec_adopts_the_job(fake_api, connector, tmp_path):
     assert len(server.jobs()) == 1
 
 
-def test_409_with_different_spec_is_a_conflict_naming_the_job(fake_api, connector, tmp_path):
+@pytest.mark.parametrize("their_stamp", [True, False], ids=["stamped", "unstamped"])
+def test_409_with_different_spec_is_a_conflict_naming_the_job(fake_api, connector, tmp_path, their_stamp):
+    """Another job under our name (created by another client, stamped with its own digest, or by hand without one)."""
     server, _ = fake_api
     meta = create(connector, tmp_path)
     job = server.get_job(NS, meta.name)
+    del job["metadata"]["annotations"][SPEC_DIGEST_ANNOTATION]
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 5
-    server.put_job(job)
+    server.remove_job(NS, meta.name)
+    server.put_job(stamp(job) if their_stamp else job)
     with pytest.raises(Conflict) as info:
         create(connector, tmp_path)
     text = str(info.value)

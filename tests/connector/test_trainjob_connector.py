@@ -85,10 +85,10 @@ def test_refused_task_fails_permanently_without_a_request(fake_api, trainjob_con
     server, _ = fake_api
     meta = create(trainjob_connector, tmp_path, template="sdk_elastic")
     assert server.requests == []
-    assert meta.kind == "TrainJob" and "custom.elasticConfig" in meta.error
+    assert meta.kind == "TrainJob" and "Elastic(nnodes=" in meta.error
     resource = trainjob_connector.get(meta)
     assert resource.phase == TaskExecution.FAILED
-    assert "custom.elasticConfig" in resource.message and "target: pytorchjob" in resource.message
+    assert "Elastic(nnodes=" in resource.message and "target: pytorchjob" in resource.message
     assert server.requests == []
 
 

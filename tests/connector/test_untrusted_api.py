@@ -6,23 +6,18 @@ the real kubernetes client, with the watch cache on; each test also counts the A
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from flyteidl.admin.agent_pb2 import CreateTaskRequest, DeleteTaskRequest, GetTaskRequest, TaskCategory
 from flyteidl.core.execution_pb2 import TaskExecution
-from flytekit.extend.backend.base_connector import ConnectorRegistry
-from flytekit.extend.backend.connector_service import AsyncConnectorService
 
 from backend_plugin.config import BackendConfig
 from backend_plugin.connector import JobMetadata, ServedJobConnector
-from tests.connector.helpers import GrpcContext, execution_metadata, load_template
+from tests.connector.helpers import Answer, Propeller
 from tests.fakeapi.objects import condition
 from tests.fakeapi.server import FakeKubeApi
 
@@ -38,59 +33,6 @@ FAILED = {
 }
 MANAGED_BY = "app.kubernetes.io/managed-by"
 FAST = {"api_backoff_initial_s": 0.05, "api_backoff_max_s": 0.2}
-
-
-@dataclass
-class Answer:
-    phase: int
-    message: str
-    error: str = ""
-
-    @property
-    def name(self) -> str:
-        return self.error and "ERROR" or TE.Phase.Name(self.phase)
-
-
-class Propeller:
-    """Calls the connector service as flytepropeller does: CreateTask once, then GetTask polls."""
-
-    def __init__(self, server: FakeKubeApi, connector: ServedJobConnector) -> None:
-        self.server = server
-        self.connector = connector
-        self.service = AsyncConnectorService()
-
-    def _run(self, coro: Any) -> Any:
-        old = ConnectorRegistry.get_connector("pytorch", 1)
-        ConnectorRegistry.register(self.connector, override=True)
-        try:
-            return asyncio.run(coro)
-        finally:
-            ConnectorRegistry.register(old, override=True)
-
-    def create(self, tmp_path: Any, execution: str = "abc123") -> bytes:
-        request = CreateTaskRequest(
-            template=load_template().to_flyte_idl(),
-            output_prefix=str(tmp_path / execution),
-            task_execution_metadata=execution_metadata(execution).to_flyte_idl(),
-        )
-        context = GrpcContext()
-        created = self._run(self.service.CreateTask(request, context))
-        assert context.code is None, context.details
-        return bytes(created.resource_meta)
-
-    def get(self, meta: bytes) -> Answer:
-        context = GrpcContext()
-        request = GetTaskRequest(task_category=TaskCategory(name="pytorch", version=1), resource_meta=meta)
-        got = self._run(self.service.GetTask(request, context))
-        if context.code is not None:
-            return Answer(-1, "", context.details)
-        return Answer(got.resource.phase, got.resource.message)
-
-    def delete(self, meta: bytes) -> GrpcContext:
-        context = GrpcContext()
-        request = DeleteTaskRequest(task_category=TaskCategory(name="pytorch", version=1), resource_meta=meta)
-        self._run(self.service.DeleteTask(request, context))
-        return context
 
 
 def served(server: FakeKubeApi, client: Any, **config: Any) -> ServedJobConnector:

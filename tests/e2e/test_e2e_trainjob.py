@@ -140,7 +140,10 @@ def test_failing_node_fails_the_job_naming_it(cluster: TrainerCluster, templates
 
 @pytest.mark.parametrize(
     "task, setting",
-    [("elastic_allreduce", "custom.elasticConfig"), ("per_role", "custom.workerReplicas.resources differs")],
+    [
+        ("elastic_allreduce", "Elastic(nnodes="),
+        ("per_role", "Worker(requests/limits=...) differs from Master(requests/limits=...)"),
+    ],
     ids=["elastic", "per-role"],
 )
 def test_refused_tasks_name_the_setting_and_the_alternative(

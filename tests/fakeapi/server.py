@@ -10,6 +10,11 @@ cache). Error responses carry the API server's
 `Status` bodies (NotFound, AlreadyExists, Forbidden with the RBAC message, InternalError, ServiceUnavailable,
 Invalid).
 
+A create is decoded as kube-apiserver decodes a custom resource (`tests/fakeapi/pruning.py`, from the installed
+CRD's schema, by default the vendored one): with `fieldValidation=Strict` a field the schema does not declare is a
+400 BadRequest `strict decoding error`; without it, the field is dropped and a `Warning` header names it. Mutating
+admission (`mutators`) may then change the job before the create hooks validate it and it is stored.
+
 Tests drive it through a clean state API (`put_job`, `get_job`, `set_job_status`, `put_pod`, ...), hooks that run on
 create and delete (the e2e harness's fake operator uses them to start replica processes), fault rules (`fail`,
 `delay`, `forbid`, `hang` until `release`, `answer_raw` with any status and body, 413 among the statuses `fail`
@@ -35,6 +40,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.fakeapi import pruning
 
 GROUP = "kubeflow.org"
 VERSION = "v1"
@@ -131,6 +138,8 @@ class RequestRecord:
     status: int = 0
     started: float = 0.0
     finished: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    """The `Warning` headers of the answer (a dropped unknown field each)."""
 
 
 @dataclass
@@ -156,6 +165,9 @@ class FaultRule:
     content_type: str = "application/json"
     hang: threading.Event | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    lose: bool = False
+    """Serve the request, then close the connection without an answer: the change happened, the client never
+    heard (a create whose response was lost)."""
 
     def matches(self, rec: RequestRecord) -> bool:
         """Whether this rule applies to `rec` (and has uses left)."""
@@ -294,6 +306,12 @@ class FakeKubeApi:
         self.on_delete: list[JobHook] = list(on_delete or [])
         self.user = user
         self.hook_errors: list[str] = []
+        self.mutators: list[JobHook] = []
+        """Mutating admission: called with each created job (after pruning, before the create hooks and storage);
+        it may change the job in place, as a queue manager's or the operator's webhook does."""
+        self.crd_schemas: dict[str, dict] = {}
+        """The installed CRDs' `openAPIV3Schema` by plural; the vendored one when absent (tests install another to
+        model a cluster whose CRD declares less)."""
         self.requests: list[RequestRecord] = []
         self._jobs: dict[tuple[str, str], dict] = {}
         self._trainjobs: dict[tuple[str, str], dict] = {}
@@ -845,6 +863,15 @@ class FakeKubeApi:
         rule.remaining = times
         return self._add(rule)
 
+    def lose_response(self, times: int | None = 1, verb: str | None = None, resource: str | None = None) -> FaultRule:
+        """Serve the next `times` matching requests, then close their connections unanswered: the create happened,
+        the client sees the connection end and never learns it.
+
+        Returns:
+            The rule.
+        """
+        return self._add(FaultRule(verb=verb, resource=resource, lose=True, remaining=times))
+
     def clear_faults(self) -> None:
         """Remove every fault rule (and let held requests go)."""
         self.release()
@@ -941,7 +968,15 @@ class FakeKubeApi:
                 return 400, status_body(400, "BadRequest", msg)
             meta["namespace"] = rec.namespace
             rec.name = name
+            schema = self.crd_schemas.get(plural) or pruning.crd_schema(plural)
+            job, unknown = pruning.prune(job, schema)
+            if unknown and rec.query.get("fieldValidation", [""])[0] == "Strict":
+                return 400, status_body(400, "BadRequest", pruning.strict_message(kind, version, unknown))
+            if rec.query.get("fieldValidation", [""])[0] != "Ignore":
+                rec.warnings.extend(pruning.warning_header(path) for path in unknown)
             with self._lock:
+                for mutate in self.mutators:
+                    mutate(self, job)
                 if (rec.namespace, name) in store:
                     details = {"name": name, "group": group, "kind": plural}
                     msg = f'{plural}.{group} "{name}" already exists'
@@ -1086,6 +1121,10 @@ class _Handler(BaseHTTPRequestHandler):
         for rule in faults:
             if rule.delay_s and not rule.before:
                 time.sleep(rule.delay_s)
+        if any(rule.lose for rule in faults):
+            rec.status = code
+            self._cut(rec)
+            return
         self._reply(rec, code, payload)
 
     def _fault_body(self, rec: RequestRecord, rule: FaultRule, group: str) -> dict:
@@ -1112,6 +1151,8 @@ class _Handler(BaseHTTPRequestHandler):
         rec.finished = time.time()
         try:
             self.send_response(code)
+            for warning in rec.warnings:
+                self.send_header("Warning", warning)
             for key, value in (headers or {}).items():
                 self.send_header(key, value)
             self.send_header("Content-Type", content_type)

@@ -93,3 +93,37 @@ def test_define_and_serialize_without_torch(blocked: dict) -> None:
 def test_torch_never_imported(blocked: dict) -> None:
     assert blocked["torch_loaded"] is False
     assert blocked["our_torch_imports"] == []
+
+
+RUN_DRIVER = """
+import importlib.abc, sys
+
+class BlockTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, BlockTorch())
+import user_tasks
+user_tasks.train(lr=0.1)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_local_run_without_torch_names_the_install_command(tmp_path: Path) -> None:
+    from flytekitplugins_pytorch.launcher import torch_requirement
+
+    (tmp_path / "user_tasks.py").write_text(textwrap.dedent(USER_MODULE))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_DRIVER], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0
+    # flytekit shows the error under its own traceback, wrapped to the terminal's width
+    last = " ".join(proc.stderr.rsplit("TorchMissingError:", 1)[-1].split())
+    assert "torch is not installed" in last, proc.stderr[-3000:]
+    assert f"pip install '{torch_requirement()}'" in last
+    assert "flytekitplugins-pytorch[torch]" in last
+    assert torch_requirement() == "torch==2.13.0"  # this venv installs the package with its metadata
+    assert "No module named 'torch'" not in proc.stderr.replace("user_tasks", "")  # no bare import error first

@@ -183,14 +183,14 @@ def refusals(spec: TaskSpec) -> list[str]:
         spec: the task.
 
     Returns:
-        Messages naming the template setting, why and the alternative.
+        Messages naming the user's setting (`Worker(requests/limits=...)`, never a template path), why and the
+        alternative.
     """
     out = []
     if spec.elastic is not None:
         e = spec.elastic
         out.append(
-            f"Elastic(nnodes='{e.min_replicas}:{e.max_replicas}', max_restarts={e.max_restarts}) "
-            "(template custom.elasticConfig): "
+            f"Elastic(nnodes='{e.min_replicas}:{e.max_replicas}', max_restarts={e.max_restarts}): "
             "a TrainJob has a fixed node count and no elastic rendezvous; use PyTorch(...) with a fixed worker "
             f"count, or {_ALTERNATIVE}"
         )
@@ -200,8 +200,7 @@ def refusals(spec: TaskSpec) -> list[str]:
             if getattr(group, attr) != getattr(first, attr):
                 setting = "image" if what == "image" else "requests/limits"
                 out.append(
-                    f"{group.role}({setting}=...) differs from {first.role}({setting}=...) (template: "
-                    f"{group.path}.{what} differs from {first.path}.{what}): a TrainJob runs one pod "
+                    f"{group.role}({setting}=...) differs from {first.role}({setting}=...): a TrainJob runs one pod "
                     f"spec on every node (trainer.{'image' if what == 'image' else 'resourcesPerNode'}); give "
                     f"{first.role} and {group.role} the same {setting}, or {_ALTERNATIVE}"
                 )
