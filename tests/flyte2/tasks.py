@@ -33,8 +33,8 @@ def _sdk_cases() -> dict[str, Callable[[], Any]]:
             ),
             worker=sdk.Worker(
                 replicas=3,
-                requests=flytekit.Resources(cpu="2", mem="4Gi", gpu="1"),
-                limits=flytekit.Resources(mem="8Gi", gpu="1"),
+                requests=flytekit.Resources(cpu="2", mem="4Gi", gpu="2"),
+                limits=flytekit.Resources(mem="8Gi", gpu="2"),
                 restart_policy="OnFailure",
             ),
             run_policy=sdk.RunPolicy(
@@ -60,8 +60,8 @@ CASES: dict[str, Any] = {
         ),
         worker=f2.Worker(
             replicas=3,
-            requests=flyte.Resources(cpu="2", memory="4Gi", gpu=1),
-            limits=flyte.Resources(memory="8Gi", gpu=1),
+            requests=flyte.Resources(cpu="2", memory="4Gi", gpu=2),
+            limits=flyte.Resources(memory="8Gi", gpu=2),
             restart_policy="OnFailure",
         ),
         run_policy=f2.RunPolicy(

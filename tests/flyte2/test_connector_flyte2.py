@@ -151,30 +151,27 @@ def test_a_failed_trainjob_names_its_root_cause(fake_api, stub, tmp_path: Path) 
     assert "node-1 (node): exit code 1; last output: ValueError: boom" in resource.message
 
 
+elastic = flyte.TaskEnvironment(name="elastic", plugin_config=f2.Connector(f2.Elastic(nnodes=2)))
+
+
+@elastic.task
+def fit() -> None:
+    return None
+
+
 @pytest.mark.timeout(180)
-def test_a_task_a_trainjob_cannot_express_fails_permanently_without_a_request(fake_api, tmp_path: Path) -> None:  # noqa: F811
-    """Through the connector's create, not gRPC: an elastic task is refused by the TrainJob writer, recorded in the
-    metadata, and the first get is a permanent FAILED naming why (propeller would retry an exception from create)."""
-    from flyte2_backend.connector import Flyte2JobConnector
-    from tests.flyte2.serve_connector import connector
-
-    elastic = flyte.TaskEnvironment(name="elastic", plugin_config=f2.Connector(f2.Elastic(nnodes=2)))
-
-    @elastic.task
-    def fit() -> None:
-        return None
-
+def test_a_task_a_trainjob_cannot_express_fails_permanently_without_a_request(fake_api, stub, tmp_path: Path) -> None:  # noqa: F811
+    """An elastic task is refused by the TrainJob writer: create sends nothing and records why (propeller would retry
+    an exception from create), and the first get is a permanent FAILED naming why."""
     from flyte._internal.runtime.task_serde import get_proto_task
     from flyte.models import SerializationContext
 
     proto = get_proto_task(fit, SerializationContext(version="v1", root_dir=ROOT))
-    jobs: Flyte2JobConnector = connector(fake_api.server.host, "trainjob")
-
-    async def run() -> Any:
-        meta = await jobs.create(proto, str(tmp_path / "0"), {}, metadata("elastic"))
-        return meta, await jobs.get(meta)
-
-    meta, resource = asyncio.run(run())
-    jobs.jobs.close()
-    assert "custom.elasticConfig" in meta.error and fake_api.server.requests == []
-    assert resource.phase == TaskExecution.FAILED and "custom.elasticConfig" in resource.message
+    request = connector_pb2.CreateTaskRequest(
+        template=proto, output_prefix=str(tmp_path / "0"), task_execution_metadata=metadata("elastic")
+    )
+    meta = stub.CreateTask(request, timeout=60).resource_meta
+    resource = get(stub, meta)
+    assert fake_api.server.requests == []
+    assert resource.phase == TaskExecution.FAILED and "cannot run as a Kubeflow Trainer v2 TrainJob" in resource.message
+    assert "Elastic(nnodes=" in resource.message and "target: pytorchjob" in resource.message

@@ -52,8 +52,8 @@ def test_master_worker_message() -> None:
     assert job.master_replicas.restart_policy == 0  # ExitCode has no proto value: NEVER, plus the config key
     requests = {e.name: e.value for e in job.worker_replicas.resources.requests}
     limits = {e.name: e.value for e in job.worker_replicas.resources.limits}
-    assert requests == {1: "2", 3: "4Gi", 2: "1"}  # CPU, MEMORY, GPU
-    assert limits == {3: "8Gi", 2: "1"}
+    assert requests == {1: "2", 3: "4Gi", 2: "2"}  # CPU, MEMORY, GPU
+    assert limits == {3: "8Gi", 2: "2"}
     assert job.run_policy.clean_pod_policy == 2  # CLEANPOD_POLICY_ALL
     assert job.run_policy.active_deadline_seconds == 3600
     assert not job.HasField("elastic_config")
