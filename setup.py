@@ -27,13 +27,17 @@ setup(
             "backend_plugin",
             "backend_plugin.*",
             "pytorch_contract",
+            "flyte2_pytorch",
+            "flyte2_backend",
         ]
     ),
-    # py.typed: the three packages are typed (PEP 561), so a user's mypy checks calls into them.
+    # py.typed: the five packages are typed (PEP 561), so a user's mypy checks calls into them.
     package_data={
         "flytekitplugins_pytorch": ["py.typed"],
         "backend_plugin": ["py.typed", "deploy/*.yaml", "deploy/*.md", "crds/*.yaml", "crds/*.md"],
         "pytorch_contract": ["py.typed"],
+        "flyte2_pytorch": ["py.typed"],
+        "flyte2_backend": ["py.typed"],
     },
     # Bounds on what we import directly. Lower bounds are the oldest releases CI's `lowest` job installs and tests
     # (`.ci/run lowest`); no upper bounds: no released major is known to break us, and the `newest` job installs the
@@ -55,6 +59,18 @@ setup(
         # cel-python evaluates the CRDs' x-kubernetes-validations rules as written (backend_plugin/admission);
         # 0.5.0 is the release tested (pure Python, RE2 regexes like the API server's cel-go).
         "backend": ["kubernetes>=37", "flytekit[connector]>=1.16.2", "cel-python>=0.5.0"],
+        # The Flyte 2 front-end (flyte2_pytorch) and its connector (flyte2_backend): flyte 2.12.1 is
+        # the release tested. flyte needs protobuf>=6.30.1, so CI's lowest job (protobuf 5.27) does not install it.
+        # flyte-migrate translates flytekit tasks (flyte2_pytorch.migrate); 0.0.3 is the release tested.
+        "flyte2": ["flyte>=2.12.1", "flyte-migrate>=0.0.3"],
+        # The Flyte 2 connector (flyte2_backend) re-hosts the backend's connector (the backend extra) under flyte's
+        # gRPC server; flyte's connector extra brings gRPC health checking and the Prometheus client.
+        "flyte2-backend": [
+            "flyte[connector]>=2.12.1",
+            "kubernetes>=37",
+            "flytekit[connector]>=1.16.2",
+            "cel-python>=0.5.0",
+        ],
         "examples": [TORCH, "matplotlib>=3.9"],  # 3.7 fails to import with numpy 2
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5,<10"],
         # The MNIST example's optional experiment tracking (MNIST_TRACKING=wandb,tensorboard); the releases its slow

@@ -1,0 +1,113 @@
+"""The Flyte 2 front-end defines and serializes tasks without flytekit (nor torch, nor Flyte 1's flyteidl).
+
+A fresh interpreter installs a meta-path finder that makes those imports fail and records who tried, then defines
+a Flyte 2 environment with each config and serializes its task with flyte's serializer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCKED = ("flytekit", "flytekitplugins", "flytekitplugins_pytorch", "flyteidl", "torch", "backend_plugin")
+
+USER_MODULE = """
+import flyte
+from flyte2_pytorch import Elastic, Master, PyTorch, Worker
+
+train_env = flyte.TaskEnvironment(
+    name="train",
+    image="ghcr.io/example/train:1.0",
+    plugin_config=PyTorch(master=Master(requests=flyte.Resources(cpu=1)), worker=Worker(replicas=2), shm_size="1Gi"),
+)
+elastic_env = flyte.TaskEnvironment(name="elastic", image="ghcr.io/example/train:1.0",
+                                    plugin_config=Elastic(nnodes="1:2", nproc_per_node=2))
+
+
+@train_env.task
+def train(lr: float) -> float:
+    import torch  # only at run time
+    return float(torch.tensor(lr))
+
+
+@elastic_env.task
+def train_elastic(lr: float) -> float:
+    import torch
+    return float(torch.tensor(lr))
+"""
+
+DRIVER = """
+import importlib.abc, json, pathlib, sys, traceback
+
+BLOCKED = %r
+before = set(sys.modules)  # a namespace package's .pth file may load an empty `flytekitplugins` at start-up
+attempts = []
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            attempts.append((name, "".join(traceback.format_stack(limit=10))))
+            raise ImportError(f"{name} is blocked in this test")
+        return None
+
+sys.meta_path.insert(0, Block())
+
+from google.protobuf.json_format import MessageToDict
+from flyte._internal.runtime.task_serde import get_proto_task
+from flyte.models import SerializationContext
+import user_tasks
+
+sctx = SerializationContext(version="v1", project="p", domain="d", root_dir=pathlib.Path.cwd())
+out = {}
+for t in (user_tasks.train, user_tasks.train_elastic):
+    tt = get_proto_task(t, sctx)
+    out[t.name] = {"type": tt.type, "version": tt.task_type_version, "custom": MessageToDict(tt.custom)}
+loaded = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in BLOCKED)
+ours = [name for name, stack in attempts if "flyte2_pytorch" in stack]
+print(json.dumps({"tasks": out, "loaded": loaded, "our_attempts": ours}))
+"""
+
+
+@pytest.fixture(scope="module")
+def blocked(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp_path = tmp_path_factory.mktemp("noflytekit")
+    (tmp_path / "user_tasks.py").write_text(textwrap.dedent(USER_MODULE))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER % (BLOCKED,)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_define_and_serialize_without_flytekit(blocked: dict) -> None:
+    tasks = blocked["tasks"]
+    assert {t["type"] for t in tasks.values()} == {"pytorch"}
+    assert {t["version"] for t in tasks.values()} == {1}
+    train = next(t for n, t in tasks.items() if n.endswith(".train"))
+    assert train["custom"]["workerReplicas"]["replicas"] == 2
+    assert train["custom"]["masterReplicas"]["resources"]["requests"] == [{"name": "CPU", "value": "1"}]
+    elastic = next(t for n, t in tasks.items() if n.endswith(".train_elastic"))
+    assert elastic["custom"]["elasticConfig"]["maxReplicas"] == 2
+
+
+def test_nothing_blocked_was_imported(blocked: dict) -> None:
+    assert blocked["loaded"] == []
+    assert blocked["our_attempts"] == []
+
+
+def test_the_blocker_blocks() -> None:
+    """The finder does stop an import (else the tests above would pass without it)."""
+    code = (
+        DRIVER.split("from google")[0] % (BLOCKED,)
+        + "\ntry:\n    import flytekit\nexcept ImportError:\n    print('blocked')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "blocked", proc.stderr[-2000:]
