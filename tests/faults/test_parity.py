@@ -90,6 +90,14 @@ def torchrun(case: str) -> tuple[dict[str, Any], Guarded]:
     by_rank = {o["rank"]: o for o in _outcomes(run.output)}
     if run.returncode == 0:
         return {"ok": True, "value": by_rank[0]["value"]}, run
+    # torchrun's rule is "the first observed failure". It observes the ranks' exits in the order its monitor sees
+    # them, so a peer whose collective failed a few milliseconds after the raising rank exited is now and then named
+    # instead. The rule is applied here to the times the ranks themselves recorded when they raised; torchrun's own
+    # Root Cause line is the answer only where no rank recorded one (a rank killed by a signal).
+    raised = [o for o in by_rank.values() if not o.get("ok", True) and "time" in o]
+    if raised:
+        first = min(raised, key=lambda o: o["time"])
+        return {"ok": False, "rank": first["rank"], "type": first["type"]}, run
     root = run.output[run.output.index("Root Cause") :]
     rank = int(re.search(r"rank\s*:\s*(\d+)", root)[1])  # type: ignore[index]
     return {"ok": False, "rank": rank, "type": by_rank.get(rank, {}).get("type", "")}, run
