@@ -54,7 +54,7 @@ setup(
         "cloudpickle>=2",
     ],
     extras_require={
-        "torch": [TORCH],
+        "torch": [TORCH, "numpy>=2"],  # torch warns "Failed to initialize NumPy" on every import without it
         # 37 is the first client whose models have from_dict (the builder checks pod templates with V1PodSpec).
         # cel-python evaluates the CRDs' x-kubernetes-validations rules as written (backend_plugin/admission);
         # 0.5.0 is the release tested (pure Python, RE2 regexes like the API server's cel-go).
