@@ -73,20 +73,38 @@ def test_example_snippet_runs_distributed(tmp_path):
     assert claim.ranks == 3 and out.stdout.strip().splitlines()[-1] == claim.output
 
 
-def test_ci_takes_the_mnist_data_from_its_environment(tmp_path):
-    """`.ci/run` names no folder beside the checkout: it stops at once, saying how, when CI gives no MNIST_DATA_DIR
-    or one without the four files (before any job, so nothing is set up)."""
-    ci = ROOT / ".ci" / "run"
-    assert "../shared" not in ci.read_text() and "../shared" not in (ROOT / ".ci" / "readme_install.py").read_text()
+def test_ci_takes_the_mnist_data_from_its_environment_or_the_data_folder_beside_the_clone(tmp_path):
+    """`.ci/run` reads MNIST through MNIST_DATA_DIR; when that is unset it takes the data folder CI lays beside its
+    clone (shared/data/mnist) and nothing else. With neither, or with a folder that lacks one of the four files, it
+    stops at once, saying how (before any job, so nothing is set up). The README's install script names no such
+    folder: a user's run downloads and verifies the files."""
+    ci_text = (ROOT / ".ci" / "run").read_text()
+    assert "../shared" not in (ROOT / ".ci" / "readme_install.py").read_text()
+    clone = tmp_path / "clone"
+    (clone / ".ci").mkdir(parents=True)
+    (clone / ".ci" / "run").write_text(ci_text)
     env = {k: v for k, v in os.environ.items() if k != "MNIST_DATA_DIR"}
-    unset = subprocess.run(["bash", str(ci), "readme"], env=env, capture_output=True, text=True, timeout=60)
+
+    def ci(extra=None):
+        return subprocess.run(
+            ["bash", str(clone / ".ci" / "run"), "readme"], env={**env, **(extra or {})}, capture_output=True,
+            text=True, timeout=60,
+        )  # fmt: skip
+
+    unset = ci()
     assert unset.returncode == 2 and "MNIST_DATA_DIR is not set" in unset.stderr, unset.stderr
-    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"")
-    partial = subprocess.run(
-        ["bash", str(ci), "readme"], env={**env, "MNIST_DATA_DIR": str(tmp_path)}, capture_output=True, text=True,
-        timeout=60,
-    )  # fmt: skip
-    assert partial.returncode == 2 and "has no train-labels-idx1-ubyte" in partial.stderr, partial.stderr
+    beside = tmp_path / "shared" / "data" / "mnist"
+    beside.mkdir(parents=True)
+    (beside / "train-images-idx3-ubyte.gz").write_bytes(b"")
+    from_beside = ci()
+    assert from_beside.returncode == 2 and f"MNIST_DATA_DIR={clone}/../shared/data/mnist has no train-labels" in (
+        from_beside.stderr
+    ), from_beside.stderr
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "train-labels-idx1-ubyte").write_bytes(b"")
+    partial = ci({"MNIST_DATA_DIR": str(given)})  # the variable wins over the folder beside the clone
+    assert partial.returncode == 2 and "has no train-images-idx3-ubyte" in partial.stderr, partial.stderr
 
 
 def _installer():
