@@ -9,7 +9,6 @@ In a process of its own: ``flyte2_backend`` loads flyte's connector server, whos
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 from flyteidl.core import literals_pb2
 from flyteidl2.task import common_pb2
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.flyte2.served import repo_env
 
 DRIVER = """
 import json, sys
@@ -53,9 +52,8 @@ print(json.dumps(errors))
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("inputs")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(out)], capture_output=True, text=True, timeout=120, env=env, cwd=out
+        [sys.executable, "-c", DRIVER, str(out)], capture_output=True, text=True, timeout=120, env=repo_env(), cwd=out
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, json.loads(proc.stdout.strip().splitlines()[-1])

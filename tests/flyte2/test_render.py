@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -26,9 +25,9 @@ import yaml
 from flyteidl2.task import common_pb2
 
 from backend_plugin.cli import main
+from tests.flyte2.served import repo_env
 from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
 
-ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "ghcr.io/example/train:1.0"
 PATHS = ["--inputs", "s3://b/run-1/inputs.pb", "--output-prefix", "s3://b/run-1"]
 DIGEST = "pytorch.flyte.org/spec-sha256"
@@ -271,13 +270,12 @@ print(json.dumps({"codes": codes, "loaded": loaded}))
 @pytest.mark.timeout(180)
 def test_without_flyte_a_flytekit_file_renders_and_a_flyte2_file_names_the_extra(tmp_path: Path) -> None:
     flytekit_file, flyte2_file = write_twins(tmp_path, "roles")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     proc = subprocess.run(
         [sys.executable, "-c", WITHOUT_FLYTE, str(flytekit_file), str(flyte2_file)],
         capture_output=True,
         text=True,
         timeout=150,
-        env=env,
+        env=repo_env(),
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
