@@ -10,6 +10,7 @@ import logging
 from typing import Any, Optional
 
 from flytekit.models.literals import LiteralMap
+from google.protobuf.message import Message
 
 from backend_plugin.task_errors import MAX_ERROR_FILES, ErrorReport, is_error_file, report_of
 
@@ -27,16 +28,29 @@ def _filesystem(prefix: str) -> tuple[Any, str]:
 def write_inputs(inputs: Optional[LiteralMap], path: str) -> None:
     """Write the inputs LiteralMap (empty when None) to `path` (pyflyte-execute always reads one).
 
+    Flyte 1's form: flytekit's entrypoint reads a `flyteidl.core.LiteralMap`. Another entrypoint reads another
+    message (Flyte 2's reads `flyteidl2.task.Inputs`); its connector writes that with `write_message`.
+
     Args:
         inputs: the task's inputs.
         path: where `inputs.pb` goes.
+    """
+    write_message((inputs or LiteralMap(literals={})).to_flyte_idl(), path)
+
+
+def write_message(message: Message, path: str) -> None:
+    """Write a protobuf message, serialized, to `path` (a local path or any prefix flytekit's file access writes).
+
+    Args:
+        message: the message.
+        path: the file to write.
     """
     from flytekit.core import utils
     from flytekit.core.context_manager import FlyteContextManager
 
     ctx = FlyteContextManager.current_context()
     local = ctx.file_access.get_random_local_path()
-    utils.write_proto_to_file((inputs or LiteralMap(literals={})).to_flyte_idl(), local)
+    utils.write_proto_to_file(message, local)
     ctx.file_access.put_data(local, path)
 
 

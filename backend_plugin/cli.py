@@ -3,6 +3,7 @@
 Two sources::
 
     pytorchjob render train.py train_mnist            # a task in a Python file, serialized like `pyflyte package`
+                                                      # (a Flyte 2 task: with flyte's serializer, `flyte2` extra)
     pytorchjob render --template task.pb              # a serialized TaskTemplate / TaskSpec (.pb), JSON, or
     pytorchjob render --template flyte-package.tgz train_mnist   # a `pyflyte package` archive (task picked by name)
     pytorchjob render --target trainjob train.py train_mnist      # another job kind than the config's target
@@ -60,7 +61,7 @@ from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execu
 from backend_plugin.targets import BY_CONFIG, JobTarget, target_for_config
 from backend_plugin.template import read_template, template_to_dict
 from pytorch_contract.k8s_names import DNS1035_LABEL, JOB_NAME_MAX_LENGTH, image_reference_problem
-from pytorch_contract.template_keys import TASK_TYPE
+from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE, TASK_TYPE
 
 __all__ = [
     "main",
@@ -83,6 +84,8 @@ __all__ = [
 DEFAULT_BUCKET = "s3://my-s3-bucket/pytorchjob-render"
 FLYTEKIT_DEFAULT_IMAGE = "cr.flyte.org/flyteorg/flytekit:"
 """Prefix of flytekit's default images (`DefaultImages`), what a task without `container_image` serializes with."""
+FLYTE2_DEFAULT_IMAGE = "ghcr.io/flyteorg/flyte:"
+"""Prefix of Flyte 2's default images, what a task of a `flyte.TaskEnvironment` without `image` serializes with."""
 
 
 class RenderError(Exception):
@@ -145,18 +148,26 @@ def load_task_template(path: str, task_name: str, image: Optional[str] = None) -
 
 
 def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
-    """Serialize a flytekit task as `pyflyte package` would.
+    """Serialize a flytekit task as `pyflyte package` would, or a Flyte 2 task with flyte's own serializer.
+
+    A Flyte 2 task's template (`flyte2_pytorch.template.task_template`) is read as flyteidl's, its `pytorch.*` keys
+    moved from the container's config to the template's; its type is kept (`pytorch`, or `pytorch-job` for a task
+    routed to the connector).
 
     Args:
         entity: the task.
-        image: the container image; flytekit's default image when None.
+        image: the container image; flytekit's default image when None. A Flyte 2 task serializes with its
+            environment's image: `--image` replaces it in the job (`ExecutionMetadata.image_override`), as it
+            replaces a flytekit task's `container_image`.
 
     Returns:
         The TaskTemplate as a protobuf-JSON dict.
 
     Raises:
-        RenderError: flytekit or the user's code failed while serializing it (one line, no traceback).
+        RenderError: flytekit, flyte or the user's code failed while serializing it (one line, no traceback).
     """
+    if _is_flyte2_task(entity):
+        return _serialize_flyte2(entity)
     from flytekit.configuration import Image, ImageConfig, SerializationSettings
     from flytekit.tools.translator import get_serializable
 
@@ -176,6 +187,33 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
     return template_to_dict(task_spec.template)
 
 
+def _is_flyte2_task(entity: Any) -> bool:
+    """Whether `entity` is a Flyte 2 task; False without importing anything when `flyte` is not loaded."""
+    if "flyte" not in sys.modules:  # a module defining a Flyte 2 task has imported flyte
+        return False
+    from flyte.extend import TaskTemplate
+
+    return isinstance(entity, TaskTemplate)
+
+
+def _serialize_flyte2(entity: Any) -> dict[str, Any]:
+    """A Flyte 2 task's template through flyte's serializer, its module named from the root `load_task` used."""
+    from flyte2_pytorch.template import task_template
+
+    func = getattr(entity, "func", None)
+    module = sys.modules.get(getattr(func, "__module__", "") or "")
+    file = getattr(module, "__file__", None)
+    root = _import_root(Path(file).resolve(), module.__name__) if module is not None and file else None
+    with user_output_to_stderr():
+        try:
+            return template_to_dict(task_template(entity, root_dir=root))
+        except (RenderError, TemplateError, ConfigError, ModuleNotFoundError):
+            raise
+        except Exception as e:  # flyte and the user's code raise anything here: one line, no traceback
+            name = getattr(entity, "name", "the task")
+            raise RenderError(f"{name}: cannot be serialized: {type(e).__name__}: {e}") from None
+
+
 def load_task(path: str, task_name: str) -> Any:
     """Import a Python file by path and return its task `task_name`.
 
@@ -184,10 +222,12 @@ def load_task(path: str, task_name: str) -> Any:
         task_name: the attribute name of the decorated task in that file.
 
     Returns:
-        The flytekit task.
+        The flytekit task, or the Flyte 2 task (``@env.task`` of a ``flyte.TaskEnvironment``).
 
     Raises:
         RenderError: the file does not exist or has no such task.
+        ModuleNotFoundError: the file imports a module only an extra installs (``flyte``: the ``flyte2`` extra);
+            `main` names the extra.
     """
     from flytekit.core.base_task import PythonTask
 
@@ -195,9 +235,7 @@ def load_task(path: str, task_name: str) -> Any:
     if not file.is_file():
         raise RenderError(f"{path}: no such file")
     module_name = _module_name(file)
-    root = file.parent
-    for _ in module_name.split(".")[1:]:
-        root = root.parent
+    root = _import_root(file, module_name)
     sys.path.insert(0, str(root))
     try:
         spec = importlib.util.spec_from_file_location(module_name, file)
@@ -217,9 +255,13 @@ def load_task(path: str, task_name: str) -> Any:
         raise RenderError(f"{_user_frame(e, file)}: {type(e).__name__} while importing it: {e}") from None
     finally:
         sys.path.remove(str(root))
+
+    def is_task(value: Any) -> bool:
+        return isinstance(value, PythonTask) or _is_flyte2_task(value)
+
     entity = getattr(module, task_name, None)
-    if not isinstance(entity, PythonTask):
-        tasks = sorted(k for k, v in vars(module).items() if isinstance(v, PythonTask))
+    if not is_task(entity):
+        tasks = sorted(k for k, v in vars(module).items() if is_task(v))
         raise RenderError(f"{path}: no task named {task_name!r}; tasks in this file: {tasks}")
     return entity
 
@@ -233,6 +275,14 @@ def _user_frame(error: BaseException, file: Path) -> str:
         if frame.filename and Path(frame.filename).resolve() == file:
             line = frame.lineno
     return f"{file}:{line}" if line else str(file)
+
+
+def _import_root(file: Path, module_name: str) -> Path:
+    """The directory `module_name` (of `file`) is imported from: one level up per package above the module."""
+    root = file.parent
+    for _ in module_name.split(".")[1:]:
+        root = root.parent
+    return root
 
 
 def _module_name(file: Path) -> str:
@@ -391,6 +441,18 @@ def input_literals(template: dict[str, Any], given: dict[str, str], defaults: Op
     return LiteralMap(literals)
 
 
+def _flyte2_inputs(entity: Any, given: dict[str, str]) -> Any:
+    """A Flyte 2 task's `--input` values as the ``Inputs`` message its pods read (`flyte2_pytorch.template`)."""
+    from flyte2_pytorch.template import inputs_message
+
+    try:
+        return inputs_message(entity, given)
+    except KeyError as e:
+        raise RenderError(e.args[0]) from None
+    except ValueError as e:
+        raise RenderError(str(e)) from None
+
+
 def _type_name(python_type: Any) -> str:
     return getattr(python_type, "__name__", None) or str(python_type)
 
@@ -414,7 +476,8 @@ def write_inputs(literals: Any, prefix: str) -> str:
     """Write `inputs.pb` under `prefix`: a local folder, or a URL written with flytekit's data persistence.
 
     Args:
-        literals: the `LiteralMap`.
+        literals: the `LiteralMap` (a flytekit model), or a protobuf message written as it is (a Flyte 2 task's
+            ``flyteidl2.task.Inputs``, what its pods' entrypoint reads).
         prefix: local folder or remote prefix (`s3://...`, `gs://...`).
 
     Returns:
@@ -423,7 +486,8 @@ def write_inputs(literals: Any, prefix: str) -> str:
     Raises:
         RenderError: the file cannot be written.
     """
-    data = literals.to_flyte_idl().SerializeToString()
+    message = literals.to_flyte_idl() if hasattr(literals, "to_flyte_idl") else literals
+    data = message.SerializeToString()
     if "://" not in prefix:
         folder = Path(prefix).resolve()
         folder.mkdir(parents=True, exist_ok=True)
@@ -445,7 +509,7 @@ def write_inputs(literals: Any, prefix: str) -> str:
 
 
 def default_image_warnings(job: dict[str, Any], target: JobTarget) -> list[str]:
-    """Warnings for primary containers whose image is flytekit's default image (no torch, no flytekitplugins-pytorch).
+    """Warnings for primary containers whose image is flytekit's or Flyte 2's default image (no torch, no plugin).
 
     Args:
         job: the job `target` wrote.
@@ -457,10 +521,15 @@ def default_image_warnings(job: dict[str, Any], target: JobTarget) -> list[str]:
     out = []
     for role, _, image in target.primary_images(job):
         if image.startswith(FLYTEKIT_DEFAULT_IMAGE):
-            out.append(
-                f"warning: {role} image {image} is flytekit's default image, which has neither torch nor "
-                "flytekitplugins-pytorch: the pods will fail at import; pass --image with your training image"
-            )
+            whose, lacks = "flytekit's", "flytekitplugins-pytorch"
+        elif image.startswith(FLYTE2_DEFAULT_IMAGE):
+            whose, lacks = "Flyte 2's", "flyte2_pytorch"
+        else:
+            continue
+        out.append(
+            f"warning: {role} image {image} is {whose} default image, which has neither torch nor {lacks}: "
+            "the pods will fail at import; pass --image with your training image"
+        )
     return out
 
 
@@ -549,6 +618,9 @@ _FILLED_AT = {
     "remote_package_path": "the uploaded code archive of a fast-registered package (`pyflyte package --fast`), "
     "filled when `pyflyte register` uploads it: render the task from its .py file, or package it without --fast",
     "dest_dir": "the folder a fast-registered package is unpacked to, filled at registration (`pyflyte register`)",
+    "runname": "the name of the Flyte 2 run, filled by Flyte 2 when it runs the task",
+    "actionname": "the name of the Flyte 2 action, filled by Flyte 2 when it runs the task",
+    "runstarttime": "the start time of the Flyte 2 run, filled by Flyte 2 when it runs the task",
 }
 
 
@@ -586,13 +658,14 @@ def unfilled_placeholder_warnings(job: Any) -> list[str]:
 
 def _not_a_pytorch_task(template: dict[str, Any]) -> Optional[str]:
     kind = template.get("type")
-    if kind in (None, TASK_TYPE):
+    if kind in (None, TASK_TYPE, CONNECTOR_TASK_TYPE):
         return None
     name = (template.get("id") or {}).get("name") or "this task"
     return (
         f"{name} is a {kind!r} task, not a pytorch task: render prints the "
         f"{' or '.join(t.kind for t in BY_CONFIG.values())} a pytorch task "
-        "(@pytorch_task, or @task(task_config=PyTorch(...)) / Elastic(...)) becomes on a cluster; "
+        "(@pytorch_task, or @task(task_config=PyTorch(...)) / Elastic(...); under Flyte 2, @env.task of a "
+        "flyte.TaskEnvironment(plugin_config=PyTorch(...)) / Elastic(...) / Connector(...)) becomes on a cluster; "
         "other tasks run as Flyte's own pods and have no job to render"
     )
 
@@ -620,6 +693,8 @@ def render_job(
     problem = _not_a_pytorch_task(template)
     if problem:
         raise RenderError(problem)
+    if template.get("type") == CONNECTOR_TASK_TYPE:  # the type only routes a Flyte 2 task to the connector
+        template = {**template, "type": TASK_TYPE}
     spec = read_template(template)
     task = spec.task_id.name.rsplit(".", 1)[-1] or "task"
     identity = ExecutionIdentity("render", "local", task, "n0", 0)
@@ -802,6 +877,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if given and not (args.inputs_to or args.output_prefix):
             raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")
         defaults: dict[str, Any] = {}
+        entity = None
         if args.template:
             if args.task is not None:
                 parser.error("with --template give at most one positional argument (the task name)")
@@ -811,9 +887,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                 parser.error("give FILE.py TASK, or --template FILE")
             entity = load_task(args.source, args.task)
             template = serialize_task(entity, args.image)
-            defaults = dict(entity.python_interface.default_inputs_as_kwargs)
         if given:
-            written = write_inputs(input_literals(template, given, defaults), args.inputs_to or args.output_prefix)
+            if entity is not None and _is_flyte2_task(entity):
+                inputs = _flyte2_inputs(entity, given)
+            else:
+                if entity is not None:
+                    defaults = dict(entity.python_interface.default_inputs_as_kwargs)
+                inputs = input_literals(template, given, defaults)
+            written = write_inputs(inputs, args.inputs_to or args.output_prefix)
             if "://" not in written:
                 print(
                     f"pytorchjob render: wrote {written}; pods cannot read a local file: upload it and pass its URL "
@@ -847,6 +928,9 @@ EXTRA_MODULES = {
     "grpc_health": "backend",
     "prometheus_client": "backend",
     "torch": "torch",
+    "flyte": "flyte2",
+    "flyteidl2": "flyte2",
+    "flyte_migrate": "flyte2",
 }
 
 

@@ -454,7 +454,8 @@ class JobConnector(AsyncConnectorBase):
         Args:
             task_template: the task's template.
             output_prefix: the execution's output prefix (inputs.pb is written under it).
-            inputs: the task's inputs; an empty map is written when None (pyflyte-execute always reads one).
+            inputs: the task's inputs, written by `write_inputs` (an empty map when None: pyflyte-execute always
+                reads one).
             task_execution_metadata: execution identity, namespace, labels, annotations, env, service account.
             **kwargs: ignored (future flytekit arguments).
 
@@ -496,13 +497,25 @@ class JobConnector(AsyncConnectorBase):
             return replace(base, error=f"the task template cannot run: {e}")
         for warning in target.warnings(spec, self.config):
             logger.warning("%s %s/%s: %s", target.kind, job["metadata"]["namespace"], job["metadata"]["name"], warning)
-        blobs.write_inputs(inputs, meta.input_path)
+        self.write_inputs(inputs, meta.input_path)
         try:
             created = self.create_job(job, deadline)
         except Rejected as e:
             logger.warning("%s", e)
             return replace(base, error=f"the API server rejected the job: {e}")
         return replace(base, namespace=created.namespace, name=created.name, uid=created.uid, kind=created.kind)
+
+    def write_inputs(self, inputs: Any, path: str) -> None:
+        """Write the task's inputs where its pods read them (`{{.input}}`), in the form their entrypoint reads.
+
+        Flyte 1's: a `LiteralMap`, empty when None (`blobs.write_inputs`; pyflyte-execute always reads one). A
+        connector for another Flyte generation overrides this with its own message (Flyte 2's `Inputs`).
+
+        Args:
+            inputs: what `create` was given.
+            path: the execution's `inputs.pb`.
+        """
+        blobs.write_inputs(inputs, path)
 
     def admitted(self, job: dict) -> dict:
         """The job as the connector sends it: stamped with its digest (`admission.stamp`) and put through the

@@ -12,9 +12,10 @@ differs is only the envelope:
 - the template is flyteidl2's, of type ``pytorch-job``; its bytes parse as flyteidl's, its type is read as
   ``pytorch`` (the type only routes the task here), and the ``pytorch.*`` keys, which Flyte 2 keeps in the
   container's config, move to the template's (`flyte2_pytorch.template.flyte1_template`);
-- the inputs the pods read (``{{.input}}``) are Flyte 2's ``flyteidl2.task.Inputs``, written as the request sent them
-  when served by `serve` (flyte's own server hands a connector only native values, which are written back as
-  literals of the types flyte guesses from them);
+- the inputs the pods read (``{{.input}}``) are Flyte 2's ``flyteidl2.task.Inputs``, the message Flyte 2's entrypoint
+  (``a0 --inputs``) parses, not Flyte 1's ``LiteralMap``: `Flyte2Jobs` overrides the backend's ``write_inputs`` hook.
+  They are written as the request sent them when served by `serve` (flyte's own server hands a connector only native
+  values, which are written back as literals of the types flyte guesses from them);
 - the answer is flyte's ``Resource``: the same phase (the enums agree), message, log links and job status.
 
 Serve it with ``python -m flyte2_backend --port 8000`` (the ``flyte2-backend`` extra). flytekit's
@@ -37,12 +38,13 @@ from flyte.connectors import AsyncConnector, ConnectorRegistry, Resource
 from flyte.connectors._server import AsyncConnectorService, ConnectorMetadataService
 from flyteidl2.core import execution_pb2 as execution2_pb2
 
+from backend_plugin import blobs
 from backend_plugin.connector import JobMetadata, ServedJobConnector
 from flyte2_pytorch.task_types import CONNECTOR_TASK_TYPE, CONNECTOR_TASK_TYPE_VERSION
 from flyte2_pytorch.template import flyte1_template
 from pytorch_contract.template_keys import TASK_TYPE
 
-__all__ = ["Flyte2JobConnector", "Flyte2ConnectorService", "register", "serve", "main"]
+__all__ = ["Flyte2JobConnector", "Flyte2Jobs", "Flyte2ConnectorService", "register", "serve", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,14 +53,26 @@ logger = logging.getLogger(__name__)
 _REQUEST_INPUTS: contextvars.ContextVar[Any] = contextvars.ContextVar("flyte2_request_inputs", default=None)
 
 
-class _InputsPb:
-    """The Inputs message as `blobs.write_inputs` writes an inputs map: it serializes ``to_flyte_idl()``."""
+class Flyte2Jobs(ServedJobConnector):
+    """The backend's served connector, writing a task's inputs as Flyte 2's pods read them.
 
-    def __init__(self, message: Any) -> None:
-        self._message = message
+    Takes `ServedJobConnector`'s arguments (config, API client factory, clock, sleep).
+    """
 
-    def to_flyte_idl(self) -> Any:
-        return self._message
+    def write_inputs(self, inputs: Any, path: str) -> None:
+        """Write ``flyteidl2.task.Inputs`` (an empty message when None: Flyte 2's entrypoint always reads one).
+
+        Args:
+            inputs: the request's Inputs message.
+            path: the execution's ``inputs.pb``.
+        """
+        from flyteidl2.task import common_pb2
+
+        if inputs is None:
+            inputs = common_pb2.Inputs()
+        if not isinstance(inputs, common_pb2.Inputs):  # a LiteralMap would be read as garbage by the pods
+            raise TypeError(f"Flyte 2 inputs must be a flyteidl2.task.Inputs message, not {type(inputs).__name__}")
+        blobs.write_message(inputs, path)
 
 
 async def _inputs_message(native: Optional[dict[str, Any]]) -> Any:
@@ -92,8 +106,11 @@ class Flyte2JobConnector(AsyncConnector):
     """Creates, tracks and deletes the Kubeflow job of a ``pytorch-job`` task for Flyte 2.
 
     Args:
-        jobs: the backend connector it re-hosts; a `ServedJobConnector` with the backend config
-            (`backend_plugin.config.load_config`) when None.
+        jobs: the backend connector it re-hosts, a `Flyte2Jobs` (it writes the inputs Flyte 2's pods read); one with
+            the backend config (`backend_plugin.config.load_config`) when None.
+
+    Raises:
+        TypeError: `jobs` is not a `Flyte2Jobs`.
     """
 
     name = "Kubeflow Job Connector"
@@ -102,8 +119,13 @@ class Flyte2JobConnector(AsyncConnector):
     # The backend's metadata: the same JSON Flyte 1 stores, so both generations read each other's.
     metadata_type = JobMetadata
 
-    def __init__(self, jobs: Optional[ServedJobConnector] = None) -> None:
-        self.jobs = jobs if jobs is not None else ServedJobConnector(task_type_version=CONNECTOR_TASK_TYPE_VERSION)
+    def __init__(self, jobs: Optional[Flyte2Jobs] = None) -> None:
+        if jobs is not None and not isinstance(jobs, Flyte2Jobs):
+            raise TypeError(
+                f"jobs={type(jobs).__name__}: use flyte2_backend.connector.Flyte2Jobs, which writes the inputs as "
+                "Flyte 2's pods read them (flyteidl2.task.Inputs, not Flyte 1's LiteralMap)"
+            )
+        self.jobs = jobs if jobs is not None else Flyte2Jobs(task_type_version=CONNECTOR_TASK_TYPE_VERSION)
 
     async def create(
         self,
@@ -129,7 +151,7 @@ class Flyte2JobConnector(AsyncConnector):
         template["type"] = TASK_TYPE  # ``pytorch-job`` only routes the task here; the reader reads a pytorch task
         message = await _inputs_message(inputs)
         call = functools.partial(
-            self.jobs.create, template, output_prefix, _InputsPb(message), _flyte2_metadata(task_execution_metadata)
+            self.jobs.create, template, output_prefix, message, _flyte2_metadata(task_execution_metadata)
         )
         return await asyncio.get_running_loop().run_in_executor(None, call)
 

@@ -1,4 +1,4 @@
-"""Task types of the Flyte 2 front-end, without imports (the connector and the front-end both read them).
+"""Task types of the Flyte 2 front-end (the connector and the front-end both read them).
 
 ``pytorch`` (`pytorch_contract.template_keys.TASK_TYPE`) is what Flyte 2's native kfoperators plugin owns: a task of
 that type becomes a PyTorchJob without our connector. `CONNECTOR_TASK_TYPE` is a type the native plugin does not
@@ -7,5 +7,8 @@ connector's backend config targets (a TrainJob, or a PyTorchJob with everything 
 priority, gang scheduling, shared memory, accelerators, role pod templates).
 """
 
-CONNECTOR_TASK_TYPE = "pytorch-job"
+from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE
+
+__all__ = ["CONNECTOR_TASK_TYPE", "CONNECTOR_TASK_TYPE_VERSION"]
+
 CONNECTOR_TASK_TYPE_VERSION = 1

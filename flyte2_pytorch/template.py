@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from pytorch_contract.template_keys import CONFIG_PREFIX
 
-__all__ = ["task_template", "flyte1_template", "main"]
+__all__ = ["task_template", "flyte1_template", "inputs_message", "main"]
 
 
 def task_template(task: Any, *, root_dir: Optional[Path] = None, version: str = "v1") -> dict[str, Any]:
@@ -45,6 +45,57 @@ def task_template(task: Any, *, root_dir: Optional[Path] = None, version: str = 
         root_dir = Path(task.source_file).resolve().parent if task.source_file else Path.cwd()
     sctx = SerializationContext(version=version, root_dir=root_dir)
     return flyte1_template(get_proto_task(task, sctx), task.config(sctx))
+
+
+def inputs_message(task: Any, given: dict[str, str]) -> Any:
+    """A Flyte 2 task's inputs as the ``flyteidl2.task.Inputs`` message its pod entrypoint (``a0 --inputs``) reads.
+
+    Each value is text converted as ``flyte run`` converts its options (flyte's click types for the input's literal
+    type: numbers, ``true``/``false``, JSON for lists, dicts and dataclasses, a path or URL for files); inputs left
+    out take the function's defaults.
+
+    Args:
+        task: the Flyte 2 task.
+        given: input name -> value text.
+
+    Returns:
+        ``flyteidl2.task.common_pb2.Inputs``.
+
+    Raises:
+        KeyError: a name the task has no input of (the message lists its inputs).
+        ValueError: a missing input without a default, or a value that does not convert (the message names it).
+    """
+    import asyncio
+    import warnings
+
+    from flyte._internal.runtime.convert import convert_from_native_to_inputs
+    from flyte.types import TypeEngine
+
+    with warnings.catch_warnings():  # flyte's CLI imports rich_click, which uses names click deprecates
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from flyte.cli._params import literal_type_to_click_type
+
+    interface = task.native_interface
+    inputs = dict(interface.inputs)
+    unknown = sorted(set(given) - set(inputs))
+    if unknown:
+        raise KeyError(f"--input {unknown[0]}: the task has no such input; its inputs: {sorted(inputs)}")
+    missing = sorted(set(interface.required_inputs()) - set(given))
+    if missing:
+        raise ValueError(f"missing --input for {missing} (no default); the task's inputs: {sorted(inputs)}")
+    values = {}
+    for name, text in given.items():
+        python_type = inputs[name][0]
+        try:
+            click_type = literal_type_to_click_type(TypeEngine.to_literal_type(python_type), python_type)
+            values[name] = click_type.convert(text, None, None)
+        except Exception as e:  # click's BadParameter, flyte's TypeTransformerFailedError, json's errors, ...
+            type_name = getattr(python_type, "__name__", str(python_type))
+            raise ValueError(f"--input {name}={text!r}: not a {type_name} value ({e})") from e
+    try:
+        return asyncio.run(convert_from_native_to_inputs(interface, **values)).proto_inputs
+    except Exception as e:  # flyte's type engine raises many types
+        raise ValueError(f"--input: {type(e).__name__}: {e}") from e
 
 
 def flyte1_template(template: Any, config: Optional[dict[str, str]] = None) -> dict[str, Any]:

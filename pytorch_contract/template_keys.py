@@ -12,6 +12,7 @@ from enum import Enum
 __all__ = [
     "TASK_TYPE",
     "TASK_TYPE_VERSION",
+    "CONNECTOR_TASK_TYPE",
     "PRIMARY_CONTAINER",
     "PRIMARY_CONTAINER_NAME_KEY",
     "CONFIG_PREFIX",
@@ -50,6 +51,10 @@ TASK_TYPE = "pytorch"
 
 TASK_TYPE_VERSION = 1
 """`task_type_version` the SDK writes. Version 0 is the legacy `custom = {"workers": N}` form, still read."""
+
+CONNECTOR_TASK_TYPE = "pytorch-job"
+"""`TaskTemplate.type` of a Flyte 2 task routed to this project's connector (``flyte2_pytorch.Connector``): a type
+Flyte 2's native kfoperators plugin does not claim. The task is otherwise a `TASK_TYPE` task, read the same way."""
 
 PRIMARY_CONTAINER = "pytorch"
 """Name of the training container in every replica pod: the Kubeflow training operator finds the process to watch

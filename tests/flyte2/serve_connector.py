@@ -12,8 +12,7 @@ import asyncio
 import sys
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.connector import ServedJobConnector
-from flyte2_backend.connector import Flyte2JobConnector, register, serve
+from flyte2_backend.connector import Flyte2JobConnector, Flyte2Jobs, register, serve
 
 LINKS = ({"name": "Logs", "template": "https://logs.example.com/{{ .namespace }}/{{ .podName }}/{{ .containerName }}"},)
 
@@ -37,7 +36,7 @@ def connector(host: str, target: str) -> Flyte2JobConnector:
         api_backoff_initial_s=0.001,
         api_backoff_max_s=0.002,
     )
-    return Flyte2JobConnector(ServedJobConnector(config=config, api_client_factory=api_client))
+    return Flyte2JobConnector(Flyte2Jobs(config=config, api_client_factory=api_client))
 
 
 async def main(host: str, target: str) -> None:

@@ -14,6 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 STOP_S = 20
 
 
+def repo_env() -> dict[str, str]:
+    """This process's environment with the repository importable first (for a test's child interpreter)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+
+
 @contextmanager
 def served(module: str, *args: str) -> Iterator[int]:
     """Start the server, yield its loopback port, then close its stdin and wait (killing it after `STOP_S`).
@@ -25,11 +30,10 @@ def served(module: str, *args: str) -> Iterator[int]:
     Yields:
         The port it printed.
     """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     proc = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
-        env=env,
+        env=repo_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -53,6 +53,14 @@ def inputs(steps: int) -> common_pb2.Inputs:
     return asyncio.run(convert_from_native_to_inputs(train.native_interface, steps=steps)).proto_inputs
 
 
+def pod_reads(path: Path, task: Any) -> dict[str, Any]:
+    """The inputs as Flyte 2's pod entrypoint (``a0``) loads and converts them."""
+    from flyte._internal.runtime.convert import convert_inputs_to_native
+    from flyte._internal.runtime.io import load_inputs
+
+    return asyncio.run(convert_inputs_to_native(asyncio.run(load_inputs(str(path))), task.native_interface))
+
+
 def metadata(execution: str) -> connector_pb2.TaskExecutionMetadata:
     meta = connector_pb2.TaskExecutionMetadata(namespace=NS, k8s_service_account="default")
     tid = meta.task_execution_id
@@ -106,9 +114,12 @@ def test_create_track_and_delete_a_trainjob(fake_api, stub, tmp_path: Path) -> N
     name = job_name(meta)
     job = server.get_job(NS, name, plural=TRAINJOBS)
     assert job is not None and job["spec"]["trainer"]["numNodes"] == 3 and server.jobs() == []  # no PyTorchJob
-    # the pods read Flyte 2's Inputs message, the one the request carried
+    # the pods read Flyte 2's Inputs message, the one the request carried, where the job's --inputs points
     written = common_pb2.Inputs.FromString((tmp_path / "0" / "inputs.pb").read_bytes())
     assert written == inputs(7)
+    command = job["spec"]["trainer"]["command"]
+    assert command[0] == "a0" and command[command.index("--inputs") + 1] == str(tmp_path / "0" / "inputs.pb")
+    assert pod_reads(tmp_path / "0" / "inputs.pb", train) == {"steps": 7}
 
     assert get(stub, meta).phase == TaskExecution.QUEUED  # no JobSet yet
     for i in range(3):
@@ -175,3 +186,27 @@ def test_a_task_a_trainjob_cannot_express_fails_permanently_without_a_request(fa
     assert fake_api.server.requests == []
     assert resource.phase == TaskExecution.FAILED and "cannot run as a Kubeflow Trainer v2 TrainJob" in resource.message
     assert "Elastic(nnodes=" in resource.message and "target: pytorchjob" in resource.message
+
+
+no_inputs = flyte.TaskEnvironment(name="noinputs", plugin_config=f2.Connector(f2.PyTorch(worker=f2.Worker(1))))
+
+
+@no_inputs.task
+def probe() -> None:
+    return None
+
+
+@pytest.mark.timeout(180)
+def test_a_task_without_inputs_gets_the_empty_message_its_pods_read(fake_api, stub, tmp_path: Path) -> None:  # noqa: F811
+    from flyte._internal.runtime.task_serde import get_proto_task
+    from flyte.models import SerializationContext
+
+    proto = get_proto_task(probe, SerializationContext(version="v1", root_dir=ROOT))
+    request = connector_pb2.CreateTaskRequest(
+        template=proto, output_prefix=str(tmp_path / "0"), task_execution_metadata=metadata("noinputs")
+    )
+    meta = stub.CreateTask(request, timeout=60).resource_meta
+    assert fake_api.server.get_job(NS, job_name(meta), plural=TRAINJOBS) is not None
+    written = (tmp_path / "0" / "inputs.pb").read_bytes()
+    assert common_pb2.Inputs.FromString(written) == common_pb2.Inputs()
+    assert pod_reads(tmp_path / "0" / "inputs.pb", probe) == {}
