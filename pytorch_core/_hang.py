@@ -45,13 +45,14 @@ import threading
 import time
 from typing import Any, Optional
 
-from flytekitplugins_pytorch._failure import (
+from pytorch_core._failure import (
     HangError,
     PeerFailedError,
     activity,
     hang_error_class,
     peer_failed_class,
 )
+from pytorch_core.frontend import current
 
 #: How often a rank's watcher checks for a request (one small store round trip each time).
 POLL_S = 0.5
@@ -475,9 +476,7 @@ def mark_failed(exc: BaseException) -> None:
 
 
 def _recoverable(exc: BaseException) -> bool:
-    from flytekit.exceptions.user import FlyteRecoverableException
-
-    return isinstance(exc, FlyteRecoverableException)
+    return current().is_recoverable(exc)
 
 
 def _wait_for_work(work: Any, *args: Any, **kwargs: Any) -> Any:

@@ -5,7 +5,12 @@ module), not minutes later when the PyTorchJob is rejected by the cluster. Error
 
     <Class>.<field>=<value!r> is <problem>; <what is allowed>
 
-This module never imports torch: defining, serializing and registering a task works on a machine without it.
+The classes here are the front-end-neutral core: a front-end (``flytekitplugins_pytorch``, ``flyte2_pytorch``)
+subclasses each with its own `ConfigTypes` (which classes a role's ``requests``/``limits`` and ``pod_template``
+are, and the package its messages name); the checks and their messages are these, for every front-end.
+
+This module imports neither torch nor a Flyte SDK: defining, serializing and registering a task works on a machine
+without torch.
 """
 
 from __future__ import annotations
@@ -21,9 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from enum import Enum
-from typing import Any, Optional, TypeVar, Union
-
-from flytekit import PodTemplate, Resources
+from typing import Any, ClassVar, Optional, TypeVar, Union
 
 from pytorch_contract.job_limits import env_count_problem, job_size_problem
 from pytorch_contract.k8s_metadata import annotation_problems, label_problems
@@ -47,6 +50,10 @@ from pytorch_contract.template_keys import (
 )
 
 __all__ = [
+    "ConfigTypes",
+    "Resources",
+    "PodTemplate",
+    "CORE_TYPES",
     "ConfigError",
     "UnknownOptionError",
     "PodTemplateOverrideWarning",
@@ -74,6 +81,79 @@ _NNODES = re.compile(r" *([0-9]+) *(?:: *([0-9]+) *)?")
 _MODULE_NAME = re.compile(
     r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
 )  # ASCII digits: int() would also read "١:٢"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """A role's resources in the core's own terms (a front-end uses its SDK's class instead; see `ConfigTypes`)."""
+
+    cpu: Any = None
+    mem: Any = None
+    gpu: Any = None
+    ephemeral_storage: Any = None
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """A role's pod template in the core's own terms: the four attributes flytekit's and Flyte 2's share."""
+
+    pod_spec: Any = None
+    primary_container_name: str = "primary"
+    labels: Optional[dict[str, str]] = None
+    annotations: Optional[dict[str, str]] = None
+
+
+@dataclass(frozen=True)
+class ConfigTypes:
+    """What differs between front-ends in a config: the SDK's classes of a role's resources and pod template, and
+    the package the messages tell the user to build a config from. The checks and their wording are the core's.
+
+    Attributes:
+        package: the front-end's package (``"flytekitplugins_pytorch"``), named in "use <package>.Master(...)".
+        resources_type: returns the class of a role's ``requests``/``limits`` (imported when first needed).
+        resources_name: that class as the messages name it (``"flytekit.Resources"``).
+        resources_hint: what to write instead of a value of another class.
+        resource_fields: the class's attributes, in the order they are checked: cpu, memory, GPUs, disk.
+        pod_template_type: returns the class of a role's ``pod_template``.
+        pod_template_name: that class as the messages name it (``"flytekit PodTemplate"``).
+        pod_template_hint: what to write instead.
+        extra_resource_check: ``(name, resources) -> None``, the SDK's own refusals (Flyte 2's ``shm`` on a role).
+        sdk_modules: top-level modules whose frames a warning skips to point at the user's line.
+    """
+
+    package: str
+    resources_type: Callable[[], type]
+    resources_name: str
+    resources_hint: str
+    resource_fields: tuple[str, str, str, str]
+    pod_template_type: Callable[[], type]
+    pod_template_name: str
+    pod_template_hint: str
+    extra_resource_check: Optional[Callable[[str, Any], None]] = None
+    sdk_modules: tuple[str, ...] = ()
+
+    @property
+    def memory_field(self) -> str:
+        """The attribute of the memory quantity (``"mem"`` in flytekit, ``"memory"`` in Flyte 2)."""
+        return self.resource_fields[1]
+
+    @property
+    def gpu_field(self) -> str:
+        """The attribute of the GPU count."""
+        return self.resource_fields[2]
+
+
+CORE_TYPES = ConfigTypes(
+    package="pytorch_core.config",
+    resources_type=lambda: Resources,
+    resources_name="pytorch_core.config.Resources",
+    resources_hint="use pytorch_core.config.Resources(cpu=..., mem=..., gpu=..., ephemeral_storage=...) or None",
+    resource_fields=("cpu", "mem", "gpu", "ephemeral_storage"),
+    pod_template_type=lambda: PodTemplate,
+    pod_template_name="pytorch_core.config.PodTemplate",
+    pod_template_hint="use pytorch_core.config.PodTemplate(pod_spec=kubernetes.client.V1PodSpec(...), labels=...)",
+)
+"""The core's own types, for a config built without a front-end."""
 
 
 class ConfigError(ValueError):
@@ -311,17 +391,20 @@ def check_gpu(name: str, value: Any) -> Optional[int]:
 
 
 def check_resources(
-    requests: Optional[Resources],
-    limits: Optional[Resources],
+    requests: Any,
+    limits: Any,
     name_of: Callable[[str, Optional[str]], str],
+    *,
+    types: ConfigTypes = CORE_TYPES,
 ) -> None:
     """Check a requests/limits pair: quantities, GPU counts, and that no limit is below its request.
 
     Args:
-        requests: flytekit ``Resources`` used as requests, or None.
-        limits: flytekit ``Resources`` used as limits, or None.
+        requests: the front-end's resources object used as requests, or None.
+        limits: the front-end's resources object used as limits, or None.
         name_of: ``(kind, attr) -> dotted name`` for messages, kind being ``"requests"`` or ``"limits"`` and attr a
-            ``Resources`` field (``"mem"``) or None for the whole object.
+            resources field (``"mem"``) or None for the whole object.
+        types: the front-end's classes (`ConfigTypes`).
 
     Raises:
         ConfigError: any value is malformed, or a limit is below its request.
@@ -330,21 +413,18 @@ def check_resources(
     for kind, res in (("requests", requests), ("limits", limits)):
         if res is None:
             continue
-        if not isinstance(res, Resources):
-            raise _fail(
-                name_of(kind, None),
-                res,
-                f"not flytekit.Resources ({type(res).__name__})",
-                "use flytekit.Resources(cpu=..., mem=..., gpu=..., ephemeral_storage=...) or None",
-            )
-        for attr in RESOURCE_FIELDS:
+        if not isinstance(res, types.resources_type()):
+            raise _fail(name_of(kind, None), res, f"not {types.resources_name} ({type(res).__name__})", types.resources_hint)
+        if types.extra_resource_check is not None:
+            types.extra_resource_check(name_of(kind, None), res)
+        for attr in types.resource_fields:
             value = getattr(res, attr)
             if value is None:
                 continue
             name = name_of(kind, attr)
             if isinstance(value, (list, tuple)):
                 raise _fail(name, value, "a (request, limit) pair", "give requests and limits separately")
-            amount = check_gpu(name, value) if attr == "gpu" else check_quantity(name, value, optional=False)
+            amount = check_gpu(name, value) if attr == types.gpu_field else check_quantity(name, value, optional=False)
             if amount is not None:  # never None here: value is not None
                 parsed[kind][attr] = Decimal(amount)
     for attr, request in parsed["requests"].items():
@@ -357,7 +437,7 @@ def check_resources(
             raise _fail(
                 limit_name, limit_value, f"below {request_name}={request_value!r}", "a limit must be >= its request"
             )
-        if attr == "gpu" and limit != request:
+        if attr == types.gpu_field and limit != request:
             raise _fail(
                 limit_name,
                 limit_value,
@@ -618,7 +698,9 @@ def check_shm_size(name: str, value: Any) -> Optional[str]:
     return value if isinstance(value, str) else str(value)
 
 
-def check_shm_within_memory(shm_name: str, shm_size: Optional[str], limit_name: str, limits: Any) -> None:
+def check_shm_within_memory(
+    shm_name: str, shm_size: Optional[str], limit_name: str, limits: Any, *, types: ConfigTypes = CORE_TYPES
+) -> None:
     """Refuse an in-memory ``/dev/shm`` larger than the replica's memory limit.
 
     A memory-backed emptyDir is mounted at no more than the pod's memory limit, so such a pod gets a smaller
@@ -628,12 +710,15 @@ def check_shm_within_memory(shm_name: str, shm_size: Optional[str], limit_name: 
         shm_name: dotted name of the ``shm_size`` field, for the message.
         shm_size: the quantity (already checked), or None.
         limit_name: dotted name of the memory limit, for the message.
-        limits: flytekit ``Resources`` used as limits, or None.
+        limits: the front-end's resources object used as limits, or None.
+        types: the front-end's classes (`ConfigTypes`).
 
     Raises:
-        ConfigError: ``shm_size`` is above ``limits.mem``.
+        ConfigError: ``shm_size`` is above the memory limit.
     """
-    mem = getattr(limits, "mem", None) if isinstance(limits, Resources) else None
+    if limits is None or not shm_size:
+        return
+    mem = getattr(limits, types.memory_field, None) if isinstance(limits, types.resources_type()) else None
     if not shm_size or mem is None:
         return
     if parse_quantity(shm_size) > parse_quantity(mem):
@@ -646,12 +731,13 @@ def check_shm_within_memory(shm_name: str, shm_size: Optional[str], limit_name: 
         )
 
 
-def check_pod_template(name: str, value: Any) -> Optional[PodTemplate]:
-    """A flytekit ``PodTemplate`` (or None); warns when its primary container has a command or args.
+def check_pod_template(name: str, value: Any, *, types: ConfigTypes = CORE_TYPES) -> Any:
+    """The front-end's pod template (or None); warns when its primary container has a command or args.
 
     Args:
         name: dotted field name for the message.
         value: the value to check.
+        types: the front-end's classes (`ConfigTypes`).
 
     Returns:
         `value` unchanged.
@@ -661,13 +747,8 @@ def check_pod_template(name: str, value: Any) -> Optional[PodTemplate]:
     """
     if value is None:
         return None
-    if not isinstance(value, PodTemplate):
-        raise _fail(
-            name,
-            value,
-            f"not a flytekit PodTemplate ({type(value).__name__})",
-            "use flytekit.PodTemplate(pod_spec=kubernetes.client.V1PodSpec(...), labels=..., annotations=...)",
-        )
+    if not isinstance(value, types.pod_template_type()):
+        raise _fail(name, value, f"not a {types.pod_template_name} ({type(value).__name__})", types.pod_template_hint)
     spec = value.pod_spec
     if spec is not None and type(spec).__name__ != "V1PodSpec":
         raise _fail(
@@ -678,14 +759,14 @@ def check_pod_template(name: str, value: Any) -> Optional[PodTemplate]:
     return value
 
 
-def check_pod_template_rules(name: str, pod_template: PodTemplate) -> None:
+def check_pod_template_rules(name: str, pod_template: Any) -> None:
     """Refuse a pod template the job would be admitted with but whose every pod create fails: bad label keys or
     values, bad annotation keys or over 256 KiB of annotations, bad tolerations, bad nodeSelector keys or values
     (`pytorch_contract`'s rules, the ones the backend checks again before create).
 
     Args:
         name: where the pod template was given (``"Worker.pod_template"``).
-        pod_template: a flytekit ``PodTemplate``.
+        pod_template: a pod template (flytekit's and Flyte 2's have the same attributes).
 
     Raises:
         ConfigError: the first problem; the message names the setting, the value and what is allowed.
@@ -775,14 +856,22 @@ def _abbreviate(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]} ({len(str(value)):,} characters)"
 
 
+#: Packages whose frames a warning at decoration skips (the core, the front-ends and their SDKs), when imported.
+_NOT_USER_PACKAGES = ("pytorch_core", "flytekitplugins_pytorch", "flytekit", "flyte2_pytorch", "flyte")
+
+
 def _user_stacklevel() -> int:
-    """The `stacklevel` of the caller's caller outside flytekit and this package (the user's decorated function),
-    so that a warning at decoration points at the user's line, not into flytekit's decorator."""
-    ours = os.path.dirname(__file__)
-    flytekit_dir = os.path.dirname(sys.modules["flytekit"].__file__ or "")
+    """The `stacklevel` of the caller's caller outside the SDKs and this project's packages (the user's decorated
+    function), so that a warning at decoration points at the user's line, not into an SDK's decorator."""
+    dirs = []
+    for name in _NOT_USER_PACKAGES:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            dirs.append(os.path.dirname(module.__file__ or "") + os.sep)
+    skipped = tuple(dirs)
     frame, level = sys._getframe(1), 1
     while frame is not None and (
-        frame.f_code.co_filename.startswith((ours, flytekit_dir)) or frame.f_code.co_filename.endswith("contextlib.py")
+        frame.f_code.co_filename.startswith(skipped) or frame.f_code.co_filename.endswith("contextlib.py")
     ):
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     return level
@@ -860,15 +949,21 @@ def warn_replaced_command(name: str, pod_template: Any) -> None:
             )
 
 
+def _field_type(obj: Any, name: str) -> type:
+    """The class a config's nested field must be: the front-end's own, the one its default is built from."""
+    factory = obj.__dataclass_fields__[name].default_factory
+    return factory if isinstance(factory, type) else object
+
+
 def _check_fields_common(owner: str, obj: Any) -> None:
     """Checks shared by `PyTorch` and `Elastic`: run policy, shm, accelerator, GPU resource, start method, timeout,
     preloads."""
-    if not isinstance(obj.run_policy, RunPolicy):
+    if not isinstance(obj.run_policy, _field_type(obj, "run_policy")):
         raise _fail(
             f"{owner}.run_policy",
             obj.run_policy,
             f"not a RunPolicy ({type(obj.run_policy).__name__})",
-            "use flytekitplugins_pytorch.RunPolicy(...)",
+            f"use {obj._types.package}.RunPolicy(...)",
         )
     obj.shm_size = check_shm_size(f"{owner}.shm_size", obj.shm_size)
     # The backend puts the accelerator type into a node-selector label value, so it must be one.
@@ -936,6 +1031,8 @@ class RunPolicy:
         ConfigError: a value out of range or of the wrong type.
     """
 
+    _types: ClassVar[ConfigTypes] = CORE_TYPES
+
     clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
     backoff_limit: Optional[int] = None
     active_deadline_seconds: Optional[int] = None
@@ -990,11 +1087,13 @@ class Master:
             not a flytekit ``PodTemplate``.
     """
 
+    _types: ClassVar[ConfigTypes] = CORE_TYPES
+
     image: Optional[str] = None
-    requests: Optional[Resources] = None
-    limits: Optional[Resources] = None
+    requests: Optional[Any] = None
+    limits: Optional[Any] = None
     restart_policy: RestartPolicy = RestartPolicy.NEVER
-    pod_template: Optional[PodTemplate] = None
+    pod_template: Optional[Any] = None
 
     def __post_init__(self) -> None:
         _check_replica(type(self).__name__, self)
@@ -1019,12 +1118,14 @@ class Worker:
             an unknown policy, or a pod template that is not a flytekit ``PodTemplate``.
     """
 
+    _types: ClassVar[ConfigTypes] = CORE_TYPES
+
     replicas: int = 1
     image: Optional[str] = None
-    requests: Optional[Resources] = None
-    limits: Optional[Resources] = None
+    requests: Optional[Any] = None
+    limits: Optional[Any] = None
     restart_policy: RestartPolicy = RestartPolicy.NEVER
-    pod_template: Optional[PodTemplate] = None
+    pod_template: Optional[Any] = None
 
     def __post_init__(self) -> None:
         check_replicas("Worker.replicas", self.replicas, minimum=0)
@@ -1034,12 +1135,12 @@ class Worker:
 def _check_replica(owner: str, replica: Union[Master, Worker]) -> None:
     replica.restart_policy = coerce_enum(f"{owner}.restart_policy", replica.restart_policy, RestartPolicy)
     check_image(f"{owner}.image", replica.image)
-    check_pod_template(f"{owner}.pod_template", replica.pod_template)
+    check_pod_template(f"{owner}.pod_template", replica.pod_template, types=replica._types)
 
     def name_of(kind: str, attr: Optional[str]) -> str:
         return f"{owner}.{kind}.{attr}" if attr else f"{owner}.{kind}"
 
-    check_resources(replica.requests, replica.limits, name_of)
+    check_resources(replica.requests, replica.limits, name_of, types=replica._types)
 
 
 @suggesting
@@ -1090,6 +1191,8 @@ class PyTorch:
         ConfigError: any invalid setting, including ``run_policy.min_available`` above the number of replicas.
     """
 
+    _types: ClassVar[ConfigTypes] = CORE_TYPES
+
     master: Master = field(default_factory=Master)
     worker: Worker = field(default_factory=Worker)
     run_policy: RunPolicy = field(default_factory=RunPolicy)
@@ -1105,19 +1208,20 @@ class PyTorch:
     progress_timeout: Optional[datetime.timedelta] = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.master, Master):
+        package = self._types.package
+        if not isinstance(self.master, _field_type(self, "master")):
             raise _fail(
                 "PyTorch.master",
                 self.master,
                 f"not a Master ({type(self.master).__name__})",
-                "use flytekitplugins_pytorch.Master(...)",
+                f"use {package}.Master(...)",
             )
-        if not isinstance(self.worker, Worker):
+        if not isinstance(self.worker, _field_type(self, "worker")):
             raise _fail(
                 "PyTorch.worker",
                 self.worker,
                 f"not a Worker ({type(self.worker).__name__})",
-                "use flytekitplugins_pytorch.Worker(replicas=...)",
+                f"use {package}.Worker(replicas=...)",
             )
         _check_fields_common("PyTorch", self)
         if self.worker.replicas == 0 and self.worker.pod_template is not None:
@@ -1127,9 +1231,14 @@ class PyTorch:
                 field="PyTorch.worker.pod_template",
                 value=self.worker.pod_template,
             )
-        check_shm_within_memory("PyTorch.shm_size", self.shm_size, "Master.limits.mem", self.master.limits)
+        mem = self._types.memory_field
+        check_shm_within_memory(
+            "PyTorch.shm_size", self.shm_size, f"Master.limits.{mem}", self.master.limits, types=self._types
+        )
         if self.worker.replicas:
-            check_shm_within_memory("PyTorch.shm_size", self.shm_size, "Worker.limits.mem", self.worker.limits)
+            check_shm_within_memory(
+                "PyTorch.shm_size", self.shm_size, f"Worker.limits.{mem}", self.worker.limits, types=self._types
+            )
         total = 1 + self.worker.replicas
         _check_min_available(
             "PyTorch", self.run_policy, total, f"{total} replicas (1 master + {self.worker.replicas} workers)"
@@ -1171,6 +1280,8 @@ class Elastic:
     Raises:
         ConfigError: any invalid setting.
     """
+
+    _types: ClassVar[ConfigTypes] = CORE_TYPES
 
     nnodes: Union[int, str] = 1
     nproc_per_node: Union[int, str] = 1

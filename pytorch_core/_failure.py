@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional, cast
 
-from flytekitplugins_pytorch._control import RankError
-from flytekitplugins_pytorch._nested import HOW_TO_FIX, NESTED_LAUNCH_EXIT_CODE
+from pytorch_core._control import RankError
+from pytorch_core._nested import HOW_TO_FIX, NESTED_LAUNCH_EXIT_CODE
+from pytorch_core.frontend import RecoverableError, current
 
 #: Where an exception raised by a collective comes from: torch.distributed itself (gloo and NCCL raise a plain
 #: ``RuntimeError`` from ``distributed_c10d.py``), DDP's forward, and the autograd engine (DDP's gradient all-reduce
@@ -150,36 +151,16 @@ class HangError(RankFailedError):
     ``FlyteRecoverableException``) when hangs are retryable (``retry_hangs``, the default)."""
 
 
-#: Recoverable variants, made at first use (flytekit is not imported at module level here): name -> base.
-_RECOVERABLE = {
-    "RecoverableRankFailure": RankFailure,
-    "RecoverableHangError": HangError,
-    "RecoverablePeerFailedError": PeerFailedError,
-}
+class RecoverableRankFailure(RankFailure, RecoverableError):
+    """A recoverable RankFailure of a launch without a Flyte SDK (`pytorch_core.frontend.PLAIN`)."""
 
 
-def __getattr__(name: str) -> type:
-    """``RecoverableRankFailure``, ``RecoverableHangError`` or ``RecoverablePeerFailedError``, made at first use.
+class RecoverableHangError(HangError, RecoverableError):
+    """A recoverable HangError of a launch without a Flyte SDK."""
 
-    Args:
-        name: the attribute asked for.
 
-    Returns:
-        type: the base class (:class:`RankFailure`, :class:`HangError`) that is also flytekit's
-        ``FlyteRecoverableException``, so that Flyte retries the task. Pickle finds it by this name.
-
-    Raises:
-        AttributeError: any other name.
-    """
-    base = _RECOVERABLE.get(name)
-    if base is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from flytekit.exceptions.user import FlyteRecoverableException
-
-    doc = f"A recoverable {base.__name__} (Flyte retries it)."
-    cls = type(name, (base, FlyteRecoverableException), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
-    globals()[name] = cls
-    return cls
+class RecoverablePeerFailedError(PeerFailedError, RecoverableError):
+    """A recoverable PeerFailedError of a launch without a Flyte SDK."""
 
 
 def hang_error_class(recoverable: bool) -> type[HangError]:
@@ -191,7 +172,7 @@ def hang_error_class(recoverable: bool) -> type[HangError]:
     Returns:
         type[HangError]: ``RecoverableHangError`` or :class:`HangError`.
     """
-    return cast("type[HangError]", __getattr__("RecoverableHangError")) if recoverable else HangError
+    return cast("type[HangError]", current().recoverable(HangError)) if recoverable else HangError
 
 
 def peer_failed_class(recoverable: bool) -> type[PeerFailedError]:
@@ -204,7 +185,7 @@ def peer_failed_class(recoverable: bool) -> type[PeerFailedError]:
         type[PeerFailedError]: ``RecoverablePeerFailedError`` or :class:`PeerFailedError`.
     """
     if recoverable:
-        return cast("type[PeerFailedError]", __getattr__("RecoverablePeerFailedError"))
+        return cast("type[PeerFailedError]", current().recoverable(PeerFailedError))
     return PeerFailedError
 
 
@@ -398,13 +379,13 @@ class Frame:
 
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+", re.M)
 _FRAME = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<fn>\S+)', re.M)
-#: Frames of these files are not the user's (the rank entrypoint, flytekit, torch).
-_NOT_USER = ("/flytekitplugins_pytorch/", "/flytekit/", "/torch/", "/cloudpickle/")
+#: Frames of these files are not the user's (the rank entrypoint, torch); the front-end adds its SDK's.
+_NOT_USER = ("/pytorch_core/", "/torch/", "/cloudpickle/")
 
 
 #: Frames of these packages are left out of a stack in the hang report: they are how the task was started (``pyflyte
 #: run``, ``python file.py``), inherited by a forked rank, never where it waits. The user's and torch's frames stay.
-_LAUNCH_FRAMES = ("/click/", "/flytekit/")
+_LAUNCH_FRAMES = ("/click/",)
 
 
 def main_thread_frames(dump: str) -> list[Frame]:
@@ -445,7 +426,7 @@ def activity(dump: str) -> tuple[bool, str]:
     frames = main_thread_frames(dump)
     if not frames:
         return False, "still running (no stack sample)"
-    user = next((f for f in frames if not any(part in f.path for part in _NOT_USER)), None)
+    user = next((f for f in frames if not any(part in f.path for part in (*_NOT_USER, *current().user_frames))), None)
     # The frames above the task's innermost own frame: what it called and waits in.
     called = frames[: frames.index(user)] if user is not None else frames
     if any(_is_wait(f) for f in called):
@@ -505,14 +486,16 @@ def _missing_cause(missing: dict[int, str], outcomes: RankOutcomes) -> RootCause
     never = [r for r in outcomes.ranks if r not in outcomes.started and r not in missing]
     if never:
         details.append(f"ranks that never started: {never}")
+    frontend = current()
+    launch = (*_LAUNCH_FRAMES, *frontend.launch_frames)
     for rank in ranks:
         frames = main_thread_frames(outcomes.stacks[rank]) if rank in outcomes.stacks else []
         if frames:
-            kept = [frame for frame in frames if not any(part in frame.path for part in _LAUNCH_FRAMES)]
+            kept = [frame for frame in frames if not any(part in frame.path for part in launch)]
             details.append(f"--- stack of rank {rank} when rank {first.rank} gave up (most recent call first) ---")
             details.extend(f"  {frame}" for frame in kept)
             if len(kept) < len(frames):
-                details.append(f"  ({len(frames) - len(kept)} click and flytekit frames left out)")
+                details.append(f"  ({len(frames) - len(kept)} click and {frontend.name} frames left out)")
     return RootCause(CauseKind.NOT_ARRIVED, ranks[0], outcomes.world_size, headline, tuple(details), first)
 
 
@@ -548,7 +531,7 @@ def to_exception(cause: RootCause, *, retry_hangs: bool = True) -> BaseException
     own = _own_type(rebuilt, cause.message, rank, cause.world_size) if rebuilt is not None else None
     if own is not None:
         return own
-    cls = getattr(sys.modules[__name__], "RecoverableRankFailure") if err.recoverable else RankFailure  # noqa: B009
+    cls = current().recoverable(RankFailure) if err.recoverable else RankFailure
     failure = cls(
         cause.message, type_name=err.type_name, original_message=err.message, rank=rank, world_size=cause.world_size
     )

@@ -35,7 +35,7 @@ Environment variables read here:
 - ``FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE=N``: cap the local world size (nodes are reduced first, then processes per
   node); one log line says so when the declared size is larger.
 - ``FLYTE_PYTORCH_COLLECTIVE_TIMEOUT=SECONDS``: timeout of ``init_process_group`` calls without one (see
-  :func:`flytekitplugins_pytorch._rank.default_collective_timeout`; unset, torch's own default applies).
+  :func:`pytorch_core._rank.default_collective_timeout`; unset, torch's own default applies).
 - ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per local rank instead of ``max(1, cpus // local ranks)``.
 
 torch is imported lazily; this module imports without torch.
@@ -48,12 +48,11 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from flytekitplugins_pytorch._context import resumed_checkpoint
-from flytekitplugins_pytorch._control import RankResult
-from flytekitplugins_pytorch._failure import (
+from pytorch_core._control import RankResult
+from pytorch_core._failure import (
     HangError,
     RankFailedError,
     RankFailure,
@@ -62,9 +61,9 @@ from flytekitplugins_pytorch._failure import (
     is_collateral,
     to_exception,
 )
-from flytekitplugins_pytorch._hang import mark_done, mark_failed, name_culprit, pending_error
-from flytekitplugins_pytorch._nested import NestedLaunchError, refuse_nested_launch
-from flytekitplugins_pytorch._plan import (
+from pytorch_core._hang import mark_done, mark_failed, name_culprit, pending_error
+from pytorch_core._nested import NestedLaunchError, refuse_nested_launch
+from pytorch_core._plan import (
     INPROCESS_ENV,
     LOCAL_ADDR,
     LOCAL_MONITOR_INTERVAL_S,
@@ -78,9 +77,10 @@ from flytekitplugins_pytorch._plan import (
     plan_launch,
     resolve_nproc,
 )
-from flytekitplugins_pytorch._preflight import run_preflight
-from flytekitplugins_pytorch._processes import AgentResult, EnvPatch, free_port, run_ranks
-from flytekitplugins_pytorch._rank import COLLECTIVE_TIMEOUT_ENV, install_collective_timeout, preflight_timeout_s
+from pytorch_core._preflight import run_preflight
+from pytorch_core._processes import AgentResult, EnvPatch, free_port, run_ranks
+from pytorch_core._rank import COLLECTIVE_TIMEOUT_ENV, install_collective_timeout, preflight_timeout_s
+from pytorch_core.frontend import FrontEnd, current, using
 
 __all__ = [
     "run_distributed",
@@ -115,33 +115,41 @@ class DistributedTask(Protocol):
     def _task_function(self) -> Callable[..., Any]: ...
 
 
-def run_distributed(task: DistributedTask, kwargs: dict[str, Any]) -> Any:
+def run_distributed(task: DistributedTask, kwargs: dict[str, Any], frontend: FrontEnd | None = None) -> Any:
     """Execute a ``pytorch`` task: locally as real ranks, or as this replica's part of a PyTorchJob.
 
     Args:
-        task: a ``PyTorchFunctionTask`` / ``ElasticPyTorchFunctionTask`` (its ``task_config``, ``name`` and
-            function are used).
+        task: a ``pytorch`` task of either front-end (its ``task_config``, ``name`` and function are used).
         kwargs: the task's inputs as Python values.
+        frontend: the Flyte SDK the task was defined with (`pytorch_core.frontend.FrontEnd`); default: the task's
+            ``pytorch_frontend`` attribute, else the current one.
 
     Returns:
         Any: what the function returned on global rank 0.
 
     Raises:
         BaseException: a rank raised: an exception of its own type when it can be rebuilt and pickled here, else a
-            :class:`RankFailure` carrying the type's name (``FlyteRecoverableException`` stays recoverable).
+            :class:`RankFailure` carrying the type's name (a recoverable exception stays recoverable).
         RankFailedError: a rank died or did not arrive without raising an exception.
-        flytekit.core.base_task.IgnoreOutputs: on a cluster, in every pod and rank that is not global rank 0.
+        BaseException: on a cluster, in every pod and rank that is not global rank 0, the front-end's
+            ``ignore_outputs`` (flytekit's ``IgnoreOutputs``).
         ValueError: the launch settings (``nproc_per_node``, ``FLYTE_PYTORCH_*``, the operator's variables) are
             invalid.
         NestedLaunchError: this process is a rank (or the fork server) of another launch, typically because the
             task's module calls its workflow at import (see ``_nested.py``).
     """
+    chosen = frontend if frontend is not None else getattr(task, "pytorch_frontend", None) or current()
+    with using(chosen):
+        return _run(task, kwargs, chosen)
+
+
+def _run(task: DistributedTask, kwargs: dict[str, Any], frontend: FrontEnd) -> Any:
     refuse_nested_launch(task.name)
     require_torch(task.name)
     fn = task._task_function
     cuda_devices, cpu_count = _machine()
     plan = plan_launch(
-        task.task_config, os.environ, local=_is_local_execution(), cuda_devices=cuda_devices, cpu_count=cpu_count
+        task.task_config, os.environ, local=frontend.is_local(), cuda_devices=cuda_devices, cpu_count=cpu_count
     )
     if plan.kind is ExecutionKind.LOCAL and plan.world_size < plan.declared_world_size:
         logger.warning(
@@ -256,13 +264,6 @@ def require_torch(task_name: str) -> None:
         )
 
 
-def _is_local_execution() -> bool:
-    from flytekit.core.context_manager import FlyteContextManager
-
-    state = FlyteContextManager.current_context().execution_state
-    return bool(state is not None and state.mode is not None and state.is_local_execution())
-
-
 def _machine() -> tuple[int, int]:
     """(visible CUDA devices, usable CPUs), without initialising CUDA in this process where NVML can count.
 
@@ -307,8 +308,6 @@ def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: Launch
 def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) -> Any:
     """A pod with one rank: the function runs in the pod process, under the operator's ``RANK``, with the per-node
     variables an agent would add (``_plan.direct_view``)."""
-    from flytekit.core.base_task import IgnoreOutputs
-
     rank = int(os.environ.get("RANK", "0"))
     with EnvPatch(direct_view(rank, int(os.environ.get("WORLD_SIZE", "1")))), _resumable_checkpoint():
         restore = install_collective_timeout(
@@ -334,7 +333,9 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
         finally:
             restore()
     if rank != 0:
-        raise IgnoreOutputs(f"rank {os.environ.get('RANK')} of a PyTorchJob: only rank 0 writes the task outputs")
+        raise current().ignore_outputs(
+            f"rank {os.environ.get('RANK')} of a PyTorchJob: only rank 0 writes the task outputs"
+        )
     remove_recovered_errors()
     return value
 
@@ -354,8 +355,6 @@ def say_headline(headline: str) -> None:
 
 def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
     """Return rank 0's value (success), or raise for the root-cause rank (failure)."""
-    from flytekit.core.base_task import IgnoreOutputs
-
     if result.failed:
         outcomes = RankOutcomes(
             world_size=plan.world_size,
@@ -376,69 +375,20 @@ def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
     if rank0 is None:
         if plan.kind is ExecutionKind.LOCAL:
             raise RankFailedError("all ranks finished but rank 0 wrote no result; this is a launcher bug")
-        raise IgnoreOutputs("global rank 0 runs in another pod: only it writes the task outputs")
-    _adopt(rank0)
+        raise current().ignore_outputs("global rank 0 runs in another pod: only it writes the task outputs")
+    current().adopt(list(rank0.decks), rank0.value, rank0.metadata)
     if plan.kind is not ExecutionKind.LOCAL:
         remove_recovered_errors()
     return rank0.value
 
 
-@contextlib.contextmanager
-def _resumable_checkpoint() -> Iterator[None]:
-    """For a function run in this process: ``current_context().checkpoint`` reads this attempt's own checkpoint
-    when a restarted run of the attempt wrote one (``_context.resume_source``), for the call only."""
-    from flytekit.core.context_manager import FlyteContextManager
-
-    ctx = FlyteContextManager.current_context()
-    params = ctx.user_space_params
-    original = getattr(params, "_checkpoint", None) if params is not None else None
-    if original is None:
-        yield
-        return
-    params._checkpoint = resumed_checkpoint(original, ctx.file_access)  # noqa: SLF001 - flytekit has no setter
-    try:
-        yield
-    finally:
-        params._checkpoint = original  # noqa: SLF001
-
-
-#: flytekit's error documents: ``error.pb``, or ``error-<uuid hex>.pb`` per replica (Flyte's ``_F_DES``).
-_ERROR_DOCUMENT = re.compile(r"^error(?:-[0-9a-f]{32})?\.pb\Z")
+def _resumable_checkpoint() -> contextlib.AbstractContextManager[None]:
+    """For a function run in this process: its checkpoint reads this attempt's own checkpoint when a restarted run
+    of the attempt wrote one (the front-end's ``resumable_checkpoint``), for the call only."""
+    return current().resumable_checkpoint()
 
 
 def remove_recovered_errors() -> None:
-    """Delete the error documents in this attempt's output prefix when its global rank 0 succeeded.
-
-    A container that failed and was restarted within the attempt (``OnFailure``, ``ExitCode``, an elastic restart of
-    its pod) left flytekit's error document behind; the attempt then recovered, so no reader should find it next to
-    the outputs. Best effort: a document that cannot be listed or deleted is logged.
-    """
-    from flytekit.core.context_manager import FlyteContextManager
-
-    ctx = FlyteContextManager.current_context()
-    params = ctx.user_space_params
-    prefix = getattr(params, "output_metadata_prefix", None) if params is not None else None
-    if not prefix:
-        return
-    try:
-        fs = ctx.file_access.get_filesystem_for_path(prefix)
-        stale = [path for path in fs.ls(prefix, detail=False) if _ERROR_DOCUMENT.match(str(path).rsplit("/", 1)[-1])]
-        for path in stale:
-            fs.rm(path)
-            logger.info("removed %s: a restarted run of this attempt failed there and the attempt recovered", path)
-    except Exception as exc:  # noqa: BLE001 - outputs matter more than the clean-up
-        logger.warning("could not remove recovered error documents under %s: %s", prefix, exc)
-
-
-def _adopt(result: RankResult) -> None:
-    """Add rank 0's Decks and output metadata to the task process's current context."""
-    from flytekit.core.context_manager import FlyteContextManager
-    from flytekit.deck.deck import Deck
-
-    for name, html in result.decks:
-        Deck(name, html)  # a new Deck adds itself to flytekit.current_context().decks
-    if result.metadata is None:
-        return
-    tracker = FlyteContextManager.current_context().output_metadata_tracker
-    if tracker is not None:
-        tracker.add(result.value, result.metadata)
+    """Delete the error documents a restarted run of this attempt left in its output prefix when its global rank 0
+    succeeded (the front-end's ``remove_recovered_errors``; best effort)."""
+    current().remove_recovered_errors()

@@ -8,7 +8,7 @@ process. The entrypoint:
 3. fills the task's opt-in ``collective_timeout`` into ``torch.distributed.init_process_group`` calls without
    ``timeout=`` (none set: torch's own default stays; see :func:`install_collective_timeout`; the in-process and
    single-process pod modes of the launcher use it too);
-4. rebuilds the task process's ``flytekit.current_context()`` (``_context.py``);
+4. rebuilds the task process's execution context through the task's front-end (``frontend.py``);
 5. runs the function and reports through the control directory (``_control.py``): rank 0's return value and Decks,
    or the exception with a high-resolution timestamp, so the launcher can name the earliest failing rank.
 
@@ -34,12 +34,11 @@ from typing import Any, Optional
 
 import cloudpickle
 
-from flytekitplugins_pytorch._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
-from flytekitplugins_pytorch._context import rank_context
-from flytekitplugins_pytorch._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
-from flytekitplugins_pytorch._failure import HangError, is_collateral
-from flytekitplugins_pytorch._forkserver import set_process_name
-from flytekitplugins_pytorch._hang import (
+from pytorch_core._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
+from pytorch_core._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
+from pytorch_core._failure import HangError, is_collateral
+from pytorch_core._forkserver import set_process_name
+from pytorch_core._hang import (
     mark_done,
     mark_failed,
     name_culprit,
@@ -48,9 +47,10 @@ from flytekitplugins_pytorch._hang import (
     set_timeout_note,
     start_watch,
 )
-from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
-from flytekitplugins_pytorch._plan import node_view
-from flytekitplugins_pytorch._preflight import run_preflight
+from pytorch_core._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
+from pytorch_core._plan import node_view
+from pytorch_core._preflight import run_preflight
+from pytorch_core.frontend import current, enter
 
 #: Environment variable: collective timeout in seconds used for ``init_process_group`` calls without ``timeout=``.
 #: It wins over ``collective_timeout`` in the task config (it is the knob for one run, e.g. a local debugging session).
@@ -350,13 +350,14 @@ def rank_entrypoint(spec: RankSpec) -> None:
     """Run the user function as one rank; called by torch's elastic agent in each rank process.
 
     Args:
-        spec: what to run and how (see :class:`~flytekitplugins_pytorch._control.RankSpec`).
+        spec: what to run and how (see :class:`~pytorch_core._control.RankSpec`).
 
     Raises:
         BaseException: whatever the user function raised, after it was written to ``rank-<n>.error``; torch's
             agent then sees the rank fail and stops the others.
     """
     die_with_parent(spec.parent_pid)
+    enter(spec.frontend)  # this process is the rank's: its front-end classifies errors until it exits
     # flytekit's context manager installs its own SIGINT handler at import; a rank must stop on Ctrl-C (or the
     # agent forwarding it) at once, as a plain Python program does, or the agent waits out its shutdown timeout.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -395,15 +396,13 @@ def rank_entrypoint(spec: RankSpec) -> None:
             fn = cloudpickle.loads(spec.fn_bytes)
             raise_if_refused_at_preload(getattr(fn, "__module__", None))
             kwargs = cloudpickle.loads(spec.kwargs_bytes)
-            from flytekit.core.context_manager import FlyteContextManager
-
             base = Path(spec.context.working_dir) if spec.context.working_dir else Path(spec.control_dir)
-            new_ctx, params = rank_context(spec.context, base / f"rank-{rank}")
-            with FlyteContextManager.with_context(new_ctx.new_builder()) as ctx:
+            with spec.frontend.rank_scope(spec.context, base / f"rank-{rank}") as scope:
                 value = fn(**kwargs)
                 mark_done()
                 if rank == 0:
-                    control.write_result(_result(value, params, ctx))
+                    decks, metadata = scope.result_extras(value)
+                    control.write_result(RankResult(value=value, decks=decks, metadata=metadata))
         except BaseException as raised:
             exc = pending_error(raised)
             # A peer waiting for this rank names it with this type, not as a hang (a HangError naming this rank: it
@@ -453,15 +452,6 @@ def _dump_stacks_on_request(control: ControlDir, rank: int) -> None:
         pass
 
 
-def _result(value: Any, params: Any, ctx: Any) -> RankResult:
-    """Rank 0's return value with its Decks and output metadata."""
-    from flytekit.deck.deck import TimeLineDeck
-
-    decks = [(deck.name, deck.html) for deck in params.decks if not isinstance(deck, TimeLineDeck)]
-    tracker = ctx.output_metadata_tracker
-    return RankResult(value=value, decks=decks, metadata=tracker.get(value) if tracker is not None else None)
-
-
 def report_error(control: ControlDir, rank: int, exc: BaseException) -> None:
     """Write ``rank-<n>.error`` for ``exc`` (best effort: never raises).
 
@@ -471,8 +461,6 @@ def report_error(control: ControlDir, rank: int, exc: BaseException) -> None:
         exc: the exception the user function raised.
     """
     try:
-        from flytekit.exceptions.user import FlyteRecoverableException
-
         exc_bytes: Optional[bytes]
         try:
             exc_bytes = cloudpickle.dumps(exc)
@@ -486,7 +474,7 @@ def report_error(control: ControlDir, rank: int, exc: BaseException) -> None:
                 type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
                 message=str(exc),
                 traceback_text="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-                recoverable=isinstance(exc, FlyteRecoverableException),
+                recoverable=current().is_recoverable(exc),
                 collateral=is_collateral(exc),
                 exc_bytes=exc_bytes,
                 culprit=exc.rank if isinstance(exc, HangError) else None,

@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import cloudpickle
 
-from flytekitplugins_pytorch._context import ContextSnapshot
+from pytorch_core.frontend import PLAIN, FrontEnd, PlainSnapshot
 
 RESULT_FILE = "rank-{rank}.result"
 ERROR_FILE = "rank-{rank}.error"
@@ -49,7 +49,8 @@ class RankSpec:
         fn_bytes: the user function, cloudpickled.
         kwargs_bytes: the task inputs (keyword arguments), cloudpickled.
         control_dir: directory for the per-rank result / error / marker files.
-        context: the task process's Flyte context (see :class:`ContextSnapshot`).
+        context: the front-end's snapshot of the task process's context (a dataclass with ``working_dir``).
+        frontend: the front-end the rank rebuilds that context with (``pytorch_core.frontend``).
         threads: intra-op threads for this rank (``OMP_NUM_THREADS`` unless the user set it).
         collective_timeout_s: timeout filled into ``init_process_group``; ``None`` = per-backend default.
         env: extra variables every rank sees (the ``PET_*`` set).
@@ -71,7 +72,8 @@ class RankSpec:
     fn_bytes: bytes
     kwargs_bytes: bytes
     control_dir: str
-    context: ContextSnapshot = field(default_factory=ContextSnapshot)
+    context: Any = field(default_factory=PlainSnapshot)
+    frontend: FrontEnd = PLAIN
     threads: Optional[int] = None
     collective_timeout_s: Optional[float] = None
     env: dict[str, str] = field(default_factory=dict)

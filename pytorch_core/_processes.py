@@ -1,6 +1,6 @@
 """Rank processes: start them, stop them on a signal, never leave one behind.
 
-:func:`run_ranks` starts a :class:`~flytekitplugins_pytorch._plan.LaunchPlan`'s ranks with torch's elastic agent,
+:func:`run_ranks` starts a :class:`~pytorch_core._plan.LaunchPlan`'s ranks with torch's elastic agent,
 waits for them, and returns an :class:`AgentResult` (plain data: what the ranks wrote to the control directory and
 which ones the agent saw fail). It owns:
 
@@ -39,14 +39,14 @@ from typing import Any, Optional
 
 import cloudpickle
 
-from flytekitplugins_pytorch._context import ContextSnapshot, snapshot_context
-from flytekitplugins_pytorch._control import ControlDir, ControlRecord, RankSpec
-from flytekitplugins_pytorch._failure import RankFailedError
-from flytekitplugins_pytorch._forkserver import start_forked_server
-from flytekitplugins_pytorch._nested import LAUNCHER_PID_ENV, PRELOAD_ENV
-from flytekitplugins_pytorch._plan import LOCAL_ADDR, ExecutionKind, LaunchPlan
-from flytekitplugins_pytorch._rank import rank_entrypoint
-from flytekitplugins_pytorch.config import ConfigError
+from pytorch_core._control import ControlDir, ControlRecord, RankSpec
+from pytorch_core._failure import RankFailedError
+from pytorch_core._forkserver import start_forked_server
+from pytorch_core._nested import LAUNCHER_PID_ENV, PRELOAD_ENV
+from pytorch_core._plan import LOCAL_ADDR, ExecutionKind, LaunchPlan
+from pytorch_core._rank import rank_entrypoint
+from pytorch_core.config import ConfigError
+from pytorch_core.frontend import FrontEnd, current
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +64,8 @@ _HANDLED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 FORKSERVER_PRELOAD = (
     "torch",
     "torch.distributed",
-    "flytekit",
-    "flytekitplugins_pytorch._rank",
-    "flytekitplugins_pytorch._preload",
+    "pytorch_core._rank",
+    "pytorch_core._preload",
 )
 
 
@@ -112,14 +111,15 @@ def run_ranks(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    snapshot = snapshot_context()
+    frontend = current()
+    snapshot = frontend.snapshot()
     base_dir = snapshot.working_dir if snapshot.working_dir and os.path.isdir(snapshot.working_dir) else None
     run_dir = Path(tempfile.mkdtemp(prefix="pytorch-ranks-", dir=base_dir))
     control = run_dir / "control"
     control.mkdir()
     if snapshot.working_dir is None or base_dir is None:
         snapshot = replace(snapshot, working_dir=str(run_dir))
-    spec = rank_spec(fn, kwargs, plan, control_dir=control, context=snapshot)
+    spec = rank_spec(fn, kwargs, plan, control_dir=control, context=snapshot, frontend=frontend)
     local = plan.kind is ExecutionKind.LOCAL
     launch_config = _agent_config(plan, log_dir=run_dir / "torchelastic")
     # Everything started during the launch (the fork server, the ranks, what they start) carries the launcher's pid,
@@ -171,7 +171,13 @@ def run_ranks(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) 
 
 
 def rank_spec(
-    fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan, *, control_dir: Path, context: ContextSnapshot
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    plan: LaunchPlan,
+    *,
+    control_dir: Path,
+    context: Any,
+    frontend: Optional[FrontEnd] = None,
 ) -> RankSpec:
     """What every rank of the plan is handed (the same spec for all: a rank learns its number from ``RANK``).
 
@@ -180,7 +186,9 @@ def rank_spec(
         kwargs: its inputs (cloudpickled).
         plan: the launch plan.
         control_dir: the launch's control directory.
-        context: the task process's Flyte context, with the working directory the ranks work under.
+        context: the front-end's snapshot of the task process's context, with the working directory the ranks work
+            under.
+        frontend: the front-end the ranks run under (default: the current one).
 
     Returns:
         RankSpec: the spec.
@@ -190,6 +198,7 @@ def rank_spec(
         kwargs_bytes=cloudpickle.dumps(kwargs),
         control_dir=str(control_dir),
         context=context,
+        frontend=frontend if frontend is not None else current(),
         threads=plan.threads,
         collective_timeout_s=plan.collective_timeout_s,
         env=dict(plan.rank_env),
@@ -238,9 +247,7 @@ def _run_id(plan: LaunchPlan) -> str:
     if plan.kind is ExecutionKind.LOCAL:
         return f"flyte-local-{uuid.uuid4().hex[:12]}"
     try:
-        import flytekit
-
-        name = flytekit.current_context().execution_id.name
+        name = current().run_id()
     except Exception:  # noqa: BLE001 - no execution id: any id shared by the pods works, they all lack it
         name = ""
     return name or "flyte-pytorch"
@@ -341,7 +348,7 @@ def _preload_forkserver(fn: Callable[..., Any], extra: tuple[str, ...] = ()) -> 
     import multiprocessing
 
     # A fresh server imports these itself; the task's module comes last, through ``_preload`` (see above).
-    preload = [*FORKSERVER_PRELOAD[:-1], *extra, FORKSERVER_PRELOAD[-1]]
+    preload = [*FORKSERVER_PRELOAD[:-1], *current().preload, *extra, FORKSERVER_PRELOAD[-1]]
     multiprocessing.set_forkserver_preload(list(dict.fromkeys(preload)))
     module = getattr(fn, "__module__", None)
     return module if module and module != "__main__" else ""
