@@ -26,6 +26,7 @@ from flytekit.extend import TaskPlugins
 from flytekit.extras.accelerators import BaseAccelerator
 from google.protobuf import json_format
 
+from flytekitplugins_pytorch._frontend import FLYTEKIT
 from flytekitplugins_pytorch.config import (
     CleanPodPolicy,
     ConfigError,
@@ -319,6 +320,8 @@ class _DistributedFunctionTask(PythonFunctionTask):
     """
 
     _TASK_TYPE = TASK_TYPE
+    #: the launcher's view of flytekit (``pytorch_core.launcher.run_distributed`` reads it)
+    pytorch_frontend = FLYTEKIT
     _CONFIG_TYPE: type = object
     _serialize_custom: Callable[[Any], dict[str, Any]]
     _serialize_config: Callable[[Any], dict[str, str]]
@@ -386,9 +389,9 @@ class _DistributedFunctionTask(PythonFunctionTask):
         Returns:
             What the function returned on global rank 0.
         """
-        from flytekitplugins_pytorch.launcher import run_distributed
+        from pytorch_core.launcher import run_distributed
 
-        return run_distributed(self, kwargs)
+        return run_distributed(self, kwargs, FLYTEKIT)
 
     def dispatch_execute(self, ctx: Any, input_literal_map: Any) -> Any:
         """flytekit's ``dispatch_execute``, with a failed preflight handed to Flyte as an infrastructure error.

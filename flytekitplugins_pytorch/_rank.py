@@ -1,0 +1,7 @@
+"""``pytorch_core._rank`` under its former name: this module object is that one (so patching either patches both)."""
+
+import sys
+
+import pytorch_core._rank
+
+sys.modules[__name__] = pytorch_core._rank

@@ -1,0 +1,186 @@
+"""Configuration of flytekit ``pytorch`` tasks: the core's config classes with flytekit's resource types.
+
+``PyTorch``, ``Elastic``, ``Master``, ``Worker`` and ``RunPolicy`` are `pytorch_core.config`'s, subclassed with
+`FLYTEKIT_TYPES`: a role's ``requests``/``limits`` are ``flytekit.Resources`` and its ``pod_template`` a
+``flytekit.PodTemplate``. Every check and message is the core's (see `pytorch_core.config`), so the Flyte 2
+front-end refuses the same values with the same words. The check functions are re-exported from there, the three
+that take a resources object or a pod template bound to flytekit's types.
+
+This module never imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import flytekit
+
+from pytorch_core import config as core
+from pytorch_core.config import (
+    DEFAULT_START_METHOD,
+    INT32_MAX,
+    KFPYTORCH_NAMES,
+    NPROC_PER_NODE_WORDS,
+    QUANTITY_EXAMPLES,
+    RESOURCE_FIELDS,
+    START_METHODS,
+    CleanPodPolicy,
+    ConfigError,
+    ConfigTypes,
+    JobLimitWarning,
+    PodTemplateOverrideWarning,
+    ProcessesGpusWarning,
+    RestartPolicy,
+    UnknownOptionError,
+    check_bool,
+    check_environment,
+    check_gpu,
+    check_image,
+    check_int,
+    check_job_limits,
+    check_name,
+    check_nproc_per_node,
+    check_pod_template_rules,
+    check_preload_modules,
+    check_processes_against_gpus,
+    check_quantity,
+    check_replicas,
+    check_shm_size,
+    check_start_method,
+    check_timeout,
+    coerce_enum,
+    kfpytorch_replacement,
+    option_names,
+    reject_unknown_options,
+    suggesting,
+    unknown_option,
+    warn_replaced_command,
+)
+
+__all__ = [
+    "ConfigError",
+    "UnknownOptionError",
+    "PodTemplateOverrideWarning",
+    "JobLimitWarning",
+    "ProcessesGpusWarning",
+    "RestartPolicy",
+    "CleanPodPolicy",
+    "RunPolicy",
+    "Master",
+    "Worker",
+    "PyTorch",
+    "Elastic",
+    "START_METHODS",
+    "NPROC_PER_NODE_WORDS",
+    "FLYTEKIT_TYPES",
+]
+
+# Re-exported for the task module and for code that imported them from here.
+_REEXPORTED = (
+    DEFAULT_START_METHOD,
+    INT32_MAX,
+    KFPYTORCH_NAMES,
+    QUANTITY_EXAMPLES,
+    RESOURCE_FIELDS,
+    check_bool,
+    check_environment,
+    check_gpu,
+    check_image,
+    check_int,
+    check_job_limits,
+    check_name,
+    check_nproc_per_node,
+    check_pod_template_rules,
+    check_preload_modules,
+    check_processes_against_gpus,
+    check_quantity,
+    check_replicas,
+    check_shm_size,
+    check_start_method,
+    check_timeout,
+    coerce_enum,
+    kfpytorch_replacement,
+    option_names,
+    reject_unknown_options,
+    unknown_option,
+    warn_replaced_command,
+)
+
+FLYTEKIT_TYPES = ConfigTypes(
+    package="flytekitplugins_pytorch",
+    resources_type=lambda: flytekit.Resources,
+    resources_name="flytekit.Resources",
+    resources_hint="use flytekit.Resources(cpu=..., mem=..., gpu=..., ephemeral_storage=...) or None",
+    resource_fields=("cpu", "mem", "gpu", "ephemeral_storage"),
+    pod_template_type=lambda: flytekit.PodTemplate,
+    pod_template_name="flytekit PodTemplate",
+    pod_template_hint="use flytekit.PodTemplate(pod_spec=kubernetes.client.V1PodSpec(...), labels=..., annotations=...)",
+    sdk_modules=("flytekit",),
+)
+"""flytekit's classes of a role's resources and pod template."""
+
+
+def check_resources(
+    requests: Optional[flytekit.Resources],
+    limits: Optional[flytekit.Resources],
+    name_of: Callable[[str, Optional[str]], str],
+) -> None:
+    """`pytorch_core.config.check_resources` for ``flytekit.Resources``."""
+    core.check_resources(requests, limits, name_of, types=FLYTEKIT_TYPES)
+
+
+def check_shm_within_memory(shm_name: str, shm_size: Optional[str], limit_name: str, limits: Any) -> None:
+    """`pytorch_core.config.check_shm_within_memory` for ``flytekit.Resources`` limits."""
+    core.check_shm_within_memory(shm_name, shm_size, limit_name, limits, types=FLYTEKIT_TYPES)
+
+
+def check_pod_template(name: str, value: Any) -> Optional[flytekit.PodTemplate]:
+    """`pytorch_core.config.check_pod_template` for a ``flytekit.PodTemplate``."""
+    checked: Optional[flytekit.PodTemplate] = core.check_pod_template(name, value, types=FLYTEKIT_TYPES)
+    return checked
+
+
+@suggesting
+@dataclass
+class RunPolicy(core.RunPolicy):
+    __doc__ = core.RunPolicy.__doc__
+    _types = FLYTEKIT_TYPES
+
+
+@suggesting
+@dataclass
+class Master(core.Master):
+    __doc__ = core.Master.__doc__
+    _types = FLYTEKIT_TYPES
+    requests: Optional[flytekit.Resources] = None
+    limits: Optional[flytekit.Resources] = None
+    pod_template: Optional[flytekit.PodTemplate] = None
+
+
+@suggesting
+@dataclass
+class Worker(core.Worker):
+    __doc__ = core.Worker.__doc__
+    _types = FLYTEKIT_TYPES
+    requests: Optional[flytekit.Resources] = None
+    limits: Optional[flytekit.Resources] = None
+    pod_template: Optional[flytekit.PodTemplate] = None
+
+
+@suggesting
+@dataclass
+class PyTorch(core.PyTorch):
+    __doc__ = core.PyTorch.__doc__
+    _types = FLYTEKIT_TYPES
+    master: Master = field(default_factory=Master)
+    worker: Worker = field(default_factory=Worker)
+    run_policy: RunPolicy = field(default_factory=RunPolicy)
+
+
+@suggesting
+@dataclass
+class Elastic(core.Elastic):
+    __doc__ = core.Elastic.__doc__
+    _types = FLYTEKIT_TYPES
+    run_policy: RunPolicy = field(default_factory=RunPolicy)
