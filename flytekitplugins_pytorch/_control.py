@@ -1,4 +1,7 @@
-"""``pytorch_core._control`` under its former name: this module object is that one (so patching either patches both)."""
+"""``pytorch_core._control`` under its former name.
+
+This module object is that one, so patching either patches both.
+"""
 
 import sys
 

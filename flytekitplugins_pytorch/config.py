@@ -11,8 +11,9 @@ This module never imports torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import flytekit
 
@@ -115,7 +116,9 @@ FLYTEKIT_TYPES = ConfigTypes(
     resource_fields=("cpu", "mem", "gpu", "ephemeral_storage"),
     pod_template_type=lambda: flytekit.PodTemplate,
     pod_template_name="flytekit PodTemplate",
-    pod_template_hint="use flytekit.PodTemplate(pod_spec=kubernetes.client.V1PodSpec(...), labels=..., annotations=...)",
+    pod_template_hint=(
+        "use flytekit.PodTemplate(pod_spec=kubernetes.client.V1PodSpec(...), labels=..., annotations=...)"
+    ),
     sdk_modules=("flytekit",),
 )
 """flytekit's classes of a role's resources and pod template."""

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Optional, Union
 
-from pytorch_core.config import Elastic, PyTorch
 from pytorch_contract.k8s_names import TRAINJOB_NODE_ENV
 from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND, NPROC_PER_NODE_ALLOWED, nproc_per_node_message
+from pytorch_core.config import Elastic, PyTorch
 
 #: A task's configuration: what ``plan_launch`` is typed on.
 TaskConfig = Union[PyTorch, Elastic]

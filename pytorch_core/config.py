@@ -414,7 +414,8 @@ def check_resources(
         if res is None:
             continue
         if not isinstance(res, types.resources_type()):
-            raise _fail(name_of(kind, None), res, f"not {types.resources_name} ({type(res).__name__})", types.resources_hint)
+            problem = f"not {types.resources_name} ({type(res).__name__})"
+            raise _fail(name_of(kind, None), res, problem, types.resources_hint)
         if types.extra_resource_check is not None:
             types.extra_resource_check(name_of(kind, None), res)
         for attr in types.resource_fields:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
-from typing import Any, ContextManager, Optional, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 __all__ = [
     "FrontEnd",
@@ -236,4 +237,3 @@ def using(frontend: FrontEnd) -> Iterator[FrontEnd]:
         yield frontend
     finally:
         _current = outer
-

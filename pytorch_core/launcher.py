@@ -51,7 +51,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pytorch_core._control import RankResult
 from pytorch_core._failure import (
     HangError,
     RankFailedError,
