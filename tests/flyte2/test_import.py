@@ -111,3 +111,63 @@ def test_the_blocker_blocks() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "blocked", proc.stderr[-2000:]
+
+
+RUN_BLOCKED = tuple(name for name in BLOCKED if name != "torch")  # a local run runs torch, never flytekit
+
+RUN_MODULE = """
+import os
+import sys
+
+import flyte
+from flyte2_pytorch import PyTorch, Worker
+
+FLYTE1 = %r
+two = flyte.TaskEnvironment(name="two-ranks", plugin_config=PyTorch(worker=Worker(replicas=1)))
+
+
+@two.task
+def all_reduce(base: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    value = torch.tensor([base + dist.get_rank()])
+    dist.all_reduce(value)
+    # a namespace package's .pth file may load an empty `flytekitplugins` (no __file__) at start-up
+    held = sorted(m for m, mod in sys.modules.items() if m.split(".")[0] in FLYTE1 and getattr(mod, "__file__", None))
+    views: list = [None] * dist.get_world_size()
+    dist.all_gather_object(views, {"rank": os.environ["RANK"], "held": held})
+    return {"sum": int(value.item()), "views": views}
+"""
+
+RUN_DRIVER = """
+import flyte
+import run_tasks
+
+flyte.init()
+out = flyte.run(run_tasks.all_reduce, base=10).outputs()[0]
+loaded = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in BLOCKED)
+ours = [name for name, stack in attempts if "flyte2_pytorch" in stack or "pytorch_core" in stack]
+print(json.dumps({"out": out, "loaded": loaded, "our_attempts": ours}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_local_run_never_imports_flytekit(tmp_path: Path) -> None:
+    """flyte.run in local mode runs real ranks through the core launcher, with flytekit and Flyte 1's flyteidl
+    blocked in the launching process and absent from every rank."""
+    from tests.sdk.guarded_run import run_guarded
+
+    (tmp_path / "run_tasks.py").write_text(textwrap.dedent(RUN_MODULE % (RUN_BLOCKED,)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLYTE_PYTORCH_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    code = DRIVER.split("from google")[0] % (RUN_BLOCKED,) + RUN_DRIVER
+    result = run_guarded([sys.executable, "-c", code], max_procs=10, timeout_s=180, cwd=str(tmp_path), env=env)
+    assert result.killed_for == "", result.output[-4000:]
+    assert result.returncode == 0, result.output[-4000:]
+    assert result.leftover == [], result.leftover
+    report = json.loads(result.output.strip().splitlines()[-1])
+    assert report["out"] == {"sum": 21, "views": [{"rank": "0", "held": []}, {"rank": "1", "held": []}]}
+    assert (report["loaded"], report["our_attempts"]) == ([], [])
