@@ -41,7 +41,7 @@ class Flyte2FrontEnd:
     """Flyte 2 (``flyte.TaskEnvironment(plugin_config=PyTorch(...))``)."""
 
     name = "flyte"
-    preload: tuple[str, ...] = ()
+    preload: tuple[str, ...] = ("flyte2_pytorch._frontend",)  # a rank unpickles FLYTE2
     user_frames: tuple[str, ...] = ("/flyte2_pytorch/", "/flyte/")
     launch_frames: tuple[str, ...] = ("/flyte/",)
 

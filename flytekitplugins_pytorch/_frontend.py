@@ -73,7 +73,7 @@ class FlytekitFrontEnd:
     """flytekit 1.x (``@pytorch_task``, ``@task(task_config=PyTorch(...))``)."""
 
     name = "flytekit"
-    preload: tuple[str, ...] = ("flytekit",)
+    preload: tuple[str, ...] = ("flytekit", "flytekitplugins_pytorch._frontend")  # a rank unpickles FLYTEKIT
     user_frames: tuple[str, ...] = ("/flytekitplugins_pytorch/", "/flytekit/")
     launch_frames: tuple[str, ...] = ("/flytekit/",)
 

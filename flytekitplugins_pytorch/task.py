@@ -3,7 +3,8 @@
 The template format is specified in ``docs/template-format.md``: ``custom`` is Flyte's own
 ``DistributedPyTorchTrainingTask`` proto as a JSON dict (so Flyte's built-in PyTorch backend can run it too), and
 ``config`` carries what the proto cannot, under ``pytorch.*`` keys. Execution is delegated to
-``flytekitplugins_pytorch.launcher``, imported only when a task runs, so nothing here imports torch.
+``pytorch_core.launcher`` (with `FLYTEKIT`, the launcher's view of flytekit), imported only when a task runs, so
+nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ class _DistributedFunctionTask(PythonFunctionTask):
         """
         from flytekit.exceptions.user import FlyteUserRuntimeException
 
-        from flytekitplugins_pytorch._preflight import PreflightError
+        from pytorch_core._preflight import PreflightError
 
         try:
             return super().dispatch_execute(ctx, input_literal_map)

@@ -531,7 +531,7 @@ def to_exception(cause: RootCause, *, retry_hangs: bool = True) -> BaseException
     own = _own_type(rebuilt, cause.message, rank, cause.world_size) if rebuilt is not None else None
     if own is not None:
         return own
-    cls = current().recoverable(RankFailure) if err.recoverable else RankFailure
+    cls = cast("type[RankFailure]", current().recoverable(RankFailure)) if err.recoverable else RankFailure
     failure = cls(
         cause.message, type_name=err.type_name, original_message=err.message, rank=rank, world_size=cause.world_size
     )

@@ -750,7 +750,7 @@ def check_pod_template(name: str, value: Any, *, types: ConfigTypes = CORE_TYPES
         return None
     if not isinstance(value, types.pod_template_type()):
         raise _fail(name, value, f"not a {types.pod_template_name} ({type(value).__name__})", types.pod_template_hint)
-    spec = value.pod_spec
+    spec = getattr(value, "pod_spec", None)
     if spec is not None and type(spec).__name__ != "V1PodSpec":
         raise _fail(
             f"{name}.pod_spec", spec, f"not a V1PodSpec ({type(spec).__name__})", "use kubernetes.client.V1PodSpec(...)"
