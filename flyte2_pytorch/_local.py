@@ -1,10 +1,12 @@
-"""Executing a Flyte 2 ``pytorch`` task: locally as real ranks through the core launcher.
+"""Executing a Flyte 2 ``pytorch`` task through the core launcher, locally and in a pod.
 
-Flyte 2 marks a local run in its task context (``mode == "local"``: ``flyte.run`` after ``flyte.init()``, or
-``flyte run --local``). Such a run hands the function to ``pytorch_core.launcher.run_distributed`` with the Flyte 2
-front-end (`flyte2_pytorch._frontend.FLYTE2`): the launcher the flytekit front-end uses, with the same ranks,
-per-node environment, failure reports and rank 0's value. flytekit is never imported. In a pod (remote mode) the
-task does not run yet.
+The function goes to ``pytorch_core.launcher.run_distributed`` with the Flyte 2 front-end
+(`flyte2_pytorch._frontend.FLYTE2`): the launcher the flytekit front-end uses. In a local run (Flyte 2's task
+context says ``mode == "local"``: ``flyte.run`` after ``flyte.init()``, or ``flyte run --local``) it starts the
+ranks on this machine. In a pod started by Flyte 2's entrypoint it reads the operator's variables (``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR`` of a PyTorchJob, ``PET_*`` of an elastic one) and runs this pod's ranks; only the
+pod holding global rank 0 returns a value, the others end without outputs (`_frontend.WithheldOutputs`), and a
+failure stays recoverable or permanent through Flyte 2's error protocol. flytekit is never imported.
 """
 
 from __future__ import annotations
@@ -15,10 +17,6 @@ from typing import Any, Union
 
 from flyte2_pytorch._frontend import FLYTE2
 from flyte2_pytorch.config import Elastic, PyTorch
-
-
-class RemoteExecutionNotSupported(RuntimeError):
-    """A Flyte 2 ``pytorch`` task was started outside a local run (in a pod): not supported yet."""
 
 
 @dataclass
@@ -42,13 +40,9 @@ async def execute(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         Global rank 0's value.
 
     Raises:
-        RemoteExecutionNotSupported: not a local run.
+        WithheldOutputs: in a pod that does not hold global rank 0 (a ``SystemExit(0)``).
+        BaseException: the root-cause rank's failure (see ``pytorch_core.launcher.run_distributed``).
     """
-    if not FLYTE2.is_local():  # a null context (all None) outside a task
-        raise RemoteExecutionNotSupported(
-            f"{task.name}: a flyte2_pytorch task runs locally (flyte.run after flyte.init()) in this release; "
-            "in a pod it is not supported yet"
-        )
     if args:
         raise TypeError(f"{task.name}: pass the inputs by name")
     from pytorch_core.launcher import run_distributed

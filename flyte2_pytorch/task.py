@@ -96,7 +96,7 @@ class PyTorchTask(AsyncFunctionTaskTemplate):
         return pytorch_config(self.plugin_config)
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the function as ranks: locally with the local launcher; in a pod, not yet (see `_local`)."""
+        """Run the function as ranks with the core launcher: locally, or as this pod's part of the job (`_local`)."""
         from flyte2_pytorch._local import execute
 
         return await execute(self, args, kwargs)

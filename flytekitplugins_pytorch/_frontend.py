@@ -129,6 +129,9 @@ class FlytekitFrontEnd:
         cls: type[BaseException] = __getattr__(f"Recoverable{base.__name__}")
         return cls
 
+    def permanent(self, base: type[BaseException]) -> type[BaseException]:
+        return base  # flytekit retries only a FlyteRecoverableException
+
     def ignore_outputs(self, message: str) -> BaseException:
         from flytekit.core.base_task import IgnoreOutputs
 

@@ -172,7 +172,8 @@ def hang_error_class(recoverable: bool) -> type[HangError]:
     Returns:
         type[HangError]: ``RecoverableHangError`` or :class:`HangError`.
     """
-    return cast("type[HangError]", current().recoverable(HangError)) if recoverable else HangError
+    frontend = current()
+    return cast("type[HangError]", frontend.recoverable(HangError) if recoverable else frontend.permanent(HangError))
 
 
 def peer_failed_class(recoverable: bool) -> type[PeerFailedError]:
@@ -184,9 +185,9 @@ def peer_failed_class(recoverable: bool) -> type[PeerFailedError]:
     Returns:
         type[PeerFailedError]: ``RecoverablePeerFailedError`` or :class:`PeerFailedError`.
     """
-    if recoverable:
-        return cast("type[PeerFailedError]", current().recoverable(PeerFailedError))
-    return PeerFailedError
+    frontend = current()
+    chosen = frontend.recoverable(PeerFailedError) if recoverable else frontend.permanent(PeerFailedError)
+    return cast("type[PeerFailedError]", chosen)
 
 
 @dataclass(frozen=True)
@@ -531,7 +532,9 @@ def to_exception(cause: RootCause, *, retry_hangs: bool = True) -> BaseException
     own = _own_type(rebuilt, cause.message, rank, cause.world_size) if rebuilt is not None else None
     if own is not None:
         return own
-    cls = cast("type[RankFailure]", current().recoverable(RankFailure)) if err.recoverable else RankFailure
+    frontend = current()
+    chosen = frontend.recoverable(RankFailure) if err.recoverable else frontend.permanent(RankFailure)
+    cls = cast("type[RankFailure]", chosen)
     failure = cls(
         cause.message, type_name=err.type_name, original_message=err.message, rank=rank, world_size=cause.world_size
     )

@@ -87,6 +87,10 @@ class FrontEnd(Protocol):
         """``base`` made recoverable for this SDK (a subclass of both; importable by name, so it pickles)."""
         ...
 
+    def permanent(self, base: type[BaseException]) -> type[BaseException]:
+        """``base`` as a failure Flyte does not retry (``base`` itself where that is the SDK's default)."""
+        ...
+
     def ignore_outputs(self, message: str) -> BaseException:
         """The exception a replica that is not global rank 0 ends with, so that it writes no outputs."""
         ...
@@ -104,19 +108,22 @@ class RecoverableError(Exception):
     """The retryable marker of a front-end whose SDK has none of its own (`PLAIN`)."""
 
 
-def recoverable_class(module: str, base: type[BaseException], marker: type[BaseException]) -> type[BaseException]:
-    """``Recoverable<Base>``: a subclass of ``base`` and ``marker``, named so that ``module`` finds it for pickle.
+def recoverable_class(
+    module: str, base: type[BaseException], marker: type[BaseException], prefix: str = "Recoverable"
+) -> type[BaseException]:
+    """``<prefix><Base>``: a subclass of ``base`` and ``marker``, named so that ``module`` finds it for pickle.
 
     Args:
         module: the module whose ``__getattr__`` returns the class by name.
         base: the core's class (``RankFailure``, ``HangError``, ``PeerFailedError``).
-        marker: the SDK's retryable exception class.
+        marker: the SDK's exception class that decides whether Flyte retries (its retryable or its permanent one).
+        prefix: ``"Recoverable"``, or ``"Permanent"`` for an SDK whose marker is the permanent one.
 
     Returns:
         type[BaseException]: the class.
     """
-    name = f"Recoverable{base.__name__}"
-    doc = f"A recoverable {base.__name__} (Flyte retries it)."
+    name = f"{prefix}{base.__name__}"
+    doc = f"A {base.__name__} that Flyte {'retries' if prefix == 'Recoverable' else 'does not retry'}."
     return type(name, (base, marker), {"__module__": module, "__qualname__": name, "__doc__": doc})
 
 
@@ -178,6 +185,9 @@ class PlainFrontEnd:
             if issubclass(cls, RecoverableError) and cls.__name__ == f"Recoverable{base.__name__}":
                 return cls
         raise TypeError(f"{base.__name__} has no recoverable variant")
+
+    def permanent(self, base: type[BaseException]) -> type[BaseException]:
+        return base
 
     def ignore_outputs(self, message: str) -> BaseException:
         return _IgnoreOutputs(message)
