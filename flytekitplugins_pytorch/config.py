@@ -3,8 +3,8 @@
 ``PyTorch``, ``Elastic``, ``Master``, ``Worker`` and ``RunPolicy`` are `pytorch_core.config`'s, subclassed with
 `FLYTEKIT_TYPES`: a role's ``requests``/``limits`` are ``flytekit.Resources`` and its ``pod_template`` a
 ``flytekit.PodTemplate``. Every check and message is the core's (see `pytorch_core.config`), so the Flyte 2
-front-end refuses the same values with the same words. The check functions are re-exported from there, the three
-that take a resources object or a pod template bound to flytekit's types.
+front-end refuses the same values with the same words. The three check functions that take a resources object or a
+pod template are here, bound to flytekit's types; the others are `pytorch_core.config`'s.
 
 This module never imports torch.
 """
@@ -19,12 +19,8 @@ import flytekit
 
 from pytorch_core import config as core
 from pytorch_core.config import (
-    DEFAULT_START_METHOD,
-    INT32_MAX,
     KFPYTORCH_NAMES,
     NPROC_PER_NODE_WORDS,
-    QUANTITY_EXAMPLES,
-    RESOURCE_FIELDS,
     START_METHODS,
     CleanPodPolicy,
     ConfigError,
@@ -34,29 +30,11 @@ from pytorch_core.config import (
     ProcessesGpusWarning,
     RestartPolicy,
     UnknownOptionError,
-    check_bool,
-    check_environment,
-    check_gpu,
     check_image,
-    check_int,
-    check_job_limits,
-    check_name,
     check_nproc_per_node,
-    check_pod_template_rules,
-    check_preload_modules,
-    check_processes_against_gpus,
-    check_quantity,
-    check_replicas,
-    check_shm_size,
-    check_start_method,
-    check_timeout,
-    coerce_enum,
     kfpytorch_replacement,
     option_names,
-    reject_unknown_options,
     suggesting,
-    unknown_option,
-    warn_replaced_command,
 )
 
 __all__ = [
@@ -75,38 +53,13 @@ __all__ = [
     "START_METHODS",
     "NPROC_PER_NODE_WORDS",
     "FLYTEKIT_TYPES",
+    # the core's, still importable from here
+    "KFPYTORCH_NAMES",
+    "check_image",
+    "check_nproc_per_node",
+    "kfpytorch_replacement",
+    "option_names",
 ]
-
-# Re-exported for the task module and for code that imported them from here.
-_REEXPORTED = (
-    DEFAULT_START_METHOD,
-    INT32_MAX,
-    KFPYTORCH_NAMES,
-    QUANTITY_EXAMPLES,
-    RESOURCE_FIELDS,
-    check_bool,
-    check_environment,
-    check_gpu,
-    check_image,
-    check_int,
-    check_job_limits,
-    check_name,
-    check_nproc_per_node,
-    check_pod_template_rules,
-    check_preload_modules,
-    check_processes_against_gpus,
-    check_quantity,
-    check_replicas,
-    check_shm_size,
-    check_start_method,
-    check_timeout,
-    coerce_enum,
-    kfpytorch_replacement,
-    option_names,
-    reject_unknown_options,
-    unknown_option,
-    warn_replaced_command,
-)
 
 FLYTEKIT_TYPES = ConfigTypes(
     package="flytekitplugins_pytorch",

@@ -37,6 +37,12 @@ from flytekitplugins_pytorch.config import (
     RunPolicy,
     UnknownOptionError,
     Worker,
+    check_resources,
+    check_shm_within_memory,
+)
+from pytorch_contract.suggest import closest
+from pytorch_contract.template_keys import TASK_TYPE, TASK_TYPE_VERSION
+from pytorch_core.config import (
     check_environment,
     check_gpu,
     check_image,
@@ -45,15 +51,11 @@ from flytekitplugins_pytorch.config import (
     check_processes_against_gpus,
     check_quantity,
     check_replicas,
-    check_resources,
     check_shm_size,
-    check_shm_within_memory,
     kfpytorch_replacement,
     reject_unknown_options,
     warn_replaced_command,
 )
-from pytorch_contract.suggest import closest
-from pytorch_contract.template_keys import TASK_TYPE, TASK_TYPE_VERSION
 from pytorch_core.serialize import elastic_config, pytorch_config, training_task_custom
 from pytorch_core.serialize import role_pod_template as role_pod_template  # re-exported: tests and tools use it
 

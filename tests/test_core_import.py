@@ -57,9 +57,10 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 
 
-def blocked_report():
+def blocked_report(markers=("pytorch_core",)):
+    # the blocked modules loaded since start-up, and the blocked imports tried from our code (named by markers)
     loaded = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in BLOCKED)
-    ours = [name for name, stack in attempts if "pytorch_core" in stack]
+    ours = [name for name, stack in attempts if any(marker in stack for marker in markers)]
     return {"loaded": loaded, "our_attempts": ours}
 """
 
