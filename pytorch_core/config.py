@@ -816,7 +816,7 @@ def check_job_limits(
 
     Args:
         environment: the task's ``environment=``, or None.
-        pod_templates: where -> flytekit ``PodTemplate`` (``"pod_template"``, ``"Worker.pod_template"``) or None.
+        pod_templates: where -> pod template (``"pod_template"``, ``"Worker.pod_template"``) or None.
         pytorchjob_roles: the roles a PyTorchJob of this task has (Master and Worker: 2; master-only or elastic: 1),
             each holding its own copy of the pod template.
 
@@ -932,7 +932,7 @@ def warn_replaced_command(name: str, pod_template: Any) -> None:
 
     Args:
         name: where the pod template was given (``"Master.pod_template"``, ``"pod_template"``).
-        pod_template: a flytekit ``PodTemplate``.
+        pod_template: a pod template (flytekit's or Flyte 2's).
     """
     spec = getattr(pod_template, "pod_spec", None)
     primary = getattr(pod_template, "primary_container_name", None)
@@ -1075,17 +1075,18 @@ class Master:
 
     Args:
         image: image of the master; None = the task's image.
-        requests: resource requests (flytekit ``Resources``); None = the task container's.
+        requests: resource requests (the front-end's resources class: ``flytekit.Resources``,
+            ``flyte.Resources``); None = the task container's.
         limits: resource limits; None = the task container's.
         restart_policy: what the operator does when the pod fails; a `RestartPolicy` or its value as a string.
             Default ``NEVER``: Flyte's own retries restart the whole job consistently.
-        pod_template: a flytekit ``PodTemplate`` for the master pod only, merged over the task's
+        pod_template: a pod template (the front-end's class) for the master pod only, merged over the task's
             ``pod_template`` (the master's values win): ``spec.pytorchReplicaSpecs.Master.template``. None = the
             task's pod. Serialized as the ``pytorch.master.pod_template`` config key (see docs/pod-templates.md).
 
     Raises:
         ConfigError: a malformed quantity, a limit below its request, an unknown policy, or a pod template that is
-            not a flytekit ``PodTemplate``.
+            not the front-end's pod template class.
     """
 
     _types: ClassVar[ConfigTypes] = CORE_TYPES
@@ -1108,15 +1109,16 @@ class Worker:
     Args:
         replicas: number of worker pods, >= 0 (0 = a master-only job).
         image: image of the workers; None = the task's image.
-        requests: resource requests (flytekit ``Resources``); None = the task container's.
+        requests: resource requests (the front-end's resources class: ``flytekit.Resources``,
+            ``flyte.Resources``); None = the task container's.
         limits: resource limits; None = the task container's.
         restart_policy: as `Master.restart_policy`.
-        pod_template: a flytekit ``PodTemplate`` for the worker pods only, merged over the task's (the worker's
-            values win): ``spec.pytorchReplicaSpecs.Worker.template``; the ``pytorch.worker.pod_template`` key.
+        pod_template: a pod template (the front-end's class) for the worker pods only, merged over the task's (the
+            worker's values win): ``spec.pytorchReplicaSpecs.Worker.template``; the ``pytorch.worker.pod_template`` key.
 
     Raises:
         ConfigError: a negative or non-integer replica count, a malformed quantity, a limit below its request,
-            an unknown policy, or a pod template that is not a flytekit ``PodTemplate``.
+            an unknown policy, or a pod template that is not the front-end's pod template class.
     """
 
     _types: ClassVar[ConfigTypes] = CORE_TYPES
