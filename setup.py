@@ -27,15 +27,17 @@ setup(
             "backend_plugin",
             "backend_plugin.*",
             "pytorch_contract",
+            "pytorch_core",
             "flyte2_pytorch",
             "flyte2_backend",
         ]
     ),
-    # py.typed: the five packages are typed (PEP 561), so a user's mypy checks calls into them.
+    # py.typed: the six packages are typed (PEP 561), so a user's mypy checks calls into them.
     package_data={
         "flytekitplugins_pytorch": ["py.typed"],
         "backend_plugin": ["py.typed", "deploy/*.yaml", "deploy/*.md", "crds/*.yaml", "crds/*.md"],
         "pytorch_contract": ["py.typed"],
+        "pytorch_core": ["py.typed"],
         "flyte2_pytorch": ["py.typed"],
         "flyte2_backend": ["py.typed"],
     },

@@ -2,8 +2,9 @@
 
 ``flyte.TaskEnvironment(name=..., plugin_config=PyTorch(...))`` (or ``Elastic(...)``) makes every ``@env.task`` of the
 environment a ``pytorch`` task: serialized as the ``DistributedPyTorchTrainingTask`` message Flyte 2's native
-PyTorchJob plugin reads, and run locally as real multi-process ``torch.distributed``. Importing this package
-registers the task types with ``flyte.extend.TaskPluginRegistry``; it imports neither flytekit nor torch.
+PyTorchJob plugin reads, and run as real multi-process ``torch.distributed`` by the core launcher (locally, or in
+the job's pods). Importing this package registers the task types with ``flyte.extend.TaskPluginRegistry``; it
+imports neither flytekit nor torch.
 """
 
 from flyte2_pytorch.config import (

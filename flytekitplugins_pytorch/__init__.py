@@ -12,7 +12,7 @@ Local-run environment variables (read by the launcher):
 - ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per rank (default: an even share of the cores).
 """
 
-from flytekitplugins_pytorch._hang import report_progress
+from flytekitplugins_pytorch._frontend import FLYTEKIT
 from flytekitplugins_pytorch.config import (
     CleanPodPolicy,
     ConfigError,
@@ -27,6 +27,11 @@ from flytekitplugins_pytorch.config import (
     Worker,
 )
 from flytekitplugins_pytorch.task import ElasticPyTorchFunctionTask, PyTorchFunctionTask, pytorch_task
+from pytorch_core._hang import report_progress
+from pytorch_core.frontend import set_default
+
+# Outside a launch (a unit of the launcher called directly), errors are classified as flytekit's.
+set_default(FLYTEKIT)
 
 __all__ = [
     "pytorch_task",

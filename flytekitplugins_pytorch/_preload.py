@@ -1,11 +1,10 @@
-"""Imported by multiprocessing's fork server only: preload the task's module without letting its errors end the server.
+"""``pytorch_core._preload`` under its former name.
 
-See :func:`flytekitplugins_pytorch._nested.preload_modules`. Importing this module anywhere else imports the modules
-named by ``FLYTE_PYTORCH_PRELOAD`` (normally unset outside the fork server: nothing happens).
+This module object is that one, so patching either patches both.
 """
 
-from __future__ import annotations
+import sys
 
-from flytekitplugins_pytorch._nested import preload_modules
+import pytorch_core._preload
 
-preload_modules()
+sys.modules[__name__] = pytorch_core._preload

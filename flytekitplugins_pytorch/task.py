@@ -3,7 +3,8 @@
 The template format is specified in ``docs/template-format.md``: ``custom`` is Flyte's own
 ``DistributedPyTorchTrainingTask`` proto as a JSON dict (so Flyte's built-in PyTorch backend can run it too), and
 ``config`` carries what the proto cannot, under ``pytorch.*`` keys. Execution is delegated to
-``flytekitplugins_pytorch.launcher``, imported only when a task runs, so nothing here imports torch.
+``pytorch_core.launcher`` (with `FLYTEKIT`, the launcher's view of flytekit), imported only when a task runs, so
+nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -11,21 +12,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional, Union, cast
 
 import flytekit
-from flyteidl.plugins.kubeflow import common_pb2, pytorch_pb2
-from flytekit import PodTemplate, PythonFunctionTask, Resources
+from flyteidl.plugins.kubeflow import pytorch_pb2
+from flytekit import PythonFunctionTask, Resources
 from flytekit.configuration import SerializationSettings
 from flytekit.core.resources import convert_resources_to_resource_model
 from flytekit.extend import TaskPlugins
 from flytekit.extras.accelerators import BaseAccelerator
 from google.protobuf import json_format
 
+from flytekitplugins_pytorch._frontend import FLYTEKIT
 from flytekitplugins_pytorch.config import (
     CleanPodPolicy,
     ConfigError,
@@ -36,6 +37,12 @@ from flytekitplugins_pytorch.config import (
     RunPolicy,
     UnknownOptionError,
     Worker,
+    check_resources,
+    check_shm_within_memory,
+)
+from pytorch_contract.suggest import closest
+from pytorch_contract.template_keys import TASK_TYPE, TASK_TYPE_VERSION
+from pytorch_core.config import (
     check_environment,
     check_gpu,
     check_image,
@@ -44,82 +51,29 @@ from flytekitplugins_pytorch.config import (
     check_processes_against_gpus,
     check_quantity,
     check_replicas,
-    check_resources,
     check_shm_size,
-    check_shm_within_memory,
     kfpytorch_replacement,
     reject_unknown_options,
     warn_replaced_command,
 )
-from pytorch_contract import template_keys as keys
-from pytorch_contract.suggest import closest
-from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND, TASK_TYPE, TASK_TYPE_VERSION
+from pytorch_core.serialize import elastic_config, pytorch_config, training_task_custom
+from pytorch_core.serialize import role_pod_template as role_pod_template  # re-exported: tests and tools use it
 
 __all__ = ["PyTorchFunctionTask", "ElasticPyTorchFunctionTask", "pytorch_task", "TASK_TYPE", "TASK_TYPE_VERSION"]
 
 
-# ExitCode has no proto value. NEVER is the safe stand-in for a backend that ignores our config key: the job fails
-# and Flyte's retries apply, whereas ON_FAILURE would restart user errors forever.
-_PROTO_RESTART_POLICY = {
-    RestartPolicy.NEVER: common_pb2.RESTART_POLICY_NEVER,
-    RestartPolicy.ON_FAILURE: common_pb2.RESTART_POLICY_ON_FAILURE,
-    RestartPolicy.ALWAYS: common_pb2.RESTART_POLICY_ALWAYS,
-    RestartPolicy.EXIT_CODE: common_pb2.RESTART_POLICY_NEVER,
-}
-_PROTO_CLEAN_POD_POLICY = {
-    CleanPodPolicy.NONE: common_pb2.CLEANPOD_POLICY_NONE,
-    CleanPodPolicy.RUNNING: common_pb2.CLEANPOD_POLICY_RUNNING,
-    CleanPodPolicy.ALL: common_pb2.CLEANPOD_POLICY_ALL,
-}
-
-
 # ---------------------------------------------------------------------------------------------------------------
-# Serialization: pure functions of the config, so the backend's tests can reuse them.
+# Serialization: pure functions of the config (`pytorch_core.serialize`, shared with the Flyte 2 front-end), so the
+# backend's tests can reuse them.
 
 
-def _replica_spec(
-    replicas: int,
-    image: Optional[str],
-    requests: Optional[Resources],
-    limits: Optional[Resources],
-    restart_policy: RestartPolicy,
-) -> pytorch_pb2.DistributedPyTorchTrainingReplicaSpec:
-    """One replica group in the proto's top-level (deprecated but universally read) fields."""
-    spec = pytorch_pb2.DistributedPyTorchTrainingReplicaSpec(
-        replicas=replicas, restart_policy=_PROTO_RESTART_POLICY[restart_policy]
-    )
-    if image:
-        spec.image = image
+def _resources_json(requests: Optional[Resources], limits: Optional[Resources]) -> Optional[dict[str, Any]]:
+    """A role's flytekit requests and limits as flyteidl ``core.Resources`` JSON (None when neither is set)."""
     resources = convert_resources_to_resource_model(requests=requests, limits=limits)
-    if resources.requests or resources.limits:
-        spec.resources.CopyFrom(resources.to_flyte_idl())
-    return spec
-
-
-def _run_policy(policy: RunPolicy) -> tuple[common_pb2.RunPolicy, dict[str, int]]:
-    """The proto run policy, plus the fields whose value is the proto's zero (which JSON would drop)."""
-    proto = common_pb2.RunPolicy(clean_pod_policy=_PROTO_CLEAN_POD_POLICY[policy.clean_pod_policy])
-    zeros = {}
-    for attr, json_name in (
-        ("backoff_limit", "backoffLimit"),
-        ("active_deadline_seconds", "activeDeadlineSeconds"),
-        ("ttl_seconds_after_finished", "ttlSecondsAfterFinished"),
-    ):
-        value = getattr(policy, attr)
-        if value is not None:
-            setattr(proto, attr, value)
-            if value == 0:
-                zeros[json_name] = 0
-    return proto, zeros
-
-
-def _to_dict(job: pytorch_pb2.DistributedPyTorchTrainingTask, run_policy_zeros: dict[str, int]) -> dict[str, Any]:
-    custom = json_format.MessageToDict(job)
-    if run_policy_zeros:
-        # An explicit 0 (e.g. backoff_limit=0: "never retry a pod") differs from "unset" for the operator; proto3
-        # JSON drops zeros, so they are written back explicitly. ParseDict accepts them.
-        custom.setdefault("runPolicy", {}).update(run_policy_zeros)
-    return custom
+    if not (resources.requests or resources.limits):
+        return None
+    converted: dict[str, Any] = json_format.MessageToDict(resources.to_flyte_idl())
+    return converted
 
 
 def pytorch_custom(config: PyTorch) -> dict[str, Any]:
@@ -132,17 +86,7 @@ def pytorch_custom(config: PyTorch) -> dict[str, Any]:
         ``DistributedPyTorchTrainingTask`` as a protobuf JSON dict. A master-only job (``worker.replicas == 0``)
         has no ``workerReplicas``.
     """
-    master, worker = config.master, config.worker
-    run_policy, zeros = _run_policy(config.run_policy)
-    job = pytorch_pb2.DistributedPyTorchTrainingTask(
-        master_replicas=_replica_spec(1, master.image, master.requests, master.limits, master.restart_policy),
-        run_policy=run_policy,
-    )
-    if worker.replicas > 0:
-        job.worker_replicas.CopyFrom(
-            _replica_spec(worker.replicas, worker.image, worker.requests, worker.limits, worker.restart_policy)
-        )
-    return _to_dict(job, zeros)
+    return training_task_custom(config, pytorch_pb2.DistributedPyTorchTrainingTask, _resources_json)
 
 
 def elastic_custom(config: Elastic) -> dict[str, Any]:
@@ -154,108 +98,7 @@ def elastic_custom(config: Elastic) -> dict[str, Any]:
     Returns:
         ``DistributedPyTorchTrainingTask`` as a protobuf JSON dict.
     """
-    run_policy, zeros = _run_policy(config.run_policy)
-    elastic = pytorch_pb2.ElasticConfig(
-        rdzv_backend=DEFAULT_RDZV_BACKEND,
-        min_replicas=config.min_nodes,
-        max_replicas=config.max_nodes,
-        max_restarts=config.max_restarts,
-    )
-    if isinstance(config.nproc_per_node, int):
-        elastic.nproc_per_node = config.nproc_per_node
-    job = pytorch_pb2.DistributedPyTorchTrainingTask(
-        worker_replicas=pytorch_pb2.DistributedPyTorchTrainingReplicaSpec(replicas=config.max_nodes),
-        run_policy=run_policy,
-        elastic_config=elastic,
-    )
-    return _to_dict(job, zeros)
-
-
-def _common_config(config: Union[PyTorch, Elastic]) -> dict[str, str]:
-    policy = config.run_policy
-    entries = {keys.CLEAN_POD_POLICY: policy.clean_pod_policy.value}
-    optional = {
-        keys.QUEUE: policy.queue,
-        keys.PRIORITY_CLASS: policy.priority_class,
-        keys.GANG_SCHEDULING: "true" if policy.gang_scheduling else None,
-        keys.MIN_AVAILABLE: None if policy.min_available is None else str(policy.min_available),
-        keys.SUSPEND: "true" if policy.suspend else None,
-        keys.SHM_SIZE: config.shm_size,
-        keys.ACCELERATOR: config.accelerator,
-        keys.GPU_RESOURCE: config.gpu_resource,
-    }
-    entries.update({k: v for k, v in optional.items() if v is not None})
-    return entries
-
-
-def pytorch_config(config: PyTorch) -> dict[str, str]:
-    """The template's ``pytorch.*`` config entries for a non-elastic job.
-
-    Args:
-        config: the task's configuration.
-
-    Returns:
-        String map; see ``docs/template-format.md``. ``pytorch.nproc_per_node`` and ``pytorch.clean_pod_policy``
-        are always written (the operator's defaults for them, ``auto`` and ``None``, differ from ours); boolean
-        keys only when true; the rest only when set.
-    """
-    entries = _common_config(config)
-    entries[keys.NPROC_PER_NODE] = str(config.nproc_per_node)
-    if config.master.restart_policy is RestartPolicy.EXIT_CODE:
-        entries[keys.MASTER_RESTART_POLICY] = RestartPolicy.EXIT_CODE.value
-    if config.worker.replicas > 0 and config.worker.restart_policy is RestartPolicy.EXIT_CODE:
-        entries[keys.WORKER_RESTART_POLICY] = RestartPolicy.EXIT_CODE.value
-    if config.master.image:
-        entries[keys.MASTER_IMAGE] = config.master.image
-    if config.master.pod_template is not None:
-        entries[keys.MASTER_POD_TEMPLATE] = role_pod_template(config.master.pod_template)
-    if config.worker.replicas > 0 and config.worker.pod_template is not None:
-        entries[keys.WORKER_POD_TEMPLATE] = role_pod_template(config.worker.pod_template)
-    return dict(sorted(entries.items()))
-
-
-def role_pod_template(pod_template: PodTemplate) -> str:
-    """A role's pod template as the value of ``pytorch.<role>.pod_template``.
-
-    flyteidl's replica spec has no pod template field, so it travels in ``config`` as JSON text (keys sorted):
-    ``{"metadata": {"labels", "annotations"}, "primaryContainerName", "podSpec"}``. The primary container's
-    ``command`` and ``args`` are left out: every replica runs the task's pyflyte-execute (`Master` warned).
-
-    Args:
-        pod_template: the role's flytekit ``PodTemplate``.
-
-    Returns:
-        The JSON text.
-    """
-    spec: dict[str, Any] = {}
-    if pod_template.pod_spec is not None:
-        from kubernetes.client import ApiClient  # the user built a V1PodSpec, so the client is installed
-
-        spec = ApiClient().sanitize_for_serialization(pod_template.pod_spec)
-    for container in spec.get("containers") or []:
-        if container.get("name") == pod_template.primary_container_name:
-            container.pop("command", None)
-            container.pop("args", None)
-    metadata = {
-        k: dict(v) for k, v in (("labels", pod_template.labels), ("annotations", pod_template.annotations)) if v
-    }
-    doc = {"metadata": metadata, "primaryContainerName": pod_template.primary_container_name, "podSpec": spec}
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
-
-
-def elastic_config(config: Elastic) -> dict[str, str]:
-    """The template's ``pytorch.*`` config entries for an elastic job.
-
-    Args:
-        config: the task's configuration.
-
-    Returns:
-        String map; ``pytorch.nproc_per_node`` only when it is a word (an int travels in ``elasticConfig``).
-    """
-    entries = _common_config(config)
-    if isinstance(config.nproc_per_node, str):
-        entries[keys.NPROC_PER_NODE] = config.nproc_per_node
-    return dict(sorted(entries.items()))
+    return training_task_custom(config, pytorch_pb2.DistributedPyTorchTrainingTask, _resources_json)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -319,6 +162,8 @@ class _DistributedFunctionTask(PythonFunctionTask):
     """
 
     _TASK_TYPE = TASK_TYPE
+    #: the launcher's view of flytekit (``pytorch_core.launcher.run_distributed`` reads it)
+    pytorch_frontend = FLYTEKIT
     _CONFIG_TYPE: type = object
     _serialize_custom: Callable[[Any], dict[str, Any]]
     _serialize_config: Callable[[Any], dict[str, str]]
@@ -386,9 +231,9 @@ class _DistributedFunctionTask(PythonFunctionTask):
         Returns:
             What the function returned on global rank 0.
         """
-        from flytekitplugins_pytorch.launcher import run_distributed
+        from pytorch_core.launcher import run_distributed
 
-        return run_distributed(self, kwargs)
+        return run_distributed(self, kwargs, FLYTEKIT)
 
     def dispatch_execute(self, ctx: Any, input_literal_map: Any) -> Any:
         """flytekit's ``dispatch_execute``, with a failed preflight handed to Flyte as an infrastructure error.
@@ -409,7 +254,7 @@ class _DistributedFunctionTask(PythonFunctionTask):
         """
         from flytekit.exceptions.user import FlyteUserRuntimeException
 
-        from flytekitplugins_pytorch._preflight import PreflightError
+        from pytorch_core._preflight import PreflightError
 
         try:
             return super().dispatch_execute(ctx, input_literal_map)

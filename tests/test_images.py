@@ -36,7 +36,7 @@ from tests.sdk.guarded_run import Guarded, run_guarded
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = ["Dockerfile.gpu", "Dockerfile.connector"]
 #: The packages setup.py installs (its find_packages include list), each of which an image must copy.
-PACKAGES = ["flytekitplugins_pytorch", "backend_plugin", "pytorch_contract"]
+PACKAGES = ["flytekitplugins_pytorch", "backend_plugin", "pytorch_contract", "pytorch_core"]
 
 
 def _instructions(dockerfile: str) -> list[tuple[str, str]]:

@@ -110,9 +110,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_wheel_holds_the_three_packages_the_manifests_and_py_typed(wheel: Path) -> None:
+def test_wheel_holds_the_packages_the_manifests_and_py_typed(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    for package in ("flytekitplugins_pytorch", "backend_plugin", "pytorch_contract"):
+    for package in ("flytekitplugins_pytorch", "backend_plugin", "pytorch_contract", "pytorch_core"):
         assert f"{package}/__init__.py" in names and f"{package}/py.typed" in names, package
     for manifest in ("connector.yaml", "rbac.yaml", "propeller-config.yaml", "README.md"):
         assert f"backend_plugin/deploy/{manifest}" in names

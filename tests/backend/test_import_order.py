@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("pytorch_contract", "backend_plugin", "flytekitplugins_pytorch")
+PACKAGES = ("pytorch_contract", "pytorch_core", "backend_plugin", "flytekitplugins_pytorch")
 # Everything of the backend but the connector and the CLI (which serializes tasks with flytekit when asked).
 PURE_BACKEND = (
     "backend_plugin.spec",
@@ -134,11 +134,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_function_level_and_relative_imports() -> None:
     graph = _graph()
     assert "backend_plugin.spec" in graph["backend_plugin.template"]
-    assert "pytorch_contract.quantity" in graph["flytekitplugins_pytorch.config"]
-    # `from flytekitplugins_pytorch.launcher import run_distributed` inside `execute`
-    assert "flytekitplugins_pytorch.launcher" in graph["flytekitplugins_pytorch.task"]
+    assert "pytorch_contract.quantity" in graph["pytorch_core.config"]
+    # `from pytorch_core.launcher import run_distributed` inside `execute`
+    assert "pytorch_core.launcher" in graph["flytekitplugins_pytorch.task"]
     # importing a submodule of another package runs that package's __init__ first (how flytekit got in)
-    assert "pytorch_contract" in graph["flytekitplugins_pytorch.config"]
+    assert "pytorch_contract" in graph["pytorch_core.config"]
     # ... but a module inside a package does not depend on its own package's __init__
     assert "backend_plugin" not in graph["backend_plugin.template"]
     # a kind package's modules import their siblings, not the registry above them

@@ -1,5 +1,5 @@
-"""A Flyte 2 local run (``flyte.run`` after ``flyte.init()``) runs real ranks with the launcher of the flytekit
-front-end: the same per-node variables, the same failure report, rank 0's typed output.
+"""A Flyte 2 local run (``flyte.run`` after ``flyte.init()``) runs real ranks with the core launcher the flytekit
+front-end uses: the same per-node variables, the same failure report, rank 0's typed output.
 
 Each run is a fresh interpreter under a process-count guard and a timeout (tests/sdk/guarded_run.py).
 """
@@ -61,14 +61,3 @@ def test_a_failing_rank_is_reported_by_number_type_and_traceback(tmp_path: Path)
     assert (out.get("error"), out["code"], out["kind"]) == ("RuntimeUserError", "ValueError", "user")
     assert out["message"].startswith("rank 2 (of 3) failed: ValueError: boom on rank 2")
     assert "--- traceback of rank 2 ---" in out["message"] and "local_tasks.py" in out["message"]
-
-
-def test_outside_a_local_run_the_task_says_it_does_not_run_in_a_pod_yet() -> None:
-    """No silent single-process fallback: a run that is not local (a pod) fails with a message saying so."""
-    import asyncio
-
-    from flyte2_pytorch._local import RemoteExecutionNotSupported, execute
-    from tests.flyte2.tasks import TASKS
-
-    with pytest.raises(RemoteExecutionNotSupported, match="runs locally .* in a pod it is not supported yet"):
-        asyncio.run(execute(TASKS["default"], (), {}))

@@ -142,6 +142,13 @@ def test_options_are_the_flytekit_front_ends() -> None:
                 assert ours[field_name].default is dataclasses.MISSING, f"{name}.{field_name}"
 
 
+class RunPolicyLike:
+    """Not a RunPolicy of either front-end."""
+
+    def __repr__(self) -> str:
+        return "RunPolicyLike()"
+
+
 BAD = [
     ("Worker", {"replicas": -1}),
     ("Worker", {"replicas": 10**6}),
@@ -159,6 +166,26 @@ BAD = [
     ("Elastic", {"monitor_interval": 0}),
     ("Elastic", {"max_restarts": -1}),
     ("PyTorch", {"nproc_per_node": "tpu"}),
+    # The checks that once ran only in the flytekit front-end: the core runs them for both.
+    ("Worker", {"image": "Bad Image:1.0"}),
+    ("Master", {"image": ""}),
+    ("RunPolicy", {"queue": "team queue!"}),
+    ("RunPolicy", {"priority_class": "High_Priority"}),
+    ("RunPolicy", {"gang_scheduling": "yes"}),
+    ("PyTorch", {"shm_size": "lots"}),
+    ("PyTorch", {"accelerator": "nvidia tesla"}),
+    ("PyTorch", {"gpu_resource": "gpu"}),
+    ("PyTorch", {"start_method": "thread"}),
+    ("PyTorch", {"collective_timeout": -5}),
+    ("PyTorch", {"preload_modules": ["not a module"]}),
+    ("PyTorch", {"retry_hangs": "no"}),
+    ("PyTorch", {"run_policy": RunPolicyLike()}),
+    ("Elastic", {"progress_timeout": "soon"}),
+    ("Elastic", {"rdzv_join_timeout": 0}),
+    ("Elastic", {"nproc_per_node": "gpus"}),
+    ("Elastic", {"min_replicas": 1}),
+    ("PyTorch", {"num_workers": 2}),
+    ("PyTorch", {"nproc_per_nod": 2}),
 ]
 
 
@@ -172,8 +199,53 @@ def test_bad_values_get_the_flytekit_front_ends_message(cls: str, kwargs: dict[s
         getattr(sdk, cls)(**kwargs)
     with pytest.raises(f2.ConfigError) as ours:
         getattr(f2, cls)(**kwargs)
-    assert str(ours.value) == str(theirs.value)
+    # The one difference: where a message tells the user what to build, it names the user's package.
+    assert str(ours.value) == str(theirs.value).replace("flytekitplugins_pytorch.", "flyte2_pytorch.")
     assert (ours.value.field, ours.value.value) == (theirs.value.field, theirs.value.value)
+    assert type(ours.value) is type(theirs.value)
+
+
+# Values both resources classes hold (a negative count, say, flyte.Resources refuses itself).
+ROLE_BAD = [
+    ({"requests": {"cpu": "two"}}, "cpu"),
+    ({"requests": {"cpu": "1.5.2"}}, "cpu"),
+    ({"limits": {"cpu": "500m"}, "requests": {"cpu": "1"}}, "cpu"),
+    ({"requests": {"gpu": 1}, "limits": {"gpu": 2}}, "gpu"),
+]
+
+
+@pytest.mark.parametrize(("role", "resources"), [(r, b[0]) for r in ("Master", "Worker") for b in ROLE_BAD])
+def test_bad_role_resources_get_the_flytekit_front_ends_message(role: str, resources: dict[str, Any]) -> None:
+    """The same quantity, GPU and limit-below-request checks, each SDK's resources class given the same values."""
+    import flytekit
+
+    import flytekitplugins_pytorch as sdk
+
+    def build(module: Any, resources_class: Any) -> Any:
+        kwargs = {kind: resources_class(**values) for kind, values in resources.items()}
+        return getattr(module, role)(**kwargs)
+
+    with pytest.raises(sdk.ConfigError) as theirs:
+        build(sdk, flytekit.Resources)
+    with pytest.raises(f2.ConfigError) as ours:
+        build(f2, flyte.Resources)
+    assert str(ours.value) == str(theirs.value)
+    assert ours.value.field == theirs.value.field
+
+
+def test_shm_above_the_memory_limit_names_each_sdks_field() -> None:
+    import flytekit
+
+    import flytekitplugins_pytorch as sdk
+
+    with pytest.raises(sdk.ConfigError) as theirs:
+        sdk.PyTorch(shm_size="2Gi", master=sdk.Master(limits=flytekit.Resources(mem="1Gi")))
+    with pytest.raises(f2.ConfigError) as ours:
+        f2.PyTorch(shm_size="2Gi", master=f2.Master(limits=flyte.Resources(memory="1Gi")))
+    assert str(ours.value) == str(theirs.value).replace("Master.limits.mem=", "Master.limits.memory=").replace(
+        "raise Master.limits.mem", "raise Master.limits.memory"
+    )
+    assert "above the memory limit Master.limits.memory='1Gi'" in str(ours.value)
 
 
 def test_valid_spellings_the_flytekit_front_end_accepts_are_accepted() -> None:
@@ -191,7 +263,7 @@ def test_valid_spellings_the_flytekit_front_end_accepts_are_accepted() -> None:
         ({"limits": flyte.Resources(cpu=(1, 2))}, "Worker.limits.cpu=(1, 2) is a (request, limit) pair"),
         ({"requests": flyte.Resources(gpu="A100:2")}, "Worker.requests.gpu='A100:2' is not a GPU count"),
         ({"requests": flyte.Resources(shm="1Gi")}, "Worker.requests.shm='1Gi' is set on a role"),
-        ({"pod_template": "my-template"}, "Worker.pod_template='my-template' is not a PodTemplate (str)"),
+        ({"pod_template": "my-template"}, "Worker.pod_template='my-template' is not a flyte PodTemplate (str)"),
     ],
 )
 def test_flyte2_types_of_a_role(kwargs: dict[str, Any], message: str) -> None:

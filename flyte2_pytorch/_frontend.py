@@ -1,0 +1,136 @@
+"""The Flyte 2 front-end of the launcher: `FLYTE2`, the `pytorch_core.frontend.FrontEnd` of Flyte 2 tasks.
+
+A Flyte 2 task hands its function to the core launcher with this front-end, in a local run (``flyte.run`` after
+``flyte.init()``) and in a pod that Flyte 2's entrypoint started. Flyte 2's task context holds nothing a rank has to
+rebuild (no checkpoint object, no Decks collected per task), so a rank runs in its own working directory.
+
+Flyte 2's error protocol: an exception is retried unless it is a ``flyte.errors.NonRecoverableError`` (the
+entrypoint writes it as ``NON_RECOVERABLE``). So a recoverable failure of ours is the core's class itself, and a
+permanent one (a rank's ``NonRecoverableError``, a hang with ``retry_hangs=False``) is ``Permanent<Base>``, also a
+``NonRecoverableError``; those classes live here (made at first use) so that pickle finds them in every process.
+
+Only global rank 0 writes outputs. In a pod that does not hold it, the task ends with `WithheldOutputs`, a
+``SystemExit(0)``: Flyte 2's entrypoint lets it through (it handles ``Exception``), so the pod ends successfully
+without writing outputs or an error, as flytekit's ``IgnoreOutputs`` does.
+
+Imports neither flytekit nor torch; flyte only inside the functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from pytorch_core import _failure
+from pytorch_core.frontend import recoverable_class
+
+__all__ = ["FLYTE2", "Flyte2FrontEnd", "Flyte2Snapshot", "WithheldOutputs"]
+
+logger = logging.getLogger(__name__)
+_BASES = ("RankFailure", "HangError", "PeerFailedError")
+
+
+def __getattr__(name: str) -> type:
+    """``PermanentRankFailure``, ``PermanentHangError`` or ``PermanentPeerFailedError``, made at first use.
+
+    Args:
+        name: the attribute asked for.
+
+    Returns:
+        type: the core's class that is also ``flyte.errors.NonRecoverableError``. Pickle finds it by this name.
+
+    Raises:
+        AttributeError: any other name.
+    """
+    base_name = name.removeprefix("Permanent")
+    if not name.startswith("Permanent") or base_name not in _BASES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from flyte.errors import NonRecoverableError
+
+    cls = recoverable_class(__name__, getattr(_failure, base_name), NonRecoverableError, prefix="Permanent")
+    globals()[name] = cls
+    return cls
+
+
+@dataclass(frozen=True)
+class Flyte2Snapshot:
+    """What a rank of a Flyte 2 task takes from the task process: the working directory of the ranks."""
+
+    working_dir: Optional[str] = None
+
+
+class _RankScope:
+    def result_extras(self, value: Any) -> tuple[list[tuple[str, str]], Any]:
+        return [], None
+
+
+class WithheldOutputs(SystemExit):
+    """A pod that does not hold global rank 0 ends here, successfully and without outputs (exit status 0)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0)
+        self.message = message
+
+
+class Flyte2FrontEnd:
+    """Flyte 2 (``flyte.TaskEnvironment(plugin_config=PyTorch(...))``)."""
+
+    name = "flyte"
+    preload: tuple[str, ...] = ("flyte2_pytorch._frontend",)  # a rank unpickles FLYTE2
+    user_frames: tuple[str, ...] = ("/flyte2_pytorch/", "/flyte/")
+    launch_frames: tuple[str, ...] = ("/flyte/",)
+
+    def __reduce__(self) -> str:
+        return "FLYTE2"  # one instance per process: pickled by reference
+
+    def is_local(self) -> bool:
+        import flyte
+
+        return bool(flyte.ctx().mode == "local")
+
+    def snapshot(self) -> Flyte2Snapshot:
+        return Flyte2Snapshot()
+
+    def run_id(self) -> str:
+        import flyte
+
+        action = getattr(flyte.ctx(), "action", None)  # every pod of the job runs the same action
+        return str(getattr(action, "run_name", None) or "")
+
+    @contextlib.contextmanager
+    def rank_scope(self, snapshot: Any, workdir: Path) -> Iterator[_RankScope]:
+        workdir.mkdir(parents=True, exist_ok=True)
+        yield _RankScope()
+
+    def resumable_checkpoint(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def is_recoverable(self, exc: BaseException) -> bool:
+        from flyte.errors import NonRecoverableError
+
+        return not isinstance(exc, NonRecoverableError)
+
+    def recoverable(self, base: type[BaseException]) -> type[BaseException]:
+        return base  # Flyte 2 retries any exception but NonRecoverableError
+
+    def permanent(self, base: type[BaseException]) -> type[BaseException]:
+        cls: type[BaseException] = __getattr__(f"Permanent{base.__name__}")
+        return cls
+
+    def ignore_outputs(self, message: str) -> BaseException:
+        logger.info("%s", message)
+        return WithheldOutputs(message)
+
+    def remove_recovered_errors(self) -> None:
+        return None
+
+    def adopt(self, decks: list[tuple[str, str]], value: Any, metadata: Any) -> None:
+        return None
+
+
+FLYTE2 = Flyte2FrontEnd()
+"""The Flyte 2 front-end (one per process)."""
