@@ -67,6 +67,8 @@ class RankSpec:
         progress_timeout_s: ``progress_timeout`` in seconds (``_hang.py``), or ``None``.
         import_roots: directories the task's module is imported from, put on ``sys.path`` before the function is
             unpickled (``pyflyte run dir/wf.py`` adds the package root to ``sys.path`` only while it imports).
+        fn_files: the source file of each code object of the function (``_codefiles.code_files``), put back in the
+            rank where cloudpickle pickled the function by value and dropped them, so its tracebacks name the file.
     """
 
     fn_bytes: bytes
@@ -82,6 +84,7 @@ class RankSpec:
     node_gpus: tuple[str, ...] = ()
     parent_pid: Optional[int] = None
     import_roots: tuple[str, ...] = ()
+    fn_files: dict = field(default_factory=dict)
     retry_hangs: bool = True
     preflight: bool = True
     preflight_local: bool = False

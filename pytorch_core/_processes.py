@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 import cloudpickle
 
+from pytorch_core._codefiles import code_files
 from pytorch_core._control import ControlDir, ControlRecord, RankSpec
 from pytorch_core._failure import RankFailedError
 from pytorch_core._forkserver import start_forked_server
@@ -195,6 +196,7 @@ def rank_spec(
     """
     return RankSpec(
         fn_bytes=cloudpickle.dumps(fn),
+        fn_files=code_files(fn),
         kwargs_bytes=cloudpickle.dumps(kwargs),
         control_dir=str(control_dir),
         context=context,

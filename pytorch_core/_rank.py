@@ -34,6 +34,7 @@ from typing import Any, Optional
 
 import cloudpickle
 
+from pytorch_core._codefiles import restore_code_files
 from pytorch_core._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
 from pytorch_core._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
 from pytorch_core._failure import HangError, is_collateral
@@ -394,6 +395,7 @@ def rank_entrypoint(spec: RankSpec) -> None:
                 if root not in sys.path:
                     sys.path.insert(0, root)
             fn = cloudpickle.loads(spec.fn_bytes)
+            restore_code_files(fn, spec.fn_files)
             raise_if_refused_at_preload(getattr(fn, "__module__", None))
             kwargs = cloudpickle.loads(spec.kwargs_bytes)
             base = Path(spec.context.working_dir) if spec.context.working_dir else Path(spec.control_dir)
