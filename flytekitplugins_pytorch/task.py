@@ -351,8 +351,11 @@ _RESOURCE_WORDS = {"cpu": "cpu", "mem": "memory", "gpu": "gpu", "ephemeral_stora
 
 @functools.lru_cache(maxsize=1)
 def _flytekit_task_options() -> frozenset[str]:
-    """Keywords of ``flytekit.task`` that `pytorch_task` passes through (read from its signature)."""
-    params = inspect.signature(flytekit.task).parameters
+    """Keywords of ``flytekit.task`` that `pytorch_task` passes through (read from its signature).
+
+    Read from ``flytekit.core.task.task``, where flytekit defines it: ``flytekit.task`` is the same function, except
+    under ``flyte-migrate``, which replaces it with a shim of its own signature."""
+    params = inspect.signature(flytekit.core.task.task).parameters
     names = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY or p.default is not p.empty}
     # flytekit pops these from **kwargs for backwards compatibility.
     names |= {"cache_serialize", "cache_version", "cache_ignore_input_vars"}

@@ -17,6 +17,7 @@ from flyte2_pytorch import migrate
 migrate.register()
 
 from flytekit import Resources, task  # noqa: E402
+from flytekit.deck import DeckField  # noqa: E402
 from flytekitplugins import kfpytorch  # noqa: E402
 
 from flytekitplugins_pytorch import Elastic, Master, PyTorch, RunPolicy, Worker, pytorch_task  # noqa: E402
@@ -41,7 +42,9 @@ def total(x: int) -> int:
     return int(value.item())
 
 
-@pytorch_task(workers_count=3, per_replica_memory_request="4Gi")
+# deck_fields: a flytekit @task option that flyte-migrate's own `task` shim does not take; @pytorch_task reads its
+# pass-through options from flytekit's `task` itself, so the translated decorator still accepts it.
+@pytorch_task(workers_count=3, per_replica_memory_request="4Gi", deck_fields=(DeckField.SOURCE_CODE,))
 def flat(x: int) -> int:
     return x
 
