@@ -18,8 +18,11 @@ Imports neither flytekit nor torch; flyte only inside the functions.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +57,53 @@ def __getattr__(name: str) -> type:
     cls = recoverable_class(__name__, getattr(_failure, base_name), NonRecoverableError, prefix="Permanent")
     globals()[name] = cls
     return cls
+
+
+def revive_background_loops() -> int:
+    """Give each of flyte's background event loops that lost its thread a new loop and thread, in place.
+
+    flyte runs every syncified call (``flyte.syncify``: its clients, ``flyte.report``, flyte-migrate's Deck flush at
+    the end of a task) on an event loop in a daemon thread it starts at import. A rank is forked from a process where
+    that thread ran; the fork copies the loop but not its thread, so the rank's first syncified call would wait
+    forever. The loops are found through the ``Syncify`` instances of flyte's modules (and ``__main__``'s) and
+    repaired in place, so the wrappers made at decoration, which hold the same loop object, work too. Does nothing
+    where flyte's syncify module is not loaded, or where its loop threads are alive.
+
+    Returns:
+        int: how many loops were given a new thread.
+    """
+    api = sys.modules.get("flyte.syncify._api")
+    syncify_class = getattr(api, "Syncify", None)
+    if syncify_class is None:
+        return 0
+    revived = 0
+    seen: set[int] = set()
+    for name, module in list(sys.modules.items()):
+        if not (name == "__main__" or name == "flyte" or name.startswith(("flyte.", "flyte_"))):
+            continue
+        try:
+            # No attribute lookups on what a module holds: flyte keeps lazy module objects (pandas, ...) that raise
+            # ImportError on any of them, isinstance()'s __class__ included.
+            values = list(object.__getattribute__(module, "__dict__").values())
+        except (AttributeError, TypeError):
+            continue
+        for value in values:
+            if not issubclass(type(value), syncify_class):
+                continue
+            loop = object.__getattribute__(value, "__dict__").get("_bg_loop")
+            if loop is None or id(loop) in seen:
+                continue
+            seen.add(id(loop))
+            try:
+                if loop.thread.is_alive():
+                    continue
+                loop.loop = asyncio.new_event_loop()
+                loop.thread = threading.Thread(name=loop.thread.name, target=loop._run, daemon=True)
+                loop.thread.start()
+                revived += 1
+            except AttributeError as e:  # another flyte release's layout: say so, never fail the rank for it
+                logger.debug("flyte's background loop could not be restarted in this rank: %s", e)
+    return revived
 
 
 @dataclass(frozen=True)
@@ -104,6 +154,7 @@ class Flyte2FrontEnd:
     @contextlib.contextmanager
     def rank_scope(self, snapshot: Any, workdir: Path) -> Iterator[_RankScope]:
         workdir.mkdir(parents=True, exist_ok=True)
+        revive_background_loops()
         yield _RankScope()
 
     def resumable_checkpoint(self) -> contextlib.AbstractContextManager[None]:

@@ -14,6 +14,7 @@ import time
 import flyte
 
 from flyte2_pytorch import PyTorch, Worker
+from tests.flyte2 import syncified
 
 three = flyte.TaskEnvironment(name="three-ranks", plugin_config=PyTorch(worker=Worker(replicas=2)))
 two_nodes = flyte.TaskEnvironment(name="two-nodes", plugin_config=PyTorch(worker=Worker(replicas=1), nproc_per_node=2))
@@ -55,6 +56,17 @@ def env_views() -> list[dict[str, str]]:
     return views
 
 
+@three.task
+def syncified_in_ranks(base: int) -> list[int]:
+    """Each rank makes a syncified call (flyte's background loop) and rank 0 gathers the results."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    views: list = [None] * dist.get_world_size()
+    dist.all_gather_object(views, syncified.add(base, dist.get_rank()))
+    return views
+
+
 def main(case: str) -> None:
     flyte.init()
     start = time.perf_counter()
@@ -63,6 +75,9 @@ def main(case: str) -> None:
             run = flyte.run(all_reduce, base=10)
         elif case == "failing":
             run = flyte.run(failing, bad_rank=2)
+        elif case == "syncified_in_ranks":
+            syncified.add(0, 0)  # flyte's loop thread runs in this process before the ranks start
+            run = flyte.run(syncified_in_ranks, base=10)
         else:
             run = flyte.run(env_views)
         out = {"output": run.outputs()[0]}

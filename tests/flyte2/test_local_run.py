@@ -61,3 +61,12 @@ def test_a_failing_rank_is_reported_by_number_type_and_traceback(tmp_path: Path)
     assert (out.get("error"), out["code"], out["kind"]) == ("RuntimeUserError", "ValueError", "user")
     assert out["message"].startswith("rank 2 (of 3) failed: ValueError: boom on rank 2")
     assert "--- traceback of rank 2 ---" in out["message"] and "local_tasks.py" in out["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BOUND_S + 60)
+def test_a_syncified_flyte_call_in_a_rank_returns(tmp_path: Path) -> None:
+    """flyte runs syncified calls on an event loop in a thread of its own; a rank forked from a process where that
+    thread ran must get one of its own, or the call waits forever (flyte-migrate's Deck flush is such a call)."""
+    out = run_case("syncified_in_ranks", tmp_path)
+    assert out["output"] == [10, 11, 12], out

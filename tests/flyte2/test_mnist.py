@@ -49,12 +49,9 @@ def test_the_flyte2_twin_trains_on_three_ranks(tmp_path: Path) -> None:
 @pytest.mark.timeout(BOUND_S + 60)
 @pytest.mark.xfail(
     strict=True,
-    reason="three gaps, none in the translation: (1) @pytorch_task reads its pass-through options from "
-    "inspect.signature(flytekit.task), which flyte-migrate replaces with a shim without deck_fields, so the "
-    "decorator refuses deck_fields; (2) in the ranks flytekit.current_context() is flytekit's default context, "
-    "whose checkpoint raises (and whose decks the shim looks up in flyte's context); (3) with enable_deck the shim "
-    "wraps the function to call flyte.report.flush() on exit, a syncified call that never returns in a forked rank "
-    "(the event-loop thread it waits on is the parent's), so the rank never ends, not even after the checkpoint error",
+    reason="in the ranks flytekit.current_context() is flytekit's default context, whose checkpoint raises "
+    "NotImplementedError (and whose decks the shim looks up in flyte's context): a flytekit task translated by "
+    "flyte-migrate gets no flytekit execution context from a Flyte 2 run",
 )
 def test_the_flytekit_example_translated_by_flyte_migrate_runs_locally(tmp_path: Path) -> None:
     out = _run("tests.flyte2.migrated_mnist", str(require_mnist()), tmp_path=tmp_path)
