@@ -108,9 +108,36 @@ def revive_background_loops() -> int:
 
 @dataclass(frozen=True)
 class Flyte2Snapshot:
-    """What a rank of a Flyte 2 task takes from the task process: the working directory of the ranks."""
+    """What a rank of a Flyte 2 task takes from the task process.
+
+    Attributes:
+        working_dir: the working directory of the ranks.
+        flytekit: for flytekit code that ``flyte-migrate`` made a Flyte 2 task (flytekit is loaded in the task
+            process): the flytekit context its ranks get (``flytekitplugins_pytorch._context``), with a checkpoint
+            in a folder of this run, as a flytekit local run gives; ``None`` otherwise.
+    """
 
     working_dir: Optional[str] = None
+    flytekit: Any = None
+
+
+def _flytekit_snapshot() -> Any:
+    """The flytekit context for the ranks of a migrated flytekit task, or None where flytekit is not loaded.
+
+    Only when the task's code already imported flytekit: this front-end never imports it by itself.
+    """
+    if "flytekit" not in sys.modules:
+        return None
+    import dataclasses
+    import tempfile
+
+    from flytekitplugins_pytorch import _context
+
+    snapshot = _context.snapshot_context()
+    if snapshot.checkpoint_dest is None:  # flytekit's default context has none: its checkpoint raises
+        folder = tempfile.mkdtemp(prefix="flyte2-pytorch-checkpoint-")
+        snapshot = dataclasses.replace(snapshot, checkpoint_dest=folder)
+    return snapshot
 
 
 class _RankScope:
@@ -143,7 +170,7 @@ class Flyte2FrontEnd:
         return bool(flyte.ctx().mode == "local")
 
     def snapshot(self) -> Flyte2Snapshot:
-        return Flyte2Snapshot()
+        return Flyte2Snapshot(flytekit=_flytekit_snapshot())
 
     def run_id(self) -> str:
         import flyte
@@ -155,7 +182,13 @@ class Flyte2FrontEnd:
     def rank_scope(self, snapshot: Any, workdir: Path) -> Iterator[_RankScope]:
         workdir.mkdir(parents=True, exist_ok=True)
         revive_background_loops()
-        yield _RankScope()
+        if getattr(snapshot, "flytekit", None) is None:
+            yield _RankScope()
+            return
+        from flytekitplugins_pytorch._frontend import FLYTEKIT  # flytekit is loaded: the task's code imported it
+
+        with FLYTEKIT.rank_scope(snapshot.flytekit, workdir):  # flytekit.current_context() as in a flytekit rank
+            yield _RankScope()
 
     def resumable_checkpoint(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()

@@ -246,9 +246,11 @@ def _facts_html(summary: TrainingSummary, accuracies: list[float], epoch_losses:
 
 
 def _show_first(deck: Deck) -> None:
-    """Make `deck` the tab a Deck opens on: flytekit opens the first Deck of the task's context."""
+    """Make `deck` the tab a Deck opens on: flytekit opens the first Deck of the task's context. A Deck kept
+    elsewhere (flyte-migrate's, which goes to Flyte 2's report) is left where it is."""
     decks = flytekit.current_context().decks
-    decks.insert(0, decks.pop(decks.index(deck)))
+    if deck in decks:
+        decks.insert(0, decks.pop(decks.index(deck)))
 
 
 #: The Decks of the training task: our "Training" curves plus flytekit's source code, timeline, inputs and outputs.

@@ -47,12 +47,6 @@ def test_the_flyte2_twin_trains_on_three_ranks(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(BOUND_S + 60)
-@pytest.mark.xfail(
-    strict=True,
-    reason="in the ranks flytekit.current_context() is flytekit's default context, whose checkpoint raises "
-    "NotImplementedError (and whose decks the shim looks up in flyte's context): a flytekit task translated by "
-    "flyte-migrate gets no flytekit execution context from a Flyte 2 run",
-)
 def test_the_flytekit_example_translated_by_flyte_migrate_runs_locally(tmp_path: Path) -> None:
     out = _run("tests.flyte2.migrated_mnist", str(require_mnist()), tmp_path=tmp_path)
     assert out["class"] == "PyTorchTask" and out["workers"] == 2
