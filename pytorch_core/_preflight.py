@@ -171,11 +171,38 @@ def _not_joined(rank: int, world: int, addr: str, port: int, join_timeout_s: flo
     )
 
 
+HANDOVER_WAIT_S = 2.0
+"""How long a rank that does not host the preflight's store waits for its host to close it (it takes milliseconds)."""
+
+
 def _release(store: Any, hosts: bool, world: int) -> None:
-    """Every rank is done with the store before its host closes it (the host waits for the count)."""
+    """Every rank is done with the store before its host closes it (the host waits for the count), and no rank
+    leaves before the host closed it: the task's own ``init_process_group`` connects to ``MASTER_PORT`` too, and a
+    connection that reached the closing preflight store would fail there ("Failed to recv, got 0 bytes")."""
     store.add("released", 1)
     if hosts:
         _wait_count(store, "released", world, OP_TIMEOUT_S)
+    elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True):  # rank 0 hosts it, and closes it now
+        _wait_closed(store, HANDOVER_WAIT_S)
+
+
+def _wait_closed(store: Any, timeout_s: float) -> None:
+    """Wait until the host closed the store: the next operation on this rank's connection then fails at once. torch
+    logs that expected failure on stderr from C++; it is kept off this rank's stderr."""
+    deadline = time.monotonic() + timeout_s
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        while time.monotonic() < deadline:
+            try:
+                store.add("released", 0)
+            except Exception:  # noqa: BLE001 - the connection closed: the host's store is gone
+                return
+            time.sleep(0.002)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _check_in(rank: int, world: int, addr: str, port: int, join_timeout_s: float) -> None:
