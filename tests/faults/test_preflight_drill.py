@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
-from flytekitplugins_pytorch._preflight import run_preflight, shm_problem
+from pytorch_core._preflight import run_preflight, shm_problem
 from tests.connector.helpers import execution_metadata, make_connector
 from tests.e2e import harness
 from tests.e2e.harness import BlobStore, FakeOperator

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 from flytekit.core.base_task import IgnoreOutputs
 
-from flytekitplugins_pytorch import PyTorch, Worker, launcher
-from flytekitplugins_pytorch._control import ControlDir, ControlRecord, RankError, RankResult
-from flytekitplugins_pytorch._plan import plan_launch
-from flytekitplugins_pytorch._processes import AgentResult
-from flytekitplugins_pytorch._rank import report_error
-from flytekitplugins_pytorch.launcher import RankFailedError, RankFailure
+from flytekitplugins_pytorch import PyTorch, Worker
+from pytorch_core import launcher
+from pytorch_core._control import ControlDir, ControlRecord, RankError, RankResult
+from pytorch_core._plan import plan_launch
+from pytorch_core._processes import AgentResult
+from pytorch_core._rank import report_error
+from pytorch_core.launcher import RankFailedError, RankFailure
 
 
 def error(rank: int, at: float) -> RankError:

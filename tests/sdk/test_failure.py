@@ -7,8 +7,8 @@ import pickle
 import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
 
-from flytekitplugins_pytorch._control import RankError
-from flytekitplugins_pytorch._failure import (
+from pytorch_core._control import RankError
+from pytorch_core._failure import (
     NEVER_RAN_HINT,
     CauseKind,
     HangError,
@@ -351,13 +351,13 @@ def test_torch_dist_errors_are_collateral() -> None:
 # ---------------------------------------------------------------- ranks that did not arrive -------------------------
 
 USER_SLEEP_DUMP = """Thread 0x00007f0000000002 (most recent call first):
-  File "/work/flytekitplugins_pytorch/_rank.py", line 160 in watch
+  File "/work/pytorch_core/_rank.py", line 160 in watch
   File "/usr/lib/python3.11/threading.py", line 975 in run
 
 Current thread 0x00007f0000000001 (most recent call first):
   File "/home/me/train.py", line 42 in step_loop
   File "/home/me/train.py", line 60 in train
-  File "/work/flytekitplugins_pytorch/_rank.py", line 230 in rank_entrypoint
+  File "/work/pytorch_core/_rank.py", line 230 in rank_entrypoint
   File "/venv/torch/distributed/elastic/multiprocessing/api.py", line 600 in _wrap
 """
 
@@ -365,7 +365,7 @@ IN_COLLECTIVE_DUMP = """Current thread 0x00007f0000000001 (most recent call firs
   File "/venv/torch/distributed/distributed_c10d.py", line 2800 in all_reduce
   File "/venv/torch/distributed/c10d_logger.py", line 81 in wrapper
   File "/home/me/train.py", line 50 in step_loop
-  File "/work/flytekitplugins_pytorch/_rank.py", line 230 in rank_entrypoint
+  File "/work/pytorch_core/_rank.py", line 230 in rank_entrypoint
 """
 
 
@@ -447,7 +447,7 @@ def test_several_missing_ranks_are_listed() -> None:
 
 PYFLYTE_RUN_DUMP = """Current thread 0x00007f0000000001 (most recent call first):
   File "/home/me/train.py", line 42 in step_loop
-  File "/work/flytekitplugins_pytorch/_rank.py", line 230 in rank_entrypoint
+  File "/work/pytorch_core/_rank.py", line 230 in rank_entrypoint
   File "/venv/torch/distributed/elastic/multiprocessing/api.py", line 600 in _wrap
   File "/venv/flytekit/core/base_task.py", line 767 in dispatch_execute
   File "/venv/flytekit/clis/sdk_in_container/run.py", line 500 in invoke
@@ -464,7 +464,7 @@ def test_a_hang_report_drops_click_and_flytekit_frames_and_keeps_the_users_and_t
     start = cause.details.index("--- stack of rank 1 when rank 2 gave up (most recent call first) ---")
     assert cause.details[start + 1 :] == (
         "  /home/me/train.py:42 in step_loop",
-        "  /work/flytekitplugins_pytorch/_rank.py:230 in rank_entrypoint",
+        "  /work/pytorch_core/_rank.py:230 in rank_entrypoint",
         "  /venv/torch/distributed/elastic/multiprocessing/api.py:600 in _wrap",
         "  /venv/bin/pyflyte:8 in <module>",
         "  (4 click and flytekit frames left out)",

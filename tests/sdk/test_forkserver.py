@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from flytekitplugins_pytorch import Elastic, PyTorch, pytorch_task
-from flytekitplugins_pytorch._forkserver import FRESH_FORKSERVER_ENV, fork_refusal, gpu_driver_loaded
-from flytekitplugins_pytorch._processes import import_preloads
 from flytekitplugins_pytorch.config import ConfigError
+from pytorch_core._forkserver import FRESH_FORKSERVER_ENV, fork_refusal, gpu_driver_loaded
+from pytorch_core._processes import import_preloads
 from tests.sdk.guarded_run import run_guarded
 
 ROOT = Path(__file__).resolve().parents[2]

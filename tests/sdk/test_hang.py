@@ -14,8 +14,8 @@ import time
 import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
 
-from flytekitplugins_pytorch import _hang
-from flytekitplugins_pytorch._failure import HangError, PeerFailedError
+from pytorch_core import _hang
+from pytorch_core._failure import HangError, PeerFailedError
 
 
 def _port() -> int:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from flytekitplugins_pytorch._failure import NESTED_LAUNCH_HEADLINE, RankOutcomes, find_root_cause
-from flytekitplugins_pytorch._forkserver import FRESH_FORKSERVER_ENV
-from flytekitplugins_pytorch._nested import (
+from pytorch_core._failure import NESTED_LAUNCH_HEADLINE, RankOutcomes, find_root_cause
+from pytorch_core._forkserver import FRESH_FORKSERVER_ENV
+from pytorch_core._nested import (
     LAUNCHER_PID_ENV,
     NESTED_LAUNCH_EXIT_CODE,
     NestedLaunchError,
@@ -95,7 +95,7 @@ def test_a_rank_refuses_a_launch(monkeypatch):
 
 
 def test_a_module_refused_at_preload_fails_its_ranks(monkeypatch):
-    from flytekitplugins_pytorch import _nested
+    from pytorch_core import _nested
 
     monkeypatch.setitem(_nested._refused_at_preload, "user_mod", "user_mod.t: refused")
     raise_if_refused_at_preload("other_mod")  # another module: nothing to say

@@ -8,7 +8,7 @@ import datetime
 import pytest
 
 from flytekitplugins_pytorch import Elastic, PyTorch, Worker
-from flytekitplugins_pytorch._plan import (
+from pytorch_core._plan import (
     LOCAL_MONITOR_INTERVAL_S,
     RDZV_BACKEND,
     ExecutionKind,
