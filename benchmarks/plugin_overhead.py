@@ -102,7 +102,7 @@ def floor_launch() -> None:
     """The floor: 3 processes forked by torch.multiprocessing join a gloo group and all-reduce once."""
     import torch.multiprocessing as tmp
 
-    from flytekitplugins_pytorch._processes import free_port
+    from pytorch_core._processes import free_port
 
     tmp.start_processes(_floor_rank, args=(free_port(),), nprocs=3, join=True, start_method="fork")
 
@@ -179,7 +179,7 @@ def bench_serialize(runs: int) -> None:
 def bench_launch(runs: int, first_runs: int) -> None:
     print(f"(c) local launch, wall time per call, median of {runs} (first launch: median of {first_runs})")
     try:
-        import flytekitplugins_pytorch.launcher  # noqa: F401
+        import pytorch_core.launcher  # noqa: F401
     except ImportError as e:
         print(f"    launcher unavailable ({e})")
         return

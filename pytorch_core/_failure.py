@@ -3,7 +3,7 @@
 :func:`find_root_cause` takes :class:`RankOutcomes` (plain data: what the ranks reported through the control
 directory plus the exit codes torch's agent recorded) and returns a :class:`RootCause`; :func:`to_exception` turns
 that into the exception the task raises. Neither starts a process, so every case is a table row in
-``tests/sdk/test_failure.py``.
+``tests/core/test_failure.py``.
 
 The rules, in order:
 

@@ -1,7 +1,7 @@
 """Launch planning: the task's config and the process environment in, a typed :class:`LaunchPlan` out. Pure.
 
 No process is started, no torch is imported and nothing is read but the arguments, so every case is a table row in
-``tests/sdk/test_plan.py``. :func:`plan_launch` decides *where* a task runs and with how many ranks:
+``tests/core/test_plan.py``. :func:`plan_launch` decides *where* a task runs and with how many ranks:
 
 - **local** (``pyflyte run``, a workflow called in Python, any process without the Kubeflow operator's variables):
   the declared world size runs as real processes on this machine, started by torch's elastic agent with a

@@ -1,4 +1,5 @@
-"""pytorch_core imports no Flyte SDK and neither front-end, and runs a local launch without them.
+"""pytorch_core imports no Flyte SDK and neither front-end, and runs a local launch without them; its tests
+(tests/core) import none either.
 
 Each check runs in a fresh interpreter that installs a meta-path finder making the blocked imports fail and
 recording who tried (as tests/flyte2/test_import.py does for the Flyte 2 front-end). The launch runs under a
@@ -147,6 +148,20 @@ def test_a_local_two_rank_launch_through_the_core_imports_no_sdk(tmp_path: Path)
     assert (out["rank"], out["world"], out["sum"]) == (0, 2, 10 + 11)
     assert out["views"] == [{"rank": "0", "held": []}, {"rank": "1", "held": []}]
     assert (report["loaded"], report["our_attempts"]) == ([], [])
+
+
+def test_the_core_tests_import_no_sdk_front_end(tmp_path: Path) -> None:
+    """tests/core tests the core as a launch that no SDK started: none of its modules may need one to load."""
+    modules = sorted(f"tests.core.{path.stem}" for path in (ROOT / "tests" / "core").glob("*.py"))
+    assert "tests.core.conftest" in modules and len(modules) > 2
+    driver = IMPORT_DRIVER.replace("blocked_report()", "blocked_report(('pytorch_core', '/tests/core/'))")
+    code = BLOCKER % ((*SDKS, "backend_plugin"),) + driver % (modules,)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {"loaded": [], "our_attempts": []}
 
 
 def test_the_blocker_blocks(tmp_path: Path) -> None:

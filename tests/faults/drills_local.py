@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from flytekitplugins_pytorch import pytorch_task
-from flytekitplugins_pytorch._forkserver import FORKED_SERVER_NAME
+from pytorch_core._forkserver import FORKED_SERVER_NAME
 
 #: Collective timeout of the hang drill; small so the drill is quick.
 HANG_TIMEOUT_S = 5.0

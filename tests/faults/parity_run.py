@@ -58,8 +58,8 @@ def main(mode: str, name: str) -> int:
     if mode == "pod":
         from flytekit.core.base_task import IgnoreOutputs
 
-        from flytekitplugins_pytorch._plan import ExecutionKind, plan_launch
-        from flytekitplugins_pytorch.launcher import _run_direct
+        from pytorch_core._plan import ExecutionKind, plan_launch
+        from pytorch_core.launcher import _run_direct
 
         task = getattr(parity_cases, f"pod_{name}")
         plan = plan_launch(task.task_config, os.environ, local=False)

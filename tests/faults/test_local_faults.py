@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flytekitplugins_pytorch.launcher import RankFailure
+from pytorch_core.launcher import RankFailure
 from tests.faults.drills_local import DEFAULT_BOUND_S, HANG_TIMEOUT_S, run_drill
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]

@@ -10,15 +10,15 @@ import pytest
 from flytekit import Resources, task
 
 from flytekitplugins_pytorch import PyTorch, Worker, pytorch_task
-from flytekitplugins_pytorch._failure import activity
-from flytekitplugins_pytorch._rank import (
+from flytekitplugins_pytorch.config import ConfigError
+from pytorch_core._failure import activity
+from pytorch_core._rank import (
     COLLECTIVE_TIMEOUT_ENV,
     _reset_start_method,
     default_collective_timeout,
     preflight_timeout_s,
     torch_default_timeout,
 )
-from flytekitplugins_pytorch.config import ConfigError
 
 
 def test_torchs_default_timeout_is_read_from_torch() -> None:
@@ -70,21 +70,21 @@ DDP_BACKWARD = """Thread 0x00007f0000000001 (most recent call first):
   File "/venv/lib/python3.11/site-packages/torch/autograd/__init__.py", line 364 in backward
   File "/venv/lib/python3.11/site-packages/torch/_tensor.py", line 647 in backward
   File "/home/me/train.py", line 30 in step
-  File "/venv/lib/python3.11/site-packages/flytekitplugins_pytorch/_rank.py", line 300 in rank_entrypoint
+  File "/venv/lib/python3.11/site-packages/pytorch_core/_rank.py", line 300 in rank_entrypoint
   File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 600 in _wrap
 """
 
 WORK_WAIT = """Thread 0x00007f0000000001 (most recent call first):
-  File "/venv/lib/python3.11/site-packages/flytekitplugins_pytorch/_hang.py", line 480 in _wait_for_work
+  File "/venv/lib/python3.11/site-packages/pytorch_core/_hang.py", line 480 in _wait_for_work
   File "/home/me/train.py", line 31 in step
-  File "/venv/lib/python3.11/site-packages/flytekitplugins_pytorch/_rank.py", line 300 in rank_entrypoint
+  File "/venv/lib/python3.11/site-packages/pytorch_core/_rank.py", line 300 in rank_entrypoint
   File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 600 in _wrap
 """
 
 USER_CODE = """Thread 0x00007f0000000001 (most recent call first):
   File "/home/me/train.py", line 12 in load
   File "/home/me/train.py", line 30 in step
-  File "/venv/lib/python3.11/site-packages/flytekitplugins_pytorch/_rank.py", line 300 in rank_entrypoint
+  File "/venv/lib/python3.11/site-packages/pytorch_core/_rank.py", line 300 in rank_entrypoint
   File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 600 in _wrap
 """
 

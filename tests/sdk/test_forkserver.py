@@ -1,4 +1,5 @@
-"""The fork server forked from the launcher (``_forkserver.py``) and ``preload_modules``.
+"""The fork server forked from the launcher (``_forkserver.py``) and ``preload_modules``, in launches of a flytekit
+workflow; the server's checks on plain data are in ``tests/core/test_forkserver.py``.
 
 The launches run in fresh interpreters: whether the launcher may be forked depends on the process's history (an
 OpenMP team, a fork server already running), which the test process must not carry into other tests.
@@ -14,51 +15,11 @@ from pathlib import Path
 import pytest
 
 from flytekitplugins_pytorch import Elastic, PyTorch, pytorch_task
-from flytekitplugins_pytorch._forkserver import FRESH_FORKSERVER_ENV, fork_refusal, gpu_driver_loaded
-from flytekitplugins_pytorch._processes import import_preloads
 from flytekitplugins_pytorch.config import ConfigError
+from pytorch_core._forkserver import FRESH_FORKSERVER_ENV
 from tests.sdk.guarded_run import run_guarded
 
 ROOT = Path(__file__).resolve().parents[2]
-LINUX, SUPPORTED = "linux", (3, 11)
-
-
-@pytest.mark.parametrize(
-    ("environ", "platform", "version", "expected"),
-    [
-        pytest.param({}, LINUX, SUPPORTED, None, id="linux 3.11"),
-        pytest.param({}, LINUX, (3, 10), None, id="oldest supported"),
-        pytest.param({}, LINUX, (3, 13), None, id="newest supported"),
-        pytest.param({FRESH_FORKSERVER_ENV: "1"}, LINUX, SUPPORTED, FRESH_FORKSERVER_ENV, id="opted out"),
-        pytest.param({FRESH_FORKSERVER_ENV: "0"}, LINUX, SUPPORTED, None, id="opt-out off"),
-        pytest.param({}, "darwin", SUPPORTED, "not safe on darwin", id="macOS"),
-        pytest.param({}, LINUX, (3, 14), "Python 3.14", id="3.14 authenticates its clients"),
-    ],
-)
-def test_fork_refusal(environ, platform, version, expected) -> None:
-    reason = fork_refusal(environ, platform=platform, version=version)
-    if expected is None:
-        assert reason is None
-    else:
-        assert reason is not None and expected in reason
-
-
-_MAPS = """\
-7f1c2a000000-7f1c2a200000 r-xp 00000000 fe:00 123 /usr/lib/x86_64-linux-gnu/libc.so.6
-7f1c2b000000-7f1c2b100000 r-xp 00000000 fe:00 456 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.104.05
-7f1c2c000000-7f1c2c100000 r-xp 00000000 fe:00 789 /opt/venv/lib/python3.11/site-packages/torch/lib/libcudart.so.12
-7ffd1c000000-7ffd1c021000 rw-p 00000000 00:00 0 [stack]
-"""
-
-
-def test_a_loaded_gpu_driver_is_found_in_the_maps() -> None:
-    # NVML and the CUDA runtime library alone (torch imported, devices counted through NVML) are safe to fork.
-    assert gpu_driver_loaded(_MAPS) is None
-    driver = "7f1c2d000000-7f1c2d900000 r-xp 00000000 fe:00 999 /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05\n"
-    assert gpu_driver_loaded(_MAPS + driver) == "libcuda.so.535.104.05"
-    hip = "7f1c2e000000-7f1c2e100000 r-xp 00000000 fe:00 998 /opt/rocm/lib/libamdhip64.so.6.2.0\n"
-    assert gpu_driver_loaded(hip + _MAPS) == "libamdhip64.so.6.2.0"
-    assert gpu_driver_loaded(Path("/proc/self/maps").read_text()) is None  # this machine's torch has no CUDA
 
 
 # A fresh interpreter launches a 2-rank task (each rank reports its parent's pid and name, and whether a preloaded
@@ -152,12 +113,3 @@ def test_preload_modules_are_checked_at_decoration() -> None:
             pytorch_task(workers_count=1, preload_modules=value)
         assert says in str(info.value) and 'e.g. ["torch._dynamo"]' in str(info.value)
         assert info.value.field == "pytorch_task.preload_modules"  # the keyword as typed
-
-
-def test_a_preload_that_fails_to_import_names_the_module_and_the_error() -> None:
-    import_preloads(("json",))
-    with pytest.raises(ConfigError) as info:
-        import_preloads(("json", "no_such_module_for_this_test"))
-    message = str(info.value)
-    assert "importing 'no_such_module_for_this_test' failed (ModuleNotFoundError" in message
-    assert message.startswith("preload_modules=['json', 'no_such_module_for_this_test']")

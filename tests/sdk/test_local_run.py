@@ -21,8 +21,9 @@ from flytekit.core.context_manager import ExecutionParameters, ExecutionState, F
 from flytekit.exceptions.user import FlyteRecoverableException
 from flytekit.models.core.identifier import WorkflowExecutionIdentifier
 
-from flytekitplugins_pytorch import PyTorch, _processes, launcher
-from flytekitplugins_pytorch.launcher import RankFailure
+from flytekitplugins_pytorch import PyTorch
+from pytorch_core import _processes, launcher
+from pytorch_core.launcher import RankFailure
 from tests.faults.drills_local import descendants, is_multiprocessing_helper
 from tests.sdk import local_tasks
 
@@ -46,11 +47,19 @@ def _living_children() -> list[int]:
     return out
 
 
-LAUNCHER_MODULES = ("launcher", "_plan", "_processes", "_failure", "_control", "_context", "_rank")
+LAUNCHER_MODULES = (
+    "pytorch_core.launcher",
+    "pytorch_core._plan",
+    "pytorch_core._processes",
+    "pytorch_core._failure",
+    "pytorch_core._control",
+    "flytekitplugins_pytorch._context",
+    "pytorch_core._rank",
+)
 
 
 def test_launcher_modules_import_without_torch() -> None:
-    imports = "; ".join(f"import flytekitplugins_pytorch.{name}" for name in LAUNCHER_MODULES)
+    imports = "; ".join(f"import {name}" for name in LAUNCHER_MODULES)
     code = f"import sys; sys.modules['torch'] = None; {imports}; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     assert out.stdout.strip() == "ok"
@@ -312,7 +321,7 @@ def test_pyflyte_run_of_a_workflow_file(tmp_path) -> None:
 POD_SCRIPT = """
 import sys
 from flytekit.core.base_task import IgnoreOutputs
-from flytekitplugins_pytorch.launcher import run_distributed
+from pytorch_core.launcher import run_distributed
 from tests.sdk.local_tasks import all_reduce_task
 
 if __name__ == "__main__":
@@ -360,7 +369,7 @@ def test_import_roots_name_the_package_root_pyflyte_run_removed_from_sys_path(tm
     import importlib
     import sys
 
-    from flytekitplugins_pytorch._processes import _import_roots
+    from pytorch_core._processes import _import_roots
 
     pkg = tmp_path / "roots_pkg"
     pkg.mkdir()
@@ -379,7 +388,7 @@ def test_import_roots_name_the_package_root_pyflyte_run_removed_from_sys_path(tm
 
 @pytest.mark.slow
 def test_a_rank_without_progress_stops_itself_and_is_named() -> None:
-    from flytekitplugins_pytorch._failure import HangError
+    from pytorch_core._failure import HangError
 
     started = time.monotonic()
     with pytest.raises(HangError) as info:

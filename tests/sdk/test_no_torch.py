@@ -112,7 +112,7 @@ user_tasks.train(lr=0.1)
 
 @pytest.mark.timeout(180)
 def test_local_run_without_torch_names_the_install_command(tmp_path: Path) -> None:
-    from flytekitplugins_pytorch.launcher import torch_requirement
+    from pytorch_core.launcher import torch_requirement
 
     (tmp_path / "user_tasks.py").write_text(textwrap.dedent(USER_MODULE))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}

@@ -10,7 +10,7 @@ from flytekit.core.context_manager import ExecutionParameters, FlyteContextManag
 from flytekit.core.data_persistence import FileAccessProvider
 
 from flytekitplugins_pytorch._context import resume_source, resumed_checkpoint
-from flytekitplugins_pytorch.launcher import remove_recovered_errors
+from pytorch_core.launcher import remove_recovered_errors
 
 
 def _access(tmp_path: Path) -> FileAccessProvider:

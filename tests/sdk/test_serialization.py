@@ -320,6 +320,13 @@ def test_type_and_version() -> None:
         assert (template["type"], template["taskTypeVersion"]) == ("pytorch", 1)
 
 
+def test_the_local_rendezvous_backend_is_the_one_the_template_declares() -> None:
+    from flytekitplugins_pytorch.task import elastic_custom
+    from pytorch_core._plan import RDZV_BACKEND
+
+    assert RDZV_BACKEND == elastic_custom(Elastic(nnodes="1:2"))["elasticConfig"]["rdzvBackend"]
+
+
 # --- compatibility with flytekit's official kfpytorch plugin (whose templates Flyte's Go backend runs) ----------
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from flytekit.exceptions.user import FlyteRecoverableException
 
-from flytekitplugins_pytorch._control import RankError
-from flytekitplugins_pytorch._failure import (
+from pytorch_core._control import RankError
+from pytorch_core._failure import (
     NEVER_RAN_HINT,
     CauseKind,
     HangError,
@@ -20,6 +19,7 @@ from flytekitplugins_pytorch._failure import (
     main_thread_frames,
     to_exception,
 )
+from pytorch_core.frontend import RecoverableError
 
 STUCK = "ranks still running when the job was stopped (they had not reached or finished the collective): "
 
@@ -236,11 +236,11 @@ def test_the_original_type_is_rebuilt_with_its_attributes() -> None:
         pytest.param(ValueError("boom"), id="ValueError"),
         pytest.param(KeyError("missing"), id="KeyError"),
         pytest.param(ShardError("bad shard", shard=7), id="own-type-with-attribute"),
-        pytest.param(FlyteRecoverableException("flaky storage"), id="FlyteRecoverableException"),
+        pytest.param(RecoverableError("flaky storage"), id="RecoverableError"),
     ],
 )
 def test_a_rebuilt_exception_is_its_own_type_and_pickles(original: BaseException) -> None:
-    error = report(1, 1.0, original, recoverable=isinstance(original, FlyteRecoverableException))
+    error = report(1, 1.0, original, recoverable=isinstance(original, RecoverableError))
     exc = to_exception(find_root_cause(outcomes(error)))
     back = pickle.loads(pickle.dumps(exc))
     assert type(exc) is type(original) and type(back) is type(original)
@@ -280,7 +280,7 @@ def test_a_type_that_does_not_pickle_back_is_a_named_rank_failure() -> None:
     ("recoverable", "expected"),
     [
         pytest.param(False, RankFailure, id="plain"),
-        pytest.param(True, FlyteRecoverableException, id="recoverable-without-its-type"),
+        pytest.param(True, RecoverableError, id="recoverable-without-its-type"),
     ],
 )
 @pytest.mark.parametrize("exc_bytes", [None, b"not a pickle"], ids=["unpicklable", "corrupt"])
@@ -351,13 +351,13 @@ def test_torch_dist_errors_are_collateral() -> None:
 # ---------------------------------------------------------------- ranks that did not arrive -------------------------
 
 USER_SLEEP_DUMP = """Thread 0x00007f0000000002 (most recent call first):
-  File "/work/flytekitplugins_pytorch/_rank.py", line 160 in watch
+  File "/work/pytorch_core/_rank.py", line 160 in watch
   File "/usr/lib/python3.11/threading.py", line 975 in run
 
 Current thread 0x00007f0000000001 (most recent call first):
   File "/home/me/train.py", line 42 in step_loop
   File "/home/me/train.py", line 60 in train
-  File "/work/flytekitplugins_pytorch/_rank.py", line 230 in rank_entrypoint
+  File "/work/pytorch_core/_rank.py", line 230 in rank_entrypoint
   File "/venv/torch/distributed/elastic/multiprocessing/api.py", line 600 in _wrap
 """
 
@@ -365,7 +365,7 @@ IN_COLLECTIVE_DUMP = """Current thread 0x00007f0000000001 (most recent call firs
   File "/venv/torch/distributed/distributed_c10d.py", line 2800 in all_reduce
   File "/venv/torch/distributed/c10d_logger.py", line 81 in wrapper
   File "/home/me/train.py", line 50 in step_loop
-  File "/work/flytekitplugins_pytorch/_rank.py", line 230 in rank_entrypoint
+  File "/work/pytorch_core/_rank.py", line 230 in rank_entrypoint
 """
 
 
@@ -395,9 +395,9 @@ def test_a_sleeping_rank_is_named_with_where_it_was() -> None:
     exc = to_exception(cause)
     assert isinstance(exc, HangError) and exc.rank == 1  # not the waiting rank's RuntimeError
     # Still running the task's code: it would be late again on every attempt, so no retry even with retry_hangs.
-    assert not isinstance(exc, FlyteRecoverableException)
+    assert not isinstance(exc, RecoverableError)
     permanent = to_exception(cause, retry_hangs=False)
-    assert type(permanent) is HangError and not isinstance(permanent, FlyteRecoverableException)
+    assert type(permanent) is HangError and not isinstance(permanent, RecoverableError)
     assert pickle.loads(pickle.dumps(exc)).rank == 1 and type(pickle.loads(pickle.dumps(exc))) is type(exc)
 
 
@@ -442,30 +442,4 @@ def test_several_missing_ranks_are_listed() -> None:
     assert cause.headline.startswith(
         "ranks [1, 2] (of 4) did not arrive: rank 1 still running at /home/me/train.py:42 in step_loop, outside "
         "torch.distributed; rank 2 its function returned without joining the others; rank 0 gave up"
-    )
-
-
-PYFLYTE_RUN_DUMP = """Current thread 0x00007f0000000001 (most recent call first):
-  File "/home/me/train.py", line 42 in step_loop
-  File "/work/flytekitplugins_pytorch/_rank.py", line 230 in rank_entrypoint
-  File "/venv/torch/distributed/elastic/multiprocessing/api.py", line 600 in _wrap
-  File "/venv/flytekit/core/base_task.py", line 767 in dispatch_execute
-  File "/venv/flytekit/clis/sdk_in_container/run.py", line 500 in invoke
-  File "/venv/click/core.py", line 794 in invoke
-  File "/venv/click/core.py", line 1078 in main
-  File "/venv/bin/pyflyte", line 8 in <module>
-"""
-
-
-def test_a_hang_report_drops_click_and_flytekit_frames_and_keeps_the_users_and_torchs() -> None:
-    cause = find_root_cause(
-        outcomes(timeout_report(2, 1.0), timeout_report(0, 1.1), stacks={1: PYFLYTE_RUN_DUMP}, exit_codes={2: 1})
-    )
-    start = cause.details.index("--- stack of rank 1 when rank 2 gave up (most recent call first) ---")
-    assert cause.details[start + 1 :] == (
-        "  /home/me/train.py:42 in step_loop",
-        "  /work/flytekitplugins_pytorch/_rank.py:230 in rank_entrypoint",
-        "  /venv/torch/distributed/elastic/multiprocessing/api.py:600 in _wrap",
-        "  /venv/bin/pyflyte:8 in <module>",
-        "  (4 click and flytekit frames left out)",
     )

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from flytekitplugins_pytorch._console import prefix_enabled, split_lines
+from pytorch_core._console import prefix_enabled, split_lines
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_prefix_switch(value: str | None, expected: bool) -> None:
 
 _PROGRAM = r"""
 import os, sys, logging
-from flytekitplugins_pytorch._console import RankConsole
+from pytorch_core._console import RankConsole
 print("before")
 with RankConsole(2):
     print("hello from print")

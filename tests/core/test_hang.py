@@ -6,40 +6,21 @@ watches answer with this process's main thread stack (the test function: outside
 
 from __future__ import annotations
 
-import datetime
 import json
-import socket
 import time
 
 import pytest
-from flytekit.exceptions.user import FlyteRecoverableException
 
-from flytekitplugins_pytorch import _hang
-from flytekitplugins_pytorch._failure import HangError, PeerFailedError
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from pytorch_core import _hang
+from pytorch_core._failure import HangError, PeerFailedError
+from pytorch_core.frontend import RecoverableError
+from tests.helpers.tcp_store import tcp_store
 
 
 @pytest.fixture
 def store():
-    import torch.distributed as dist
-
-    port = _port()
-    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    clients = []
-
-    def connect():
-        client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=5))
-        clients.append(client)
-        return client
-
-    yield connect
-    clients.clear()
-    del server
+    with tcp_store() as connect:
+        yield connect
 
 
 def test_the_rank_outside_torch_distributed_is_named_with_its_node_and_pod(store, monkeypatch) -> None:
@@ -58,7 +39,7 @@ def test_the_rank_outside_torch_distributed_is_named_with_its_node_and_pod(store
     finally:
         stuck.stop()
     # rank 1 was still running the task's code: not evidence of a bad node, so not retried despite retry_hangs
-    assert type(error) is HangError and not isinstance(error, FlyteRecoverableException)
+    assert type(error) is HangError and not isinstance(error, RecoverableError)
     assert error.rank == 1 and error.world_size == 3 and error.type_name == "builtins.RuntimeError"
     text = str(error)
     assert text.startswith("rank 1 (of 3) on node 1 (pod job-worker-0) did not arrive: still running at "), text
@@ -82,7 +63,7 @@ def test_a_vanished_rank_is_a_retryable_hang(store, monkeypatch) -> None:
     monkeypatch.setattr(_hang, "_current", waiting)
     monkeypatch.setattr(_hang, "ANSWER_WAIT_S", 0.3)
     error = _hang.name_culprit(RuntimeError("Connection closed by peer"))
-    assert isinstance(error, HangError) and isinstance(error, FlyteRecoverableException)
+    assert isinstance(error, HangError) and isinstance(error, RecoverableError)
     assert error.rank == 1
 
 
@@ -98,7 +79,7 @@ def test_a_peer_that_raised_its_own_error_is_named_with_its_type_and_never_retri
     _hang.mark_failed(own)
     monkeypatch.setattr(_hang, "_current", waiting)
     error = _hang.name_culprit(RuntimeError("Connection closed by peer"))
-    assert isinstance(error, PeerFailedError) and not isinstance(error, (HangError, FlyteRecoverableException))
+    assert isinstance(error, PeerFailedError) and not isinstance(error, (HangError, RecoverableError))
     assert error.rank == 1 and error.type_name == f"builtins.{type(own).__name__}"
     assert str(error).startswith("rank 1 (of 2) on node "), str(error)
     assert f"failed: {type(own).__name__}: {own}; rank 0 " in str(error)
@@ -137,8 +118,8 @@ def test_a_peers_recoverable_error_stays_recoverable(store, monkeypatch) -> None
     waiting = _hang.HangWatch(store(), 0, 2, recoverable=False)
     failing = _hang.HangWatch(store(), 1, 2, recoverable=False)
     monkeypatch.setattr(_hang, "_current", failing)
-    _hang.mark_failed(FlyteRecoverableException("flaky storage"))
+    _hang.mark_failed(RecoverableError("flaky storage"))
     monkeypatch.setattr(_hang, "_current", waiting)
     error = _hang.name_culprit(RuntimeError("Connection closed by peer"))
-    assert isinstance(error, PeerFailedError) and isinstance(error, FlyteRecoverableException)
-    assert error.rank == 1 and "failed: FlyteRecoverableException: " in str(error) and "flaky storage" in str(error)
+    assert isinstance(error, PeerFailedError) and isinstance(error, RecoverableError)
+    assert error.rank == 1 and "failed: RecoverableError: " in str(error) and "flaky storage" in str(error)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flytekitplugins_pytorch import Elastic, PyTorch
-from flytekitplugins_pytorch._plan import ExecutionKind, is_trainjob_node, plan_launch
+from pytorch_core._plan import ExecutionKind, is_trainjob_node, plan_launch
+from pytorch_core.config import Elastic, PyTorch
 
 # Exactly what the torch runtime's plugin sets in node 1 of a 3-node job.
 NODE = {

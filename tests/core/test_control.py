@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from flytekit.core.base_task import IgnoreOutputs
 
-from flytekitplugins_pytorch import PyTorch, Worker, launcher
-from flytekitplugins_pytorch._control import ControlDir, ControlRecord, RankError, RankResult
-from flytekitplugins_pytorch._plan import plan_launch
-from flytekitplugins_pytorch._processes import AgentResult
-from flytekitplugins_pytorch._rank import report_error
-from flytekitplugins_pytorch.launcher import RankFailedError, RankFailure
+from pytorch_core import launcher
+from pytorch_core._control import ControlDir, ControlRecord, RankError, RankResult
+from pytorch_core._plan import plan_launch
+from pytorch_core._processes import AgentResult
+from pytorch_core._rank import report_error
+from pytorch_core.config import PyTorch, Worker
+from pytorch_core.launcher import RankFailedError, RankFailure
 
 
 def error(rank: int, at: float) -> RankError:
@@ -87,11 +87,6 @@ def test_success_returns_rank_0s_value(tmp_path) -> None:
 def test_a_local_success_without_a_result_is_a_launcher_bug() -> None:
     with pytest.raises(RankFailedError, match="rank 0 wrote no result; this is a launcher bug"):
         launcher._outcome(AgentResult(record=ControlRecord(done=frozenset({0, 1, 2}))), LOCAL_PLAN)
-
-
-def test_a_pod_without_rank_0_ignores_outputs() -> None:
-    with pytest.raises(IgnoreOutputs):
-        launcher._outcome(AgentResult(record=ControlRecord(done=frozenset({2, 3}))), POD_PLAN)
 
 
 def test_a_failure_is_analysed_on_this_pods_ranks() -> None:

@@ -7,8 +7,7 @@ import datetime
 
 import pytest
 
-from flytekitplugins_pytorch import Elastic, PyTorch, Worker
-from flytekitplugins_pytorch._plan import (
+from pytorch_core._plan import (
     LOCAL_MONITOR_INTERVAL_S,
     RDZV_BACKEND,
     ExecutionKind,
@@ -18,6 +17,7 @@ from flytekitplugins_pytorch._plan import (
     plan_launch,
     resolve_nproc,
 )
+from pytorch_core.config import Elastic, PyTorch, Worker
 
 POD = {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "m", "MASTER_PORT": "23456", "PET_NNODES": "2"}
 ELASTIC_POD = {"PET_RDZV_ENDPOINT": "job-worker-0:29400", "PET_NNODES": "1:4"}
@@ -326,9 +326,3 @@ def test_the_plan_is_frozen() -> None:
     assert isinstance(plan, LaunchPlan)
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.world_size = 9  # type: ignore[misc]
-
-
-def test_the_local_rendezvous_backend_is_the_one_the_template_declares() -> None:
-    from flytekitplugins_pytorch.task import elastic_custom
-
-    assert RDZV_BACKEND == elastic_custom(Elastic(nnodes="1:2"))["elasticConfig"]["rdzvBackend"]
