@@ -681,7 +681,7 @@ def test_quantity_types() -> None:
 
 def test_execute_delegates_to_the_launcher_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both task types run through launcher.run_distributed; in-process mode gives world size 1."""
-    pytest.importorskip("flytekitplugins_pytorch.launcher")
+    pytest.importorskip("pytorch_core.launcher")
     from flytekit import task
 
     from tests.sdk.test_serialization import master_only
