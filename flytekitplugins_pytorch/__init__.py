@@ -27,8 +27,8 @@ from flytekitplugins_pytorch.config import (
     Worker,
 )
 from flytekitplugins_pytorch.task import ElasticPyTorchFunctionTask, PyTorchFunctionTask, pytorch_task
-from pytorch_core._hang import report_progress
 from pytorch_core.frontend import set_default
+from pytorch_core.progress import report_progress
 
 # Outside a launch (a unit of the launcher called directly), errors are classified as flytekit's.
 set_default(FLYTEKIT)
