@@ -132,7 +132,8 @@ class Tracker:
         step = snapshot.get("step")
         if not isinstance(step, int):
             return None
-        when = float(snapshot.get("time") or time.time())
+        stamp = snapshot.get("time")
+        when = float(stamp) if isinstance(stamp, (int, float)) else time.time()
         total = snapshot.get("total")
         total = total if isinstance(total, int) and total > 0 else None
         if self.started_at is None:
