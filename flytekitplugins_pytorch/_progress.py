@@ -54,7 +54,7 @@ def publish_progress(task: Any, html: str, final: bool) -> bool:
         bool: ``False`` when the task renders no Decks (nothing done).
     """
     from flytekit.core.context_manager import FlyteContextManager
-    from flytekit.deck.deck import Deck
+    from flytekit.deck.deck import Deck, TimeLineDeck
 
     params = FlyteContextManager.current_context().user_space_params
     if params is None or not params.enable_deck:
@@ -65,6 +65,9 @@ def publish_progress(task: Any, html: str, final: bool) -> bool:
         deck = deck_class(DECK_NAME, html)  # a new Deck adds itself to the task's Decks
     deck.set_page(html)
     if not final:
+        # flytekit opens a Deck on its first tab: the Progress page, not the Timeline made at the task's start.
+        timeline = [d for d in params.decks if isinstance(d, TimeLineDeck)]
+        params.decks[:] = [d for d in params.decks if not isinstance(d, TimeLineDeck)] + timeline
         Deck.publish()
     return True
 

@@ -86,7 +86,7 @@ def render_page(record: ProgressRecord, history: Sequence[Point], now: float, el
             f"<tr><td>{html.escape(name)}</td><td>{html.escape(format_value(value))}</td></tr>"
             for name, value in record.metrics.items()
         )
-        parts.append(f"<table><tr><th>metric</th><th>latest</th></tr>{rows}</table>")
+        parts.append(f'<table style="margin: 10px 0"><tr><th>metric</th><th>latest</th></tr>{rows}</table>')
     for name in list(record.metrics)[:MAX_CURVES]:
         parts.append(_curve(name, [(step, values[name]) for step, values in history if name in values]))
     parts.append("</div>")
