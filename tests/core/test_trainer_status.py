@@ -137,6 +137,7 @@ class StatusServer:
                         "authorization": self.headers.get("Authorization"),
                         "content_type": self.headers.get("Content-Type"),
                         "body": body,
+                        "at": time.monotonic(),
                     }
                 )
                 ok = self.path == STATUS_PATH and not server.refuse
@@ -377,3 +378,65 @@ def test_a_trainjob_pod_posts_its_progress_and_100_percent_at_the_end(
     assert all(b["trainerStatus"]["progressPercentage"] <= 99 for b in bodies[:-1])
     assert {"name": "step", "value": "50"} in bodies[-1]["trainerStatus"]["metrics"]
     assert server.requests[-1]["authorization"] == "Bearer pod-token-rotated"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_trainjob_node_with_two_ranks_shows_rank_0_only(
+    server: StatusServer, pki: SimpleNamespace, tmp_path: Path
+) -> None:
+    """A TrainJob node's pod process runs 2 ranks (PET_NPROC_PER_NODE=2): rank 0's snapshots reach the pod's
+    launcher through the control directory; it writes the record beside the outputs, POSTs trainerStatus at most
+    every 5 s (real throttle) and ends with 100 %, and its log has the progress line once, never from a rank."""
+    import os
+    import socket
+    import sys
+
+    from pytorch_contract.progress import FILE_NAME, parse_record
+    from tests.sdk.guarded_run import run_guarded
+
+    token = tmp_path / "token"
+    token.write_text("node-token")
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLYTE_PYTORCH_", "KUBEFLOW_"))}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(Path(__file__).parent)]),
+        PET_NNODES="1",
+        PET_NPROC_PER_NODE="2",
+        PET_NODE_RANK="0",
+        PET_MASTER_ADDR="127.0.0.1",
+        PET_MASTER_PORT=str(port),
+        KUBEFLOW_TRAINER_SERVER_URL=server.url,
+        KUBEFLOW_TRAINER_SERVER_TOKEN=str(token),
+        KUBEFLOW_TRAINER_SERVER_CA_CERT=str(pki.ca),
+        FLYTE_PYTORCH_PROGRESS_INTERVAL_S="1",
+        PROGRESS_POD_OUTPUTS=str(outputs),
+        PROGRESS_POD_STEPS="120",
+    )
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PET_RDZV_ENDPOINT"):
+        env.pop(name, None)
+    run = run_guarded(
+        [sys.executable, "-c", "import progress_pod; progress_pod.main()"],
+        max_procs=12,
+        timeout_s=180,
+        cwd=str(tmp_path),
+        env=env,
+    )
+    assert run.killed_for == "" and run.returncode == 0, run.output[-4000:]
+    assert run.output.strip().splitlines()[-1] == "RESULT 120"
+    record = parse_record((outputs / FILE_NAME).read_bytes())
+    assert record.done and record.step == 120 and record.total == 120 and record.interval_s == 1.0
+    assert record.metrics == {"loss": 1.0 / 120}  # rank 0's (rank 1 reports 100 more)
+    assert len((outputs / "writes.log").read_text().splitlines()) >= 3  # every second over 6 s, and the last
+    bodies = [r["body"] for r in server.requests]
+    assert len(bodies) >= 2 and bodies[-1]["trainerStatus"]["progressPercentage"] == 100
+    stamps = [r["at"] for r in server.requests]
+    assert all(later - earlier >= 4.9 for earlier, later in zip(stamps[:-1], stamps[1:], strict=True)), stamps
+    assert {r["authorization"] for r in server.requests} == {"Bearer node-token"}
+    lines = [line for line in run.output.splitlines() if "progress: step" in line]
+    assert lines and all(line.startswith("progress: step") for line in lines), lines  # never "[rank N] progress"
+    assert lines[-1].startswith("progress: step 120/120 (100%), took ")
