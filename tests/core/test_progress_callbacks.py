@@ -216,6 +216,7 @@ def test_the_pytorch_lightning_package_gets_its_own_callback(snapshots: list[dic
 
 
 @needs_lightning
+@pytest.mark.slow  # importing Lightning takes seconds
 def test_outside_a_task_a_lightning_trainer_gets_no_progress_callback() -> None:
     import lightning.pytorch as pl
 
