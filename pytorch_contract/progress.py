@@ -28,6 +28,10 @@ The writer sets ``stale_after_s`` to ``max(60, 3 * interval_s, 3 * seconds per s
 60 s absorbs the skew between rank 0's clock and the reader's. A stale record is shown as stale, never as current
 (:func:`format_message`).
 
+A reader's whole job: read at most :data:`MAX_RECORD_BYTES` of :func:`record_path` (the attempt's output prefix) and
+call :func:`message_from_file` with its content (``None`` when the file does not exist) and the time; ``None`` back
+means "show what you would show without progress".
+
 Only the standard library is imported: the connector reads records with no SDK installed.
 """
 
@@ -55,6 +59,7 @@ __all__ = [
     "percent",
     "eta_at",
     "format_message",
+    "message_from_file",
     "format_line",
     "format_count",
     "format_duration",
@@ -349,6 +354,26 @@ def format_message(record: ProgressRecord, now: float) -> str:
     if is_stale(record, now):
         text += f" (stale: rank 0 silent for {format_duration(now - record.reported_at)})"
     return text
+
+
+def message_from_file(data: Optional[Union[bytes, str]], now: float) -> Optional[str]:
+    """The reader's one call: a record file's content (or ``None`` when there is none) -> the message, never raising.
+
+    Args:
+        data: what the reader read from :func:`record_path` (at most :data:`MAX_RECORD_BYTES`), or ``None`` when
+            the file does not exist (a run that reports nothing writes none).
+        now: the reader's clock, seconds since the epoch.
+
+    Returns:
+        Optional[str]: :func:`format_message` of the record; ``None`` without a file or for a malformed one (the
+        reader then shows what it would show without progress).
+    """
+    if data is None:
+        return None
+    try:
+        return format_message(parse_record(data), now)
+    except ValueError:
+        return None
 
 
 def format_line(record: ProgressRecord, now: float, *, elapsed_s: Optional[float] = None) -> str:

@@ -23,6 +23,7 @@ from pytorch_contract.progress import (
     format_line,
     format_message,
     is_stale,
+    message_from_file,
     parse_record,
     percent,
     record_path,
@@ -154,6 +155,13 @@ def test_the_console_line_has_the_rate_and_every_metric() -> None:
     assert format_line(_record(), T0, elapsed_s=61) == (
         "step 1,200/5,000 (24%), 20 steps/s, ETA 3m10s, elapsed 1m01s, loss 0.1244, acc 0.93, lr 0.001, grad_norm 1.5"
     )
+
+
+def test_the_readers_one_call_never_raises() -> None:
+    assert message_from_file(_record().to_json(), T0) == format_message(_record(), T0)
+    assert message_from_file(None, T0) is None  # no file: a run that reports nothing
+    assert message_from_file(b"{broken", T0) is None
+    assert message_from_file(b'{"version": 9, "step": 1}', T0) is None
 
 
 @pytest.mark.parametrize(
