@@ -390,6 +390,7 @@ class ProgressFollower:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._context: Optional[contextvars.Context] = None
 
     # -- the two channels ----------------------------------------------------------------------------------------
 
@@ -401,6 +402,8 @@ class ProgressFollower:
         """
         with self._lock:
             self._offered = snapshot
+            if self._thread is None and not self._stopped.is_set():
+                self._start_thread()
         self._wake.set()
 
     def _take(self) -> Optional[Mapping[str, Any]]:
@@ -427,7 +430,8 @@ class ProgressFollower:
     # -- the thread ------------------------------------------------------------------------------------------------
 
     def start(self, path: Optional[Path] = None) -> None:
-        """Start following: ``path`` (the control directory's ``progress.json``) or the in-process channel.
+        """Start following: ``path`` (the control directory's ``progress.json``) at once, or the in-process channel,
+        whose thread starts at the first :meth:`offer` (a function that never reports costs no thread).
 
         The thread runs in a copy of the caller's ``contextvars`` context, so the front-end finds the task's
         context (flytekit's and Flyte 2's live there).
@@ -436,7 +440,12 @@ class ProgressFollower:
             path: the file rank 0 writes, or ``None`` for :meth:`offer`.
         """
         self._path = path
-        context = contextvars.copy_context()
+        self._context = contextvars.copy_context()
+        if path is not None:
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        context = self._context if self._context is not None else contextvars.copy_context()
         self._thread = threading.Thread(target=context.run, args=(self._run,), name="pytorch-progress", daemon=True)
         self._thread.start()
 

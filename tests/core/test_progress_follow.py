@@ -207,6 +207,7 @@ def test_a_run_that_reports_nothing_writes_and_prints_nothing(tmp_path: Path) ->
     follower = _follower(frontend, write)
     follower.start()
     time.sleep(0.4)
+    assert follower._thread is None  # the in-process channel starts its thread at the first snapshot only
     follower.stop()
     os.close(write)
     assert _read_all(read) == ""
