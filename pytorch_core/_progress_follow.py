@@ -116,6 +116,7 @@ class Tracker:
         self.started_at: Optional[float] = None
         self.final = False
         self.trainer_status = True
+        self.trainer_status_owner = ""
         self.snapshots = 0
         self._window: deque[tuple[float, int]] = deque()
         self._rate: Optional[float] = None
@@ -153,6 +154,7 @@ class Tracker:
             eta = max(0, total - step) / rate
         self.final = bool(snapshot.get("final"))
         self.trainer_status = bool(snapshot.get("trainer_status", True))
+        self.trainer_status_owner = str(snapshot.get("trainer_status_owner") or "another writer")
         metrics = _decode_metrics(snapshot.get("metrics") or {})
         self.record = ProgressRecord(
             step=step,
@@ -332,7 +334,7 @@ class _Status:
         if not tracker.trainer_status:
             if not self._said_left:
                 self._said_left = True
-                logger.info("trainerStatus is left to HF Transformers' KubeflowCallback (report_to has 'kubeflow')")
+                logger.info("the TrainJob's trainerStatus is left to %s", tracker.trainer_status_owner)
             return
         self.pending = self.pending or new
         if self.pending and self.client.due():
@@ -483,10 +485,3 @@ class ProgressFollower:
                     sink.update(self.tracker, now, new)
             except Exception as e:  # noqa: BLE001 - showing progress never fails training
                 logger.debug("progress sink %s failed: %s", type(sink).__name__, e)
-
-    def __enter__(self) -> ProgressFollower:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: Any, *rest: object) -> None:
-        self.stop(failed=exc_type is not None)

@@ -55,7 +55,7 @@ def _make_hf() -> type:
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             report_to = args.report_to or []
             if "kubeflow" in (report_to if isinstance(report_to, (list, tuple)) else [report_to]):
-                progress.leave_trainer_status("transformers")
+                progress.leave_trainer_status("HF Transformers' KubeflowCallback (report_to has 'kubeflow')")
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             self.latest.update(_numbers(logs))

@@ -160,6 +160,7 @@ class _Reporter:
         self.metrics: dict[str, Any] = {}
         self.due = 0.0  # the first report is handed off at once
         self.trainer_status = True
+        self.trainer_status_owner = ""
         self.reports = 0
 
     def snapshot(self, *, final: bool = False) -> dict[str, Any]:
@@ -182,6 +183,7 @@ class _Reporter:
             "time": time.time(),
             "final": final,
             "trainer_status": self.trainer_status,
+            "trainer_status_owner": self.trainer_status_owner,
         }
 
     def hand_off(self, now: float) -> None:
@@ -262,11 +264,12 @@ def leave_trainer_status(owner: str) -> None:
     it adds by itself inside a TrainJob), so that one writer owns the field.
 
     Args:
-        owner: who writes it instead (for the log line of the launcher).
+        owner: who writes it instead (named in the launcher's log).
     """
     reporter = _reporter
     if reporter is not None:
         reporter.trainer_status = False
+        reporter.trainer_status_owner = owner
 
 
 def set_step_boundary_hook(hook: Optional[Callable[[Optional[int]], None]]) -> None:
