@@ -13,6 +13,8 @@ modules, one job each:
 ``_hang.py``           in each rank: naming the rank that did not arrive through the group's store (pods share no
                        folder), and ``progress_timeout``
 ``_preflight.py``      in each rank, before the task's code: master address, ``/dev/shm``, one all-reduce
+``progress.py``        ``report_progress``: in each rank the step boundary; global rank 0 hands its snapshots to
+                       the launcher, whose thread (``_progress_follow.py``) shows them
 =====================  ==========================================================================================
 
 Where it runs (see ``_plan.py``): locally as real ranks on this machine; in-process with world size 1
@@ -37,6 +39,8 @@ Environment variables read here:
 - ``FLYTE_PYTORCH_COLLECTIVE_TIMEOUT=SECONDS``: timeout of ``init_process_group`` calls without one (see
   :func:`pytorch_core._rank.default_collective_timeout`; unset, torch's own default applies).
 - ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per local rank instead of ``max(1, cpus // local ranks)``.
+- ``FLYTE_PYTORCH_PROGRESS_LINE``, ``FLYTE_PYTORCH_PROGRESS_LOG_S``, ``FLYTE_PYTORCH_PROGRESS_INTERVAL_S``: how global
+  rank 0's live progress is shown (``_progress_follow.py``).
 
 torch is imported lazily; this module imports without torch.
 """

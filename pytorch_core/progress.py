@@ -84,14 +84,15 @@ def report_progress(step: Optional[int] = None, total: Optional[int] = None, **m
     global _last_report
     now = _monotonic()
     _last_report = now
-    if step is not None and type(step) is not int:
-        step = _count("step", step)
+    if step is not None:
+        if type(step) is not int:
+            step = _count("step", step)
+        elif step < 0:
+            raise ValueError(f"report_progress(step={step}): step must be >= 0")
     if total is not None and type(total) is not int:
         total = _count("total", total)
     reporter = _reporter
     if reporter is not None and step is not None:
-        if step < 0:
-            raise ValueError(f"report_progress(step={step}): step must be >= 0")
         reporter.step = step
         if total is not None:
             reporter.total = total

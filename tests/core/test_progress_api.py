@@ -209,3 +209,9 @@ def test_the_hang_watch_reads_the_same_clock(clock: Clock) -> None:
     assert progress.last_report() == 1000.0
     progress.reset()  # what start_watch does when the group is set up
     assert progress.last_report() is None
+
+
+def test_a_negative_step_is_refused_on_every_rank() -> None:
+    assert progress._reporter is None  # not rank 0
+    with pytest.raises(ValueError, match=r"report_progress\(step=-3\): step must be >= 0"):
+        report_progress(-3)
