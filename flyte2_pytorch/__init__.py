@@ -18,6 +18,7 @@ from flyte2_pytorch.config import (
     Worker,
 )
 from flyte2_pytorch.task import Connector, ConnectorTask, ElasticTask, PyTorchTask
+from pytorch_core.progress import report_progress
 
 __all__ = [
     "PyTorch",
@@ -32,4 +33,5 @@ __all__ = [
     "ElasticTask",
     "Connector",
     "ConnectorTask",
+    "report_progress",
 ]

@@ -215,6 +215,16 @@ class Flyte2FrontEnd:
     def adopt(self, decks: list[tuple[str, str]], value: Any, metadata: Any) -> None:
         return None
 
+    def publish_progress(self, task: Any, html: str, final: bool) -> bool:
+        from flyte2_pytorch import _progress
+
+        return _progress.publish_progress(task, html, final)
+
+    def write_output_file(self, name: str, data: bytes) -> Optional[str]:
+        from flyte2_pytorch import _progress
+
+        return _progress.write_output_file(name, data)
+
 
 FLYTE2 = Flyte2FrontEnd()
 """The Flyte 2 front-end (one per process)."""

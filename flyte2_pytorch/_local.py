@@ -26,6 +26,7 @@ class _LaunchedTask:
     task_config: Union[PyTorch, Elastic]
     name: str
     _task_function: Any
+    report: bool = False  # the task has a report (live progress flushes it mid-run)
 
 
 async def execute(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -49,7 +50,7 @@ async def execute(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
 
     config = task.plugin_config
     config = getattr(config, "config", config)  # a Connector wraps the task's config
-    launched = _LaunchedTask(config, task.name, task.func)
+    launched = _LaunchedTask(config, task.name, task.func, report=bool(getattr(task, "report", False)))
     # run_distributed blocks until the ranks are done; Flyte 2's local controller runs the task in its own event
     # loop, which has nothing else to serve meanwhile.
     await asyncio.sleep(0)

@@ -10,6 +10,8 @@ Local-run environment variables (read by the launcher):
 - ``FLYTE_PYTORCH_MAX_LOCAL_WORLD_SIZE=N``: cap the local world size (one log line when the declared one is larger).
 - ``FLYTE_PYTORCH_COLLECTIVE_TIMEOUT=SECONDS``: the default ``timeout=`` of ``init_process_group`` in every rank.
 - ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per rank (default: an even share of the cores).
+- ``FLYTE_PYTORCH_PROGRESS_LINE=0``, ``FLYTE_PYTORCH_PROGRESS_LOG_S``, ``FLYTE_PYTORCH_PROGRESS_INTERVAL_S``: the live
+  progress of ``report_progress`` (docs/progress.md).
 """
 
 from flytekitplugins_pytorch._frontend import FLYTEKIT
@@ -27,8 +29,8 @@ from flytekitplugins_pytorch.config import (
     Worker,
 )
 from flytekitplugins_pytorch.task import ElasticPyTorchFunctionTask, PyTorchFunctionTask, pytorch_task
-from pytorch_core._hang import report_progress
 from pytorch_core.frontend import set_default
+from pytorch_core.progress import report_progress
 
 # Outside a launch (a unit of the launcher called directly), errors are classified as flytekit's.
 set_default(FLYTEKIT)

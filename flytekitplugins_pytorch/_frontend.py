@@ -16,9 +16,9 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from flytekitplugins_pytorch import _context
+from flytekitplugins_pytorch import _context, _progress
 from pytorch_core import _failure
 from pytorch_core.frontend import recoverable_class
 
@@ -173,6 +173,14 @@ class FlytekitFrontEnd:
         tracker = FlyteContextManager.current_context().output_metadata_tracker
         if tracker is not None:
             tracker.add(value, metadata)
+
+    def publish_progress(self, task: Any, html: str, final: bool) -> bool:
+        """The ``Progress`` Deck, published mid-run when the task renders Decks (``_progress.py``)."""
+        return _progress.publish_progress(task, html, final)
+
+    def write_output_file(self, name: str, data: bytes) -> Optional[str]:
+        """A file in the task's output metadata prefix, through flytekit's file access (``_progress.py``)."""
+        return _progress.write_output_file(name, data)
 
 
 FLYTEKIT = FlytekitFrontEnd()

@@ -6,6 +6,8 @@
 - `pytorch_contract.k8s_names`: Kubernetes name grammars (label keys and values, DNS-1123 names, resource names).
 - `pytorch_contract.quantity`: the exact Kubernetes quantity parser.
 - `pytorch_contract.suggest`: the "did you mean ...?" hint for a misspelled keyword or config key.
+- `pytorch_contract.progress`: the live-progress record global rank 0's launcher writes beside the task's outputs,
+  its staleness rule and the one-line message a reader (the connector) shows for it.
 
 This package imports nothing beyond the standard library. In particular not flytekit: flytekit loads our connector
 through its `flytekit.plugins` entry point while it is itself being imported, so a backend module that reached

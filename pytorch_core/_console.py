@@ -4,7 +4,10 @@
 copies what arrives to the original descriptors, one whole line per ``write`` with the prefix in front. Working at
 the descriptor level catches everything: ``print``, ``logging``, C++ warnings from gloo, ``faulthandler``. Several
 ranks share one terminal; a line is written with a single ``write`` call (atomic on a pipe up to 4 KiB), so lines of
-different ranks never mix mid-line. ``\\r`` ends a line too, so progress bars still redraw in place.
+different ranks never mix mid-line. ``\\r`` ends a line too, so progress bars still redraw in place. On a terminal
+each line starts with an erase of the current line (``\\r`` and ``ESC [K``): the launcher's live progress line
+(``_progress_follow.py``), drawn without a newline, is then replaced by the rank's line instead of running into it,
+and drawn again below it at its next redraw.
 
 ``FLYTE_PYTORCH_RANK_PREFIX=0`` turns it off (the output is then the rank's raw output). Neither torch nor flytekit is
 imported here.
@@ -46,8 +49,15 @@ def split_lines(buffer: bytes) -> tuple[list[bytes], bytes]:
     return lines, rest
 
 
+#: What starts each line on a terminal: go to the start of the line and erase it (see the module docstring).
+ERASE_LINE = b"\r\x1b[K"
+
+
 def _copy(source: int, target: int, prefix: bytes) -> None:
-    """Copy ``source`` to ``target`` line by line with ``prefix`` until end of file."""
+    """Copy ``source`` to ``target`` line by line with ``prefix`` until end of file (on a terminal each line erases
+    the current one first)."""
+    if os.isatty(target):
+        prefix = ERASE_LINE + prefix
     pending = b""
     while True:
         try:

@@ -11,6 +11,8 @@ written atomically (write a temporary file, then rename), so the launcher never 
 ``rank-<n>.done``            the function returned (and, on rank 0, its result was written)
 ``rank-<n>.stack``           the rank's Python stacks, written by ``faulthandler`` when a peer that timed out
                              asked for them (:meth:`ControlDir.request_stacks`); empty = never asked
+``progress.json``            global rank 0's latest progress snapshot (``progress.py``), rewritten at most every
+                             2 s while it reports; the launcher's follower reads it while the ranks run
 ===========================  ==========================================================================
 
 ``<n>`` is the global rank. After the ranks ended the launcher reads the whole directory once with
@@ -21,6 +23,7 @@ Neither torch nor flytekit is imported here.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -37,6 +40,7 @@ ERROR_FILE = "rank-{rank}.error"
 DONE_FILE = "rank-{rank}.done"
 START_FILE = "rank-{rank}.started"
 STACK_FILE = "rank-{rank}.stack"
+PROGRESS_FILE = "progress.json"
 #: The signal on which a rank dumps its stacks to ``rank-<n>.stack`` (``faulthandler``; rarely used by programs).
 STACK_SIGNAL = signal.SIGUSR2
 
@@ -225,6 +229,19 @@ class ControlDir:
                 continue
             asked.append(rank)
         return sorted(asked)
+
+    def write_progress(self, snapshot: dict[str, Any]) -> None:
+        """Replace ``progress.json`` with global rank 0's latest snapshot (atomically: the follower never reads half).
+
+        Args:
+            snapshot: the snapshot (``progress._Reporter.snapshot``), JSON-ready.
+        """
+        _write_atomic(self.progress_file, json.dumps(snapshot, separators=(",", ":")).encode())
+
+    @property
+    def progress_file(self) -> Path:
+        """``progress.json`` (see the module docstring)."""
+        return self.path / PROGRESS_FILE
 
     def mark_done(self, rank: int) -> None:
         """Record that ``rank``'s function returned.

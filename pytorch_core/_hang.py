@@ -45,6 +45,7 @@ import threading
 import time
 from typing import Any, Optional
 
+from pytorch_core import progress
 from pytorch_core._failure import (
     HangError,
     PeerFailedError,
@@ -53,6 +54,7 @@ from pytorch_core._failure import (
     peer_failed_class,
 )
 from pytorch_core.frontend import current
+from pytorch_core.progress import report_progress
 
 #: How often a rank's watcher checks for a request (one small store round trip each time).
 POLL_S = 0.5
@@ -110,21 +112,9 @@ def on_self_exit(callback: Any) -> None:
     _before_exit.append(callback)
 
 
-#: When this rank last reported progress (``report_progress``), or ``None`` before its first report since the group
-#: was set up: the clock starts at the first report, so set-up before the loop (a slow import, loading the data) is
-#: never taken for a stop.
-_last_progress: Optional[float] = None
-
-
-def report_progress() -> None:
-    """Tell the plugin that this rank made progress (call it once per step when ``progress_timeout`` is set).
-
-    A rank that called it once and then not again for ``progress_timeout`` while outside every ``torch.distributed``
-    wait stops itself with a ``HangError`` that names it, where it is and ``progress_timeout``; without
-    ``progress_timeout`` this does nothing but note the time. It costs a clock read.
-    """
-    global _last_progress
-    _last_progress = time.monotonic()
+# ``report_progress`` lives in ``progress.py`` (the progress API of both front-ends); the watch reads when this rank
+# last called it (``progress.last_report()``). The clock starts at the first call, so set-up before the loop (a slow
+# import, loading the data) is never taken for a stop.
 
 
 def _prefix() -> str:
@@ -225,7 +215,7 @@ class HangWatch:
         """Whether this rank made no progress for ``progress_timeout`` outside torch.distributed; if so, tell the
         others (they answer, and learn who stopped) and stop this rank with a HangError naming it."""
         limit = self.progress_timeout_s
-        last = _last_progress
+        last = progress.last_report()
         if limit is None or last is None or time.monotonic() - last <= limit or self.giving_up.is_set():
             return False
         in_dist, doing = activity(_main_stack())
@@ -318,8 +308,8 @@ def start_watch(*, recoverable: bool, progress_timeout_s: Optional[float] = None
         recoverable: a hang is raised as a recoverable error (``retry_hangs``).
         progress_timeout_s: ``progress_timeout`` in seconds, or ``None`` (off).
     """
-    global _current, _last_progress
-    _last_progress = None
+    global _current
+    progress.reset()
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 

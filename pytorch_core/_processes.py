@@ -45,6 +45,7 @@ from pytorch_core._failure import RankFailedError
 from pytorch_core._forkserver import start_forked_server
 from pytorch_core._nested import LAUNCHER_PID_ENV, PRELOAD_ENV
 from pytorch_core._plan import LOCAL_ADDR, ExecutionKind, LaunchPlan
+from pytorch_core._progress_follow import ProgressFollower
 from pytorch_core._rank import rank_entrypoint
 from pytorch_core.config import ConfigError
 from pytorch_core.frontend import FrontEnd, current
@@ -92,13 +93,17 @@ class AgentResult:
         return bool(self.agent_error or self.exit_codes or self.record.errors)
 
 
-def run_ranks(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) -> AgentResult:
+def run_ranks(
+    fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan, *, follower: Optional[ProgressFollower] = None
+) -> AgentResult:
     """Start the plan's ranks with torch's elastic agent and wait until they all ended.
 
     Args:
         fn: the user's function.
         kwargs: its inputs.
         plan: a ``LOCAL``, ``CLUSTER_FANOUT`` or ``CLUSTER_ELASTIC`` plan.
+        follower: shows global rank 0's progress (``_progress_follow.py``) while the ranks run: it follows the
+            control directory's ``progress.json`` from after the fork server started until the ranks ended.
 
     Returns:
         AgentResult: the control directory's record and the agent's view of failed ranks.
@@ -146,13 +151,20 @@ def run_ranks(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) 
                 why_fresh = start_forked_server()
                 if why_fresh is not None:
                     logger.debug("fork server: a fresh interpreter (%s)", why_fresh)
-            with _quiet_torch_logs(local):
-                try:
-                    elastic_launch(launch_config, rank_entrypoint)(spec)
-                except ChildFailedError as exc:
-                    failure = exc
-                except SignalException as exc:
-                    interrupted = exc.sigval
+            if follower is not None:
+                follower.start(ControlDir(control).progress_file)
+            try:
+                with _quiet_torch_logs(local):
+                    try:
+                        elastic_launch(launch_config, rank_entrypoint)(spec)
+                    except ChildFailedError as exc:
+                        failure = exc
+                    except SignalException as exc:
+                        interrupted = exc.sigval
+            finally:
+                if follower is not None:
+                    failed = failure is not None or interrupted is not None or sys.exc_info()[0] is not None
+                    follower.stop(failed=failed)
         if interrupted is None:
             return AgentResult(
                 record=ControlDir(control).read(),

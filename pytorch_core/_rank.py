@@ -34,6 +34,7 @@ from typing import Any, Optional
 
 import cloudpickle
 
+from pytorch_core import progress
 from pytorch_core._codefiles import restore_code_files
 from pytorch_core._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
 from pytorch_core._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
@@ -400,12 +401,15 @@ def rank_entrypoint(spec: RankSpec) -> None:
             kwargs = cloudpickle.loads(spec.kwargs_bytes)
             base = Path(spec.context.working_dir) if spec.context.working_dir else Path(spec.control_dir)
             with spec.frontend.rank_scope(spec.context, base / f"rank-{rank}") as scope:
+                _start_progress(control, rank)
                 value = fn(**kwargs)
+                progress.finish_reporting()
                 mark_done()
                 if rank == 0:
                     decks, metadata = scope.result_extras(value)
                     control.write_result(RankResult(value=value, decks=decks, metadata=metadata))
         except BaseException as raised:
+            progress.stop_reporting()
             exc = pending_error(raised)
             # A peer waiting for this rank names it with this type, not as a hang (a HangError naming this rank: it
             # stopped itself for want of progress).
@@ -426,6 +430,22 @@ def rank_entrypoint(spec: RankSpec) -> None:
                 raise exc from raised
             raise
         control.mark_done(rank)
+
+
+def _start_progress(control: ControlDir, rank: int) -> None:
+    """``report_progress`` in this rank: every rank notes the time; global rank 0 also hands snapshots to the
+    launcher through ``progress.json`` (``progress.py``); a snapshot that cannot be written is skipped."""
+    progress.start_rank()
+    if rank != 0:
+        return
+
+    def send(snapshot: dict[str, Any]) -> None:
+        try:
+            control.write_progress(snapshot)
+        except OSError:  # a full or vanished disk: the launcher shows nothing new; training goes on
+            pass
+
+    progress.start_reporting(send)
 
 
 def _reset_start_method() -> None:

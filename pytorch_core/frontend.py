@@ -103,6 +103,18 @@ class FrontEnd(Protocol):
         """Add rank 0's Decks and output metadata to the task process's context."""
         ...
 
+    def publish_progress(self, task: Any, html: str, final: bool) -> bool:
+        """Show the progress page (an HTML fragment) where the SDK shows a task's pages, mid-run; ``final``: the run
+        ended, update the page without publishing (the SDK publishes its pages at the end). Called from the
+        launcher's progress thread, in the task's ``contextvars`` context. ``False``: the task has no such page
+        (Decks or report off), do not ask again."""
+        ...
+
+    def write_output_file(self, name: str, data: bytes) -> Optional[str]:
+        """Write ``data`` as ``name`` beside the task's outputs through the SDK's file access (on a cluster); the
+        path written, or ``None`` when this execution has no output prefix."""
+        ...
+
 
 class RecoverableError(Exception):
     """The retryable marker of a front-end whose SDK has none of its own (`PLAIN`)."""
@@ -196,6 +208,12 @@ class PlainFrontEnd:
         return None
 
     def adopt(self, decks: list[tuple[str, str]], value: Any, metadata: Any) -> None:
+        return None
+
+    def publish_progress(self, task: Any, html: str, final: bool) -> bool:
+        return False
+
+    def write_output_file(self, name: str, data: bytes) -> Optional[str]:
         return None
 
 

@@ -13,6 +13,8 @@ modules, one job each:
 ``_hang.py``           in each rank: naming the rank that did not arrive through the group's store (pods share no
                        folder), and ``progress_timeout``
 ``_preflight.py``      in each rank, before the task's code: master address, ``/dev/shm``, one all-reduce
+``progress.py``        ``report_progress``: in each rank the step boundary; global rank 0 hands its snapshots to
+                       the launcher, whose thread (``_progress_follow.py``) shows them
 =====================  ==========================================================================================
 
 Where it runs (see ``_plan.py``): locally as real ranks on this machine; in-process with world size 1
@@ -37,6 +39,8 @@ Environment variables read here:
 - ``FLYTE_PYTORCH_COLLECTIVE_TIMEOUT=SECONDS``: timeout of ``init_process_group`` calls without one (see
   :func:`pytorch_core._rank.default_collective_timeout`; unset, torch's own default applies).
 - ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per local rank instead of ``max(1, cpus // local ranks)``.
+- ``FLYTE_PYTORCH_PROGRESS_LINE``, ``FLYTE_PYTORCH_PROGRESS_LOG_S``, ``FLYTE_PYTORCH_PROGRESS_INTERVAL_S``: how global
+  rank 0's live progress is shown (``_progress_follow.py``).
 
 torch is imported lazily; this module imports without torch.
 """
@@ -51,6 +55,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pytorch_core import progress
 from pytorch_core._failure import (
     HangError,
     RankFailedError,
@@ -78,6 +83,7 @@ from pytorch_core._plan import (
 )
 from pytorch_core._preflight import run_preflight
 from pytorch_core._processes import AgentResult, EnvPatch, free_port, run_ranks
+from pytorch_core._progress_follow import ProgressFollower
 from pytorch_core._rank import COLLECTIVE_TIMEOUT_ENV, install_collective_timeout, preflight_timeout_s
 from pytorch_core.frontend import FrontEnd, current, using
 
@@ -161,11 +167,33 @@ def _run(task: DistributedTask, kwargs: dict[str, Any], frontend: FrontEnd) -> A
         )
     if plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS) and cuda_devices == 0:
         _say_cpu_fallback(task)
+    follower = ProgressFollower(
+        frontend, task, local=plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS), env=os.environ
+    )
     if plan.kind is ExecutionKind.IN_PROCESS:
-        return _run_in_process(fn, kwargs, plan)
+        return _run_in_process(fn, kwargs, plan, follower)
     if plan.kind is ExecutionKind.CLUSTER_DIRECT:
-        return _run_direct(fn, kwargs, plan)
-    return _outcome(run_ranks(fn, kwargs, plan), plan)
+        return _run_direct(fn, kwargs, plan, follower)
+    return _outcome(run_ranks(fn, kwargs, plan, follower=follower), plan)
+
+
+def _call_reporting(fn: Callable[..., Any], kwargs: dict[str, Any], follower: ProgressFollower) -> Any:
+    """Run ``fn`` in this process with live progress: global rank 0 hands its snapshots straight to ``follower``
+    (``progress.py``), which shows them in its thread until the function ended."""
+    progress.start_rank()
+    if progress.in_rank_zero():
+        progress.start_reporting(follower.offer)
+    follower.start()
+    failed = True
+    try:
+        value = fn(**kwargs)
+        progress.finish_reporting()
+        failed = False
+        return value
+    finally:
+        progress.stop_reporting()
+        progress.end_rank()
+        follower.stop(failed=failed)
 
 
 #: What starts the line :func:`say_headline` writes.
@@ -280,7 +308,9 @@ def _machine() -> tuple[int, int]:
     return cuda, cpus
 
 
-def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) -> Any:
+def _run_in_process(
+    fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan, follower: ProgressFollower
+) -> Any:
     """World size 1 in the task process, with the variables a rank sees; the environment is restored afterwards."""
     env = {
         "RANK": "0",
@@ -299,12 +329,12 @@ def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: Launch
             plan.collective_timeout_s, retry_hangs=plan.retry_hangs, progress_timeout_s=plan.progress_timeout_s
         )
         try:
-            return fn(**kwargs)
+            return _call_reporting(fn, kwargs, follower)
         finally:
             restore()
 
 
-def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan) -> Any:
+def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan, follower: ProgressFollower) -> Any:
     """A pod with one rank: the function runs in the pod process, under the operator's ``RANK``, with the per-node
     variables an agent would add (``_plan.direct_view``)."""
     rank = int(os.environ.get("RANK", "0"))
@@ -315,7 +345,7 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
         try:
             if plan.preflight:
                 run_preflight(shm_size=plan.shm_size, join_timeout_s=preflight_timeout_s(plan.collective_timeout_s))
-            value = fn(**kwargs)
+            value = _call_reporting(fn, kwargs, follower)
             mark_done()
         except BaseException as raised:
             exc = pending_error(raised)

@@ -430,6 +430,7 @@ def train(
     checkpoint: CheckpointStore | None = None,
     on_epoch_end: Callable[[EpochStats], None] | None = None,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
+    report_progress: Callable[..., None] | None = None,
 ) -> TrainResult:
     """Train :class:`~examples.mnist.model.Net` on MNIST; call on every rank (or in a single process).
 
@@ -441,6 +442,8 @@ def train(
         on_epoch_end: called on every rank after each epoch's checkpoint is written (the ranks wait for rank 0's
             write, so a rank that raises in it cannot cut that write short).
         on_log: called on rank 0 with ``(global step, {"loss": ..., "lr": ..., "accuracy": ...})`` (tracking hooks).
+        report_progress: the front-end's ``report_progress``, called on every rank after each step with the global
+            step, the total and the latest global loss and test accuracy (live progress; it costs a clock read).
 
     Returns:
         The :class:`TrainResult` (identical on every rank).
@@ -514,6 +517,8 @@ def train(
             loaded - joined,
             started - loaded,
         )
+    total_steps = config.epochs * steps_per_epoch
+    shown: dict[str, float] = {}  # the latest global loss and accuracy, for the live progress
     for epoch in range(start_epoch, config.epochs):
         model.train()
         order = epoch_permutation(config.seed, epoch, len(train_set))
@@ -548,6 +553,7 @@ def train(
                 curve_done = done
                 global_step = epoch * steps_per_epoch + done
                 loss_curve.append((global_step, global_curve))
+                shown["loss"] = global_curve
             if printed:
                 interval_loss.zero_()
                 if log_progress:
@@ -562,10 +568,13 @@ def train(
                     )
                 if on_log is not None and info.rank == 0:
                     on_log(global_step, {"loss": global_interval, "lr": scheduler.get_last_lr()[0]})
+            if report_progress is not None:
+                report_progress(epoch * steps_per_epoch + done, total_steps, **shown)
         accuracy = evaluate(model, test_set, info, config.test_batch_size)
         (mean_loss,) = _all_sum([float(epoch_loss) / steps_per_epoch], info)
         accuracies.append(accuracy)
         epoch_losses.append(mean_loss)
+        shown["accuracy"] = accuracy
         if info.rank == 0:
             logger.info(
                 "epoch %d/%d: test accuracy %.2f%%, train loss %.4f (mean over the epoch)",

@@ -39,7 +39,7 @@ from flytekit import Deck, ImageSpec, Secret, task, workflow
 from flytekit.deck import DeckField
 from flytekit.types.file import FlyteFile
 
-from flytekitplugins_pytorch import pytorch_task
+from flytekitplugins_pytorch import pytorch_task, report_progress
 
 from . import tracking
 
@@ -321,7 +321,7 @@ def train_mnist(
             "mnist", dataclasses.asdict(config), os.path.join(ctx.working_directory, "tensorboard")
         )
     try:
-        result = train(config, checkpoint=ctx.checkpoint, on_log=on_log)
+        result = train(config, checkpoint=ctx.checkpoint, on_log=on_log, report_progress=report_progress)
     finally:
         if close is not None:
             close()

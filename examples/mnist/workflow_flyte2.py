@@ -19,7 +19,7 @@ import json
 
 import flyte
 
-from flyte2_pytorch import Master, PyTorch, Worker
+from flyte2_pytorch import Master, PyTorch, Worker, report_progress
 
 _ROLE = {"requests": flyte.Resources(cpu="500m", memory="4Gi"), "limits": flyte.Resources(memory="8Gi", gpu=1)}
 
@@ -88,7 +88,7 @@ def train_mnist(
         train_limit=train_limit,
         test_limit=test_limit,
     )
-    result = train(config)
+    result = train(config, report_progress=report_progress)
     return MnistRun(result.accuracies, result.world_size, result.backend, result.device, round(result.train_seconds, 3))
 
 

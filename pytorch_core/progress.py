@@ -1,0 +1,317 @@
+"""``report_progress(step, total=None, **metrics)``: where a training run stands, from inside its loop.
+
+Every rank may call it once per step. What happens on each call:
+
+- every rank notes the time (a ``time.monotonic()`` read): ``progress_timeout`` (``_hang.py``) stops a rank that
+  called it once and then not again for that long;
+- global rank 0 also keeps the step, the total and the latest value of each metric (attribute stores), and at most
+  every :data:`HANDOFF_INTERVAL_S` seconds hands a snapshot to its launcher: a small file in the launch's control
+  directory (``_control.ControlDir.write_progress``), or, when the function runs in the launcher's own process (the
+  in-process mode, a pod with one rank), a call into the launcher's follower. Metric values are turned into floats
+  only then, so a tensor's ``.item()`` (a device sync) runs once per hand-off, not once per step;
+- a step-boundary hook runs when one is set (:func:`set_step_boundary_hook`): one global read otherwise.
+
+The launcher's follower (``_progress_follow.py``) shows what rank 0 handed over: the console line, the front-end's
+page (flytekit's Deck, Flyte 2's report), the progress record beside the outputs on a cluster
+(``pytorch_contract.progress``) and Kubeflow Trainer's ``trainerStatus`` where the TrainJob asks for it. Other ranks
+never write anything. A run that never reports writes nothing.
+
+The step boundary: a loop that calls ``report_progress(step)`` hands control to the plugin between two steps, on
+every rank, at the same step. That is where a later stop at an agreed step (say, for preemption: the watcher of
+``_hang.py`` learns through the group's store at which step every rank stops) can act without any other code in the
+loop: the watcher sets the hook, and the hook runs in the main thread at the next call.
+
+Neither torch nor a Flyte SDK is imported here.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Optional
+
+from pytorch_contract.progress import MAX_METRIC_NAME, MAX_METRICS
+
+__all__ = [
+    "report_progress",
+    "HANDOFF_INTERVAL_S",
+    "set_step_boundary_hook",
+    "last_report",
+    "active",
+    "hand_off_due",
+    "leave_trainer_status",
+]
+
+HANDOFF_INTERVAL_S = 2.0
+"""Seconds between two snapshots rank 0 hands to its launcher: often enough for a live console line, rare enough that
+the hand-off (a ~300-byte file write) costs nothing per step."""
+
+#: When this process last called ``report_progress`` (``time.monotonic()``), or ``None`` before its first call since
+#: the group was set up (``_hang.start_watch`` resets it): set-up before the loop is never taken for a stop.
+_last_report: Optional[float] = None
+#: Global rank 0's reporter in this process, else ``None`` (other ranks only note the time).
+_reporter: Optional[_Reporter] = None
+#: Called with the step at each ``report_progress`` call, when set (the step boundary; see the module docstring).
+_boundary_hook: Optional[Callable[[Optional[int]], None]] = None
+#: This process runs a task's function under the plugin's launcher (any rank).
+_active = False
+
+_monotonic = time.monotonic
+
+
+def report_progress(step: Optional[int] = None, total: Optional[int] = None, **metrics: Any) -> None:
+    """Say where this rank's training stands; call it once per step, on every rank.
+
+    Only global rank 0's reports are shown (console line, Deck or report, Flyte UI message, TrainJob status); other
+    ranks' calls only tell ``progress_timeout`` that they are alive. Called with no argument it only does the latter,
+    as it always has. It costs a clock read and a few stores; at most every 2 s rank 0 hands a small snapshot to its
+    launcher, which does everything else in a thread of its own.
+
+    Args:
+        step: steps done so far (a whole number >= 0: an ``int``, a NumPy integer, a one-element integer tensor).
+        total: the number of steps the run will take, when known (the same kinds); give it once or every time.
+        **metrics: the latest value of each metric (numbers, or one-element tensors, converted at most every 2 s), e.g.
+            ``loss=loss.detach()``. A metric given once keeps its value until given again.
+
+    Raises:
+        TypeError: ``step`` or ``total`` is not a whole number, or (on rank 0, at a hand-off) a metric is not a
+            number.
+        ValueError: ``step`` or ``total`` is negative.
+    """
+    global _last_report
+    now = _monotonic()
+    _last_report = now
+    if step is not None:
+        if type(step) is not int:
+            step = _count("step", step)
+        elif step < 0:
+            raise ValueError(f"report_progress(step={step}): step must be >= 0")
+    if total is not None and type(total) is not int:
+        total = _count("total", total)
+    reporter = _reporter
+    if reporter is not None and step is not None:
+        reporter.step = step
+        if total is not None:
+            reporter.total = total
+        if metrics:
+            reporter.metrics.update(metrics)
+        if now >= reporter.due:
+            reporter.hand_off(now)
+    hook = _boundary_hook
+    if hook is not None:
+        hook(step)
+
+
+def _count(name: str, value: Any) -> int:
+    """``value`` as a whole number >= 0, or a TypeError/ValueError naming ``name`` (the slow path of the check)."""
+    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) or hasattr(value, "__index__")):
+        raise TypeError(
+            f"report_progress({name}={value!r}): {name} must be a whole number (an int, a NumPy integer or a "
+            f"one-element integer tensor), not {type(value).__name__}"
+        )
+    try:
+        number = int(value.__index__())
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(f"report_progress({name}={value!r}): {name} must be a whole number ({e})") from e
+    if number < 0:
+        raise ValueError(f"report_progress({name}={number}): {name} must be >= 0")
+    return number
+
+
+def metric_value(name: str, value: Any) -> float:
+    """A metric's value as a float (a tensor's ``.item()`` happens here).
+
+    Args:
+        name: the metric's name, for the message.
+        value: what was given.
+
+    Returns:
+        float: the value.
+
+    Raises:
+        TypeError: ``value`` is not a number nor a one-element tensor.
+    """
+    if isinstance(value, float):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(
+            f"report_progress({name}=...): a metric must be a number or a one-element tensor, not "
+            f"{type(value).__name__} ({e})"
+        ) from e
+
+
+class _Reporter:
+    """Global rank 0's state: the latest report, and when the next hand-off is due.
+
+    Args:
+        send: takes a snapshot (a dict, see :meth:`snapshot`) to the launcher; its errors are the caller's.
+        interval_s: seconds between two hand-offs.
+    """
+
+    def __init__(self, send: Callable[[dict[str, Any]], None], interval_s: float = HANDOFF_INTERVAL_S) -> None:
+        self.send = send
+        self.interval_s = interval_s
+        self.step: Optional[int] = None
+        self.total: Optional[int] = None
+        self.metrics: dict[str, Any] = {}
+        self.due = 0.0  # the first report is handed off at once
+        self.trainer_status = True
+        self.trainer_status_owner = ""
+        self.reports = 0
+
+    def snapshot(self, *, final: bool = False) -> dict[str, Any]:
+        """What the launcher gets: step, total, metrics as floats, rank 0's clock, and flags.
+
+        Args:
+            final: the function returned.
+
+        Returns:
+            dict[str, Any]: the snapshot (JSON-ready; non-finite metric values as ``"nan"``, ``"inf"``, ``"-inf"``).
+        """
+        metrics: dict[str, Any] = {}
+        for name, value in list(self.metrics.items())[:MAX_METRICS]:
+            number = metric_value(name, value)
+            metrics[name[:MAX_METRIC_NAME]] = number if math.isfinite(number) else str(number)
+        return {
+            "step": self.step,
+            "total": self.total,
+            "metrics": metrics,
+            "time": time.time(),
+            "final": final,
+            "trainer_status": self.trainer_status,
+            "trainer_status_owner": self.trainer_status_owner,
+        }
+
+    def hand_off(self, now: float) -> None:
+        """Send a snapshot now and schedule the next one."""
+        self.due = now + self.interval_s
+        self.reports += 1
+        self.send(self.snapshot())
+
+    def finish(self) -> None:
+        """Send the final snapshot (the function returned), if anything was reported."""
+        if self.step is not None:
+            self.send(self.snapshot(final=True))
+
+
+def start_reporting(send: Callable[[dict[str, Any]], None], *, interval_s: float = HANDOFF_INTERVAL_S) -> None:
+    """Make this process global rank 0's reporter (the rank entrypoint of rank 0, or the launcher running the
+    function itself).
+
+    Args:
+        send: takes each snapshot to the launcher.
+        interval_s: seconds between two hand-offs.
+    """
+    global _reporter
+    _reporter = _Reporter(send, interval_s)
+
+
+def start_rank() -> None:
+    """This process runs a task's function (any rank): the callbacks' factories see it (:func:`active`)."""
+    global _active
+    _active = True
+
+
+def end_rank() -> None:
+    """The function ended in this process (the in-process mode: the task process goes on)."""
+    global _active
+    _active = False
+
+
+def finish_reporting() -> None:
+    """The function returned: hand off the final snapshot (rank 0, if it reported), and stop reporting."""
+    global _reporter
+    reporter, _reporter = _reporter, None
+    if reporter is not None:
+        reporter.finish()
+
+
+def stop_reporting() -> None:
+    """Stop reporting without a final snapshot (the function raised)."""
+    global _reporter
+    _reporter = None
+
+
+def reset() -> None:
+    """Forget everything (the group was set up again: a new round of an elastic job, or a new in-process launch)."""
+    global _last_report
+    _last_report = None
+
+
+def last_report() -> Optional[float]:
+    """When this process last called ``report_progress`` (``time.monotonic()``), or ``None``."""
+    return _last_report
+
+
+def active() -> bool:
+    """This process runs a task's function under the plugin's launcher (any rank)."""
+    return _active
+
+
+def hand_off_due() -> bool:
+    """Whether rank 0's next ``report_progress`` call hands a snapshot off (``False`` on other ranks): callbacks
+    read costly metrics (Lightning's ``callback_metrics``) only then."""
+    reporter = _reporter
+    return reporter is not None and _monotonic() >= reporter.due
+
+
+def leave_trainer_status(owner: str) -> None:
+    """Leave Kubeflow Trainer's ``trainerStatus`` to another writer (HF Transformers' own ``KubeflowCallback``, which
+    it adds by itself inside a TrainJob), so that one writer owns the field.
+
+    Args:
+        owner: who writes it instead (named in the launcher's log).
+    """
+    reporter = _reporter
+    if reporter is not None:
+        reporter.trainer_status = False
+        reporter.trainer_status_owner = owner
+
+
+def set_step_boundary_hook(hook: Optional[Callable[[Optional[int]], None]]) -> None:
+    """Run ``hook(step)`` in the caller's thread at every later ``report_progress`` call (``None`` removes it).
+
+    For a stop at an agreed step boundary: a watcher thread sets the hook; the training loop's next
+    ``report_progress`` call runs it between two steps. Without a hook a call pays one global read.
+
+    Args:
+        hook: the function, or ``None``.
+    """
+    global _boundary_hook
+    _boundary_hook = hook
+
+
+def environment_interval(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds from the environment, else ``default``.
+
+    Args:
+        env: the environment.
+        name: the variable.
+        default: used when unset.
+
+    Returns:
+        float: the seconds.
+
+    Raises:
+        ValueError: the variable is set but not a positive number.
+    """
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}={raw!r} is not valid; use a positive number of seconds")
+    return value
+
+
+def in_rank_zero(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process is global rank 0 (``RANK`` unset counts as 0: a single process)."""
+    return env.get("RANK", "0").strip() in ("0", "")

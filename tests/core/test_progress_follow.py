@@ -1,0 +1,310 @@
+"""The launcher's progress thread: snapshots in; console line, page, record beside the outputs out."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import pytest
+
+from pytorch_contract.progress import FILE_NAME, parse_record
+from pytorch_core import launcher, progress
+from pytorch_core._control import ControlDir
+from pytorch_core._progress_follow import MAX_POINTS, ProgressFollower, Tracker
+from pytorch_core.config import PyTorch
+from pytorch_core.frontend import PlainFrontEnd
+from pytorch_core.progress import report_progress
+
+
+class RecordingFrontEnd(PlainFrontEnd):
+    """A front-end whose page and output files are recorded (a pod's, when ``local`` is False)."""
+
+    def __init__(self, outputs: Optional[Path] = None, *, local: bool = True, page: bool = True) -> None:
+        self.outputs = outputs
+        self.local = local
+        self.page = page
+        self.pages: list[tuple[str, bool]] = []
+        self.writes: list[bytes] = []
+
+    def is_local(self) -> bool:
+        return self.local
+
+    def publish_progress(self, task: Any, html: str, final: bool) -> bool:
+        if not self.page:
+            return False
+        self.pages.append((html, final))
+        return True
+
+    def write_output_file(self, name: str, data: bytes) -> Optional[str]:
+        if self.outputs is None:
+            return None
+        self.writes.append(data)
+        (self.outputs / name).write_bytes(data)
+        return str(self.outputs / name)
+
+
+def snapshot(step: int, when: float, total: Optional[int] = 100, final: bool = False, **metrics: float) -> dict:
+    return {"step": step, "total": total, "metrics": metrics, "time": when, "final": final, "trainer_status": True}
+
+
+def test_the_tracker_measures_rate_and_eta_over_recent_snapshots() -> None:
+    tracker = Tracker(interval_s=10.0)
+    assert tracker.add(snapshot(0, 100.0)) is not None
+    record = tracker.add(snapshot(20, 102.0, loss=0.5))
+    assert record is not None and record.rate == 10.0 and record.eta_s == 8.0
+    assert record.started_at == 100.0 and record.reported_at == 102.0
+    assert record.stale_after_s == 60.0 and not record.done
+    assert tracker.elapsed_s(110.0) == 10.0
+
+
+def test_a_loop_that_went_back_is_measured_anew() -> None:
+    """A restart resumed from a checkpoint at an earlier step: no negative rate, no rate from before."""
+    tracker = Tracker()
+    tracker.add(snapshot(0, 0.0))
+    tracker.add(snapshot(50, 10.0))
+    record = tracker.add(snapshot(40, 30.0))
+    assert record is not None and record.rate is None and record.eta_s is None
+    record = tracker.add(snapshot(60, 32.0))
+    assert record is not None and record.rate == 10.0
+
+
+def test_slow_steps_raise_the_staleness_threshold() -> None:
+    tracker = Tracker(interval_s=10.0)
+    tracker.add(snapshot(0, 0.0))
+    record = tracker.add(snapshot(1, 120.0))  # two minutes a step
+    assert record is not None and record.stale_after_s == 360.0
+
+
+def test_the_history_keeps_its_shape_within_its_bound() -> None:
+    tracker = Tracker()
+    for step in range(3 * MAX_POINTS):
+        tracker.add(snapshot(step, float(step), total=None, loss=1.0 / (step + 1)))
+    assert len(tracker.history) <= MAX_POINTS
+    assert tracker.history[0][0] == 0 and tracker.history[-1][0] == 3 * MAX_POINTS - 1
+    steps = [s for s, _ in tracker.history]
+    assert steps == sorted(steps)
+
+
+def _follower(frontend: RecordingFrontEnd, fd: int, **env: str) -> ProgressFollower:
+    defaults = {"FLYTE_PYTORCH_PROGRESS_INTERVAL_S": "0.3", "FLYTE_PYTORCH_PROGRESS_LOG_S": "0.3"}
+    return ProgressFollower(frontend, SimpleNamespace(name="t"), local=frontend.local, env={**defaults, **env}, fd=fd)
+
+
+def _read_all(fd: int) -> str:
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except (BlockingIOError, OSError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+def test_a_log_gets_a_line_at_intervals_and_the_last_state(tmp_path: Path) -> None:
+    read, write = os.pipe()
+    frontend = RecordingFrontEnd()
+    follower = _follower(frontend, write)
+    follower.start()
+    start = time.time()
+    for step in range(1, 21):
+        follower.offer(snapshot(step, start + step * 0.05, loss=1.0 / step))
+        time.sleep(0.05)
+    follower.offer(snapshot(20, time.time(), final=True, loss=0.05))
+    follower.stop()
+    os.close(write)
+    lines = _read_all(read).splitlines()
+    os.close(read)
+    assert all(line.startswith("progress: step ") for line in lines), lines
+    assert 2 <= len(lines) <= 6, lines  # about one per 0.3 s over a second, not one per snapshot
+    assert lines[0].startswith("progress: step 1/100 (1%)")
+    assert lines[-1].startswith("progress: step 20/100 (20%), took ") and lines[-1].endswith("loss 0.05")
+    assert "\r" not in "".join(lines)  # a log is never redrawn in place
+
+
+def test_a_terminal_gets_one_line_redrawn_in_place() -> None:
+    leader, follower_fd = pty.openpty()
+    frontend = RecordingFrontEnd()
+    follower = _follower(frontend, follower_fd)
+    follower.start()
+    now = time.time()
+    for step in (10, 20, 30):
+        follower.offer(snapshot(step, now + step / 10, loss=0.5))
+        time.sleep(0.35)
+    follower.offer(snapshot(30, time.time(), final=True, loss=0.5))
+    follower.stop()
+    output = _read_all(leader)
+    os.close(leader)
+    os.close(follower_fd)
+    draws = output.split("\r\x1b[K")
+    assert len(draws) >= 4, output  # one erase-and-draw per redraw
+    assert output.count("\n") == 1 and output.endswith("\n")  # the final state stays, on its own line
+    assert "step 30/100 (30%)" in draws[-1]
+
+
+def test_a_local_run_publishes_pages_but_writes_no_record() -> None:
+    read, write = os.pipe()
+    frontend = RecordingFrontEnd(local=True)
+    follower = _follower(frontend, write, FLYTE_PYTORCH_PROGRESS_LINE="0")
+    follower.start()
+    now = time.time()
+    for step in range(1, 9):
+        follower.offer(snapshot(step, now + step * 0.1, loss=1.0 / step))
+        time.sleep(0.1)
+    follower.stop()
+    os.close(write)
+    assert _read_all(read) == ""  # FLYTE_PYTORCH_PROGRESS_LINE=0
+    os.close(read)
+    assert frontend.writes == []
+    mid_run = [html for html, final in frontend.pages if not final]
+    assert 2 <= len(mid_run) <= 4  # every 0.3 s over 0.8 s
+    assert "<svg" in mid_run[-1] and "loss" in mid_run[-1]  # the curve grows
+    assert mid_run[-1].count(",") > mid_run[0].count(",") or "point(s) so far" in mid_run[0]
+    assert frontend.pages[-1][1] is True  # the final page is set, not published
+
+
+def test_a_cluster_run_writes_the_record_at_intervals_and_marks_it_done(tmp_path: Path) -> None:
+    frontend = RecordingFrontEnd(tmp_path, local=False)
+    read, write = os.pipe()
+    follower = _follower(frontend, write)
+    follower.start()
+    now = time.time()
+    for step in range(1, 11):
+        follower.offer(snapshot(step, now + step * 0.1, loss=1.0 / step))
+        time.sleep(0.1)
+    follower.offer(snapshot(10, time.time(), final=True, loss=0.1))
+    follower.stop()
+    os.close(write)
+    os.close(read)
+    assert 3 <= len(frontend.writes) <= 6  # every 0.3 s over a second, and the final one
+    records = [parse_record(data) for data in frontend.writes]
+    assert [r.done for r in records].count(True) == 1 and records[-1].done
+    assert records[-1].step == 10 and records[-1].interval_s == 0.3
+    assert parse_record((tmp_path / FILE_NAME).read_bytes()) == records[-1]
+
+
+def test_a_failed_run_leaves_its_last_record_not_done(tmp_path: Path) -> None:
+    frontend = RecordingFrontEnd(tmp_path, local=False)
+    follower = _follower(frontend, os.open(os.devnull, os.O_WRONLY))
+    follower.start()
+    follower.offer(snapshot(3, time.time()))
+    time.sleep(0.5)
+    follower.stop(failed=True)
+    assert all(not parse_record(data).done for data in frontend.writes) and frontend.writes
+
+
+def test_a_run_that_reports_nothing_writes_and_prints_nothing(tmp_path: Path) -> None:
+    read, write = os.pipe()
+    frontend = RecordingFrontEnd(tmp_path, local=False)
+    follower = _follower(frontend, write)
+    follower.start()
+    time.sleep(0.4)
+    assert follower._thread is None  # the in-process channel starts its thread at the first snapshot only
+    follower.stop()
+    os.close(write)
+    assert _read_all(read) == ""
+    os.close(read)
+    assert frontend.writes == [] and frontend.pages == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_task_without_decks_is_not_asked_again() -> None:
+    frontend = RecordingFrontEnd(page=False)
+    calls = []
+    original = frontend.publish_progress
+
+    def counting(task: Any, html: str, final: bool) -> bool:
+        calls.append(final)
+        return original(task, html, final)
+
+    frontend.publish_progress = counting  # type: ignore[method-assign]
+    follower = _follower(frontend, os.open(os.devnull, os.O_WRONLY), FLYTE_PYTORCH_PROGRESS_LINE="0")
+    follower.start()
+    for step in range(5):
+        follower.offer(snapshot(step, time.time()))
+        time.sleep(0.2)
+    follower.stop()
+    assert calls == [False]
+
+
+def test_a_page_that_fails_is_logged_once_and_training_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(RecordingFrontEnd):
+        def publish_progress(self, task: Any, html: str, final: bool) -> bool:
+            raise OSError("disk full")
+
+    follower = _follower(Broken(), os.open(os.devnull, os.O_WRONLY), FLYTE_PYTORCH_PROGRESS_LINE="0")
+    follower.start()
+    for step in range(5):
+        follower.offer(snapshot(step, time.time()))
+        time.sleep(0.2)
+    follower.stop()
+    warnings = [r for r in caplog.records if "could not publish the progress page" in r.getMessage()]
+    assert len(warnings) == 1 and "disk full" in warnings[0].getMessage()
+
+
+def test_an_interval_that_is_not_a_number_is_refused_naming_the_variable() -> None:
+    with pytest.raises(ValueError, match=r"FLYTE_PYTORCH_PROGRESS_INTERVAL_S='soon' is not valid"):
+        ProgressFollower(RecordingFrontEnd(), None, local=True, env={"FLYTE_PYTORCH_PROGRESS_INTERVAL_S": "soon"})
+
+
+def test_the_follower_reads_the_control_directory_file(tmp_path: Path) -> None:
+    """The rank-process channel: rank 0 replaces progress.json; the follower reads each new version once."""
+    frontend = RecordingFrontEnd(tmp_path, local=False)
+    control = ControlDir(tmp_path)
+    follower = _follower(frontend, os.open(os.devnull, os.O_WRONLY))
+    follower.start(control.progress_file)
+    for step in (1, 2, 3):
+        control.write_progress(snapshot(step, time.time(), loss=0.1 * step))
+        time.sleep(0.4)
+    control.write_progress(snapshot(3, time.time(), final=True, loss=0.3))
+    follower.stop()
+    assert follower.tracker.snapshots == 4
+    final = parse_record((tmp_path / FILE_NAME).read_bytes())
+    assert final.done and final.step == 3 and final.metrics == {"loss": 0.3}
+    assert json.loads(control.progress_file.read_text())["final"] is True
+
+
+def test_a_pod_with_one_rank_writes_the_record_through_its_front_end(tmp_path: Path, monkeypatch) -> None:
+    """A pod whose replica runs the function in its own process (nproc_per_node=1): global rank 0 hands its
+    snapshots to the launcher's thread in the same process, which writes the record beside the outputs."""
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("FLYTE_PYTORCH_PROGRESS_INTERVAL_S", "0.3")
+    monkeypatch.setenv("FLYTE_PYTORCH_PROGRESS_LINE", "0")
+    frontend = RecordingFrontEnd(tmp_path, local=False)
+
+    def train(steps: int) -> int:
+        for step in range(1, steps + 1):
+            time.sleep(0.05)
+            report_progress(step, steps, loss=1.0 / step)
+        return steps
+
+    task = SimpleNamespace(task_config=PyTorch(preflight=False), _task_function=train, name="t")
+    assert launcher.run_distributed(task, {"steps": 40}, frontend) == 40
+    record = parse_record((tmp_path / FILE_NAME).read_bytes())
+    assert record.done and record.step == 40 and record.total == 40 and record.metrics == {"loss": 1 / 40}
+    assert len(frontend.writes) >= 2
+    assert not progress.active() and progress._reporter is None  # nothing left behind in the pod process
+
+
+def test_a_pod_replica_that_is_not_rank_zero_writes_nothing(tmp_path: Path, monkeypatch) -> None:
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    frontend = RecordingFrontEnd(tmp_path, local=False)
+
+    def train() -> int:
+        for step in range(20):
+            report_progress(step, 20, loss=1.0)
+        return 1
+
+    task = SimpleNamespace(task_config=PyTorch(preflight=False), _task_function=train, name="t")
+    with pytest.raises(Exception, match="only rank 0 writes the task outputs"):
+        launcher.run_distributed(task, {}, frontend)
+    assert frontend.writes == [] and list(tmp_path.iterdir()) == []
