@@ -167,7 +167,8 @@ class Flyte2FrontEnd:
     def is_local(self) -> bool:
         import flyte
 
-        return bool(flyte.ctx().mode == "local")
+        ctx = flyte.ctx()  # outside any run (a direct call of the task) a falsy null context: this machine
+        return not ctx or bool(ctx.mode == "local")
 
     def snapshot(self) -> Flyte2Snapshot:
         return Flyte2Snapshot(flytekit=_flytekit_snapshot())

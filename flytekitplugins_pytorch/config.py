@@ -27,6 +27,7 @@ from pytorch_core.config import (
     ConfigError,
     ConfigTypes,
     JobLimitWarning,
+    KubernetesVersionWarning,
     PodTemplateOverrideWarning,
     ProcessesGpusWarning,
     RestartPolicy,
@@ -43,6 +44,7 @@ __all__ = [
     "UnknownOptionError",
     "PodTemplateOverrideWarning",
     "JobLimitWarning",
+    "KubernetesVersionWarning",
     "ProcessesGpusWarning",
     "RestartPolicy",
     "CleanPodPolicy",
@@ -177,9 +179,16 @@ class _Flyte2TaskOfFlytekitConfig:
 
 def point_flyte2_elsewhere() -> None:
     """Where Flyte 2 is loaded, register this package's configs with its task plugin registry, so that one passed
-    to ``flyte.TaskEnvironment`` fails with a pointer to ``flyte2_pytorch`` (flyte is never imported here)."""
+    to ``flyte.TaskEnvironment`` fails with a pointer to ``flyte2_pytorch`` (flyte is never imported here). Where
+    ``flyte-migrate`` is loaded (``pyflyte-migrate run``, or code that imported ``flyte_migrate``), register this
+    project's translation with it (`flyte2_pytorch.migrate.register`), so that the config built now becomes a
+    ``flyte2_pytorch`` task instead of failing in flyte-migrate with "config type 'PyTorch' is not supported"."""
     if "flyte" not in sys.modules:
         return
+    if "flyte_migrate" in sys.modules:
+        from flyte2_pytorch import migrate
+
+        migrate.register()
     try:  # flyte's own small module of the registry (flyte.extend would load its image builders too)
         from flyte._task_plugins import TaskPluginRegistry as registry
     except ImportError:  # another flyte layout: flyte's own message stays
