@@ -156,7 +156,8 @@ class _NamedMembers(EnumMeta):
         members: dict[str, Any] = cls.__dict__.get("_member_map_", {})
         if name in members:
             return members[name]
-        near = closest(name, members)
+        by_upper = {m.upper(): m for m in members}  # "Exit_Code" is as near EXIT_CODE as "EXIT_CODE"
+        near = [by_upper[m] for m in closest(name.upper(), by_upper)]
         hint = f"did you mean {' or '.join(f'{cls.__name__}.{m}' for m in near)}? " if near else ""
         raise AttributeError(f"{cls.__name__}.{name} is not a member; {hint}members: {', '.join(members)}")
 

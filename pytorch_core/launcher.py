@@ -51,6 +51,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pytorch_contract.install import install_hint
 from pytorch_core._failure import (
     HangError,
     RankFailedError,
@@ -78,7 +79,7 @@ from pytorch_core._plan import (
 )
 from pytorch_core._preflight import run_preflight
 from pytorch_core._processes import AgentResult, EnvPatch, free_port, run_ranks
-from pytorch_core._rank import COLLECTIVE_TIMEOUT_ENV, install_collective_timeout, preflight_timeout_s
+from pytorch_core._rank import COLLECTIVE_TIMEOUT_ENV, call_function, install_collective_timeout, preflight_timeout_s
 from pytorch_core.frontend import FrontEnd, current, using
 
 __all__ = [
@@ -258,7 +259,7 @@ def require_torch(task_name: str) -> None:
     if not found:
         raise TorchMissingError(
             f"{task_name} runs torch.distributed, but torch is not installed in this Python ({sys.executable}): "
-            f"pip install '{torch_requirement()}' (or pip install 'flytekitplugins-pytorch[torch]')",
+            f"pip install '{torch_requirement()}' (or {install_hint('torch')})",
             name="torch",
         )
 
@@ -299,7 +300,7 @@ def _run_in_process(fn: Callable[..., Any], kwargs: dict[str, Any], plan: Launch
             plan.collective_timeout_s, retry_hangs=plan.retry_hangs, progress_timeout_s=plan.progress_timeout_s
         )
         try:
-            return fn(**kwargs)
+            return call_function(fn, kwargs)
         finally:
             restore()
 
@@ -315,7 +316,7 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
         try:
             if plan.preflight:
                 run_preflight(shm_size=plan.shm_size, join_timeout_s=preflight_timeout_s(plan.collective_timeout_s))
-            value = fn(**kwargs)
+            value = call_function(fn, kwargs)
             mark_done()
         except BaseException as raised:
             exc = pending_error(raised)
