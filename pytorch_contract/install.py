@@ -1,8 +1,8 @@
 """The install hint every message of this project gives for a missing extra, so that SDK and backend say the same.
 
-The package is not published on an index: `pip install "flytekitplugins-pytorch[backend]"` finds nothing (or, one
-day, someone else's package of that name), and an install without the project's constraints lets pip backtrack for
-many minutes. The hint names the checkout and the wheel, with `constraints.txt` (README.md, docs/cluster.md).
+The package is not published on an index: installing it by its name finds nothing (or, one day, someone else's
+package of that name), and an install without the project's constraints lets pip backtrack for many minutes. The
+hint names the checkout and the wheel, with `constraints.txt` (README.md, docs/cluster.md).
 """
 
 from __future__ import annotations

@@ -131,7 +131,11 @@ def relaxed_env_var_name_problem(name: object) -> str | None:
     if not isinstance(name, str) or not name:
         return "not a non-empty string"
     if not RELAXED_ENV_VAR_NAME.match(name):
-        return "not printable ASCII without '='"
+        if "=" in name:
+            return "it holds '='"
+        if not name.isascii():
+            return "it is not ASCII"
+        return "it holds a character that is not printable"
     return None
 
 
