@@ -15,7 +15,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Union
 
-from flyte2_pytorch._frontend import FLYTE2
+from flyte2_pytorch._frontend import FLYTE2, FLYTE2_DIRECT_CALL
 from flyte2_pytorch.config import Elastic, PyTorch
 
 
@@ -49,7 +49,7 @@ def run_here(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
     config = task.plugin_config
     config = getattr(config, "config", config)  # a Connector wraps the task's config
-    return run_distributed(_LaunchedTask(config, task.name, task.func), kwargs, FLYTE2)
+    return run_distributed(_LaunchedTask(config, task.name, task.func), kwargs, FLYTE2_DIRECT_CALL)
 
 
 async def execute(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
