@@ -38,8 +38,8 @@ __all__ = [
     "MAX_WHOLE_QUANTITY",
 ]
 
-QuantityLike = Union[str, int, Decimal]
-"""What `parse_quantity` accepts: a quantity string, an int, or a Decimal (floats are converted via `repr`)."""
+QuantityLike = Union[str, int, float, Decimal]
+"""What `parse_quantity` accepts: a quantity string, an int, a float (read through `repr`), or a Decimal."""
 
 _BINARY = {"Ki": 1, "Mi": 2, "Ti": 4, "Gi": 3, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}

@@ -378,8 +378,8 @@ def check_quantity(name: str, value: Any, *, optional: bool = True) -> Optional[
 
 def check_gpu(name: str, value: Any) -> Optional[int]:
     """A GPU count: a whole, non-negative quantity, as Kubernetes counts an extended resource
-    (`ValidateResourceQuantityValue`: ``MilliValue() % 1000 == 0``): ``1``, ``"1"``, ``"2.0"``, ``"2000m"``, ``"1e1"``
-    and ``"+2"`` are whole; ``"500m"`` and ``"1.5"`` are not.
+    (`ValidateResourceQuantityValue`: ``MilliValue() % 1000 == 0``): ``1``, ``"1"``, ``2.0``, ``"2.0"``, ``"2000m"``,
+    ``"1e1"`` and ``"+2"`` are whole; ``"500m"`` and ``"1.5"`` are not.
 
     Args:
         name: dotted field name for the message.
@@ -394,7 +394,7 @@ def check_gpu(name: str, value: Any) -> Optional[int]:
     if value is None:
         return None
     allowed = "GPUs are whole devices: use a whole number >= 0 such as 1 or '2'"
-    if isinstance(value, bool) or not isinstance(value, (int, str, Decimal)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
         raise _fail(name, value, "not a GPU count", allowed)
     try:
         amount = parse_quantity(value)

@@ -111,6 +111,14 @@ def test_whole_gpu_quantities_are_accepted(gpus: Any, count: int) -> None:
     assert {"name": "GPU", "value": str(gpus)} in limits
 
 
+def test_a_whole_float_is_a_gpu_count_for_the_flat_keyword() -> None:
+    """The flat keyword writes the value as text ("2.0"), which Kubernetes counts as 2; flytekit's own `Resources`
+    takes no float."""
+    assert pytorch_task(per_replica_gpu_limit=2.0, nproc_per_node="gpu")(fn).task_config.worker.limits.gpu == "2.0"
+    with pytest.raises(ConfigError, match="not a whole number of GPUs"):
+        pytorch_task(per_replica_gpu_limit=1.5)(fn)
+
+
 @pytest.mark.parametrize("gpus", NOT_WHOLE)
 def test_gpu_amounts_that_are_not_whole_are_refused(gpus: str) -> None:
     with pytest.raises(ConfigError, match=r"pytorch_task\.per_replica_gpu_limit="):
