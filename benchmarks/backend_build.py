@@ -2,6 +2,9 @@
 
     python benchmarks/backend_build.py [--builds 2000] [--gets 500]
 
+It needs the ``backend`` extra (the kubernetes client, flytekit's connector): the README's environment plus
+``pip install -c constraints.txt -e '.[examples,backend]'``.
+
 Builds cycle over the representative templates in tests/data/templates/. One pass over them runs first and is
 reported on its own (`first_pass_ms`: it imports the kubernetes client's models for the pod-template checks);
 `jobs_per_s` is the steady state, where `read_template` finds each template's `TaskSpec` in its cache, and

@@ -264,7 +264,9 @@ def render(figures: dict[str, Any]) -> str:
         "",
         *table,
         "",
-        "Commands (from the repository root, in the environment of the README's first command):",
+        "Commands (from the repository root, in the environment of the README's first command plus the `backend` "
+        "extra, which `backend_build.py` and `connector_scale.py` import: "
+        "`pip install -c constraints.txt -e '.[examples,backend]'`):",
         "",
         "```bash",
         MNIST_CMD.format(runs=runs),

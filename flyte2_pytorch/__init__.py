@@ -7,14 +7,28 @@ the job's pods). Importing this package registers the task types with ``flyte.ex
 imports neither flytekit nor torch.
 """
 
+try:
+    import flyte.extend  # noqa: F401  (the task types build on it)
+except ModuleNotFoundError as missing:
+    if not (missing.name or "flyte").startswith("flyte"):
+        raise
+    from pytorch_contract.install import install_hint
+
+    raise ModuleNotFoundError(
+        f"flyte2_pytorch needs the Flyte 2 SDK ('flyte'), which is not installed: {install_hint('flyte2')}",
+        name="flyte",
+    ) from None
+
 from flyte2_pytorch.config import (
     CleanPodPolicy,
     ConfigError,
     Elastic,
+    KubernetesVersionWarning,
     Master,
     PyTorch,
     RestartPolicy,
     RunPolicy,
+    UnknownOptionError,
     Worker,
 )
 from flyte2_pytorch.task import Connector, ConnectorTask, ElasticTask, PyTorchTask
@@ -29,6 +43,8 @@ __all__ = [
     "RestartPolicy",
     "CleanPodPolicy",
     "ConfigError",
+    "UnknownOptionError",
+    "KubernetesVersionWarning",
     "PyTorchTask",
     "ElasticTask",
     "Connector",

@@ -31,7 +31,7 @@ from typing import Any, Optional
 from pytorch_core import _failure
 from pytorch_core.frontend import recoverable_class
 
-__all__ = ["FLYTE2", "Flyte2FrontEnd", "Flyte2Snapshot", "WithheldOutputs"]
+__all__ = ["FLYTE2", "FLYTE2_DIRECT_CALL", "Flyte2FrontEnd", "Flyte2DirectCall", "Flyte2Snapshot", "WithheldOutputs"]
 
 logger = logging.getLogger(__name__)
 _BASES = ("RankFailure", "HangError", "PeerFailedError")
@@ -228,3 +228,20 @@ class Flyte2FrontEnd:
 
 FLYTE2 = Flyte2FrontEnd()
 """The Flyte 2 front-end (one per process)."""
+
+
+class Flyte2DirectCall(Flyte2FrontEnd):
+    """Flyte 2, for a task called directly outside any Flyte run (``train(x=1)`` in a script): always this machine.
+
+    Outside a run flyte's context is empty, which a pod's never is (Flyte 2's entrypoint runs the task in one), so
+    only the direct call (`flyte2_pytorch.task.PyTorchTask.forward`) uses this front-end."""
+
+    def __reduce__(self) -> str:
+        return "FLYTE2_DIRECT_CALL"
+
+    def is_local(self) -> bool:
+        return True
+
+
+FLYTE2_DIRECT_CALL = Flyte2DirectCall()
+"""The Flyte 2 front-end of a direct call (one per process)."""

@@ -15,7 +15,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Union
 
-from flyte2_pytorch._frontend import FLYTE2
+from flyte2_pytorch._frontend import FLYTE2, FLYTE2_DIRECT_CALL
 from flyte2_pytorch.config import Elastic, PyTorch
 
 
@@ -27,6 +27,30 @@ class _LaunchedTask:
     name: str
     _task_function: Any
     report: bool = False  # the task has a report (live progress flushes it mid-run)
+
+
+def run_here(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run a Flyte 2 ``pytorch`` task's function as ranks on this machine (a direct call, outside any Flyte run).
+
+    Args:
+        task: a `flyte2_pytorch.task.PyTorchTask` or `ElasticTask`.
+        args: positional inputs (not supported by the ranks).
+        kwargs: the task's inputs.
+
+    Returns:
+        Global rank 0's value.
+
+    Raises:
+        TypeError: positional inputs.
+        BaseException: the root-cause rank's failure (see ``pytorch_core.launcher.run_distributed``).
+    """
+    if args:
+        raise TypeError(f"{task.name}: pass the inputs by name")
+    from pytorch_core.launcher import run_distributed
+
+    config = task.plugin_config
+    config = getattr(config, "config", config)  # a Connector wraps the task's config
+    return run_distributed(_LaunchedTask(config, task.name, task.func), kwargs, FLYTE2_DIRECT_CALL)
 
 
 async def execute(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

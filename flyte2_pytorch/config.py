@@ -13,6 +13,7 @@ This module imports neither flytekit nor torch, and flyte only when a role's res
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from pytorch_core.config import (
     CleanPodPolicy,
     ConfigError,
     ConfigTypes,
+    KubernetesVersionWarning,
     RestartPolicy,
     UnknownOptionError,
     suggesting,
@@ -30,6 +32,7 @@ from pytorch_core.config import (
 __all__ = [
     "ConfigError",
     "UnknownOptionError",
+    "KubernetesVersionWarning",
     "RestartPolicy",
     "CleanPodPolicy",
     "RunPolicy",
@@ -39,6 +42,7 @@ __all__ = [
     "Elastic",
     "DEFAULT_START_METHOD",
     "FLYTE2_TYPES",
+    "role_accelerator",
 ]
 
 
@@ -47,22 +51,60 @@ def _flyte(name: str) -> type:
     return cls
 
 
+def _gpu_device(value: Any) -> Any:
+    """flyte's ``Device`` for a role's ``gpu`` value that names a device type (``"A100:1"``, ``flyte.GPU("A100", 1)``),
+    or None for a plain count."""
+    if value is None or isinstance(value, (bool, int)):
+        return None
+    flyte = importlib.import_module("flyte")
+    if isinstance(value, flyte.Device):
+        return value
+    if isinstance(value, str):
+        return flyte.Resources(gpu=value).get_device()  # flyte's own reading of "A100:1"
+    return None
+
+
+def _gpu_count(value: Any) -> Any:
+    """The GPU count of a role's ``gpu`` value: the value itself, or the quantity of the device it names."""
+    device = _gpu_device(value)
+    return value if device is None else device.quantity
+
+
+def role_accelerator(value: Any) -> Any:
+    """The accelerator type a role's ``gpu`` value names, as flyte writes it for a task (``"A100:1"`` ->
+    ``"nvidia-tesla-a100"``; flyte's ``get_proto_extended_resources``), or None for a plain count.
+
+    Args:
+        value: a ``flyte.Resources``'s ``gpu``.
+
+    Returns:
+        The device name, or None.
+    """
+    if _gpu_device(value) is None:
+        return None
+    flyte = importlib.import_module("flyte")
+    from flyte.extend import get_proto_extended_resources
+
+    extended = get_proto_extended_resources(flyte.Resources(gpu=value))
+    return extended.gpu_accelerator.device if extended is not None else None
+
+
 def _flyte2_resources(name: str, value: Any) -> None:
-    """What ``flyte.Resources`` can say that a role cannot: ``shm`` (a task-wide setting here), a GPU device type."""
+    """What ``flyte.Resources`` can say that a role cannot: ``shm`` (a task-wide setting here), a MIG partition."""
     if value.shm is not None:
         raise ConfigError(
             f"{name}.shm={value.shm!r} is set on a role; set PyTorch(shm_size=...) for every replica",
             field=f"{name}.shm",
             value=value.shm,
         )
-    gpu = value.gpu
-    whole = isinstance(gpu, int) or (isinstance(gpu, str) and gpu.isascii() and gpu.isdigit())
-    if gpu is not None and (isinstance(gpu, bool) or not whole):
+    device = _gpu_device(value.gpu)
+    if device is not None and device.partition:
         raise ConfigError(
-            f"{name}.gpu={gpu!r} is not a GPU count; give a whole number of GPUs here and the device type as "
-            "PyTorch(accelerator=...)",
+            f"{name}.gpu={value.gpu!r} asks for a MIG partition ({device.partition!r}) on one role; a job's replicas "
+            "share one accelerator setting: give the partition as TaskEnvironment(resources=flyte.Resources(gpu="
+            "flyte.GPU(..., partition=...))) and a GPU count here",
             field=f"{name}.gpu",
-            value=gpu,
+            value=value.gpu,
         )
 
 
@@ -77,6 +119,7 @@ FLYTE2_TYPES = ConfigTypes(
     pod_template_hint="use flyte.PodTemplate(pod_spec=kubernetes.client.V1PodSpec(...), labels=..., annotations=...)",
     extra_resource_check=_flyte2_resources,
     sdk_modules=("flyte",),
+    gpu_count=_gpu_count,
 )
 """Flyte 2's classes of a role's resources and pod template."""
 
@@ -111,6 +154,37 @@ class PyTorch(core.PyTorch):
     worker: Worker = field(default_factory=Worker)
     run_policy: RunPolicy = field(default_factory=RunPolicy)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.accelerator = _accelerator_from_roles(self)
+        point_flytekit_elsewhere()
+
+
+def _accelerator_from_roles(config: PyTorch) -> Any:
+    """The job's accelerator: ``PyTorch(accelerator=...)``, or the device type the roles' GPUs name
+    (``Worker(limits=flyte.Resources(gpu="A100:1"))``), which must be one type."""
+    named: dict[str, str] = {}
+    roles = [("Master", config.master)] + ([("Worker", config.worker)] if config.worker.replicas else [])
+    for owner, role in roles:
+        for kind in ("requests", "limits"):
+            resources = getattr(role, kind)
+            device = role_accelerator(getattr(resources, "gpu", None)) if resources is not None else None
+            if device is not None:
+                named[f"{owner}.{kind}.gpu={resources.gpu!r}"] = device
+    types = set(named.values())
+    if len(types) > 1 or (types and config.accelerator is not None and config.accelerator not in types):
+        given = dict(named)
+        if config.accelerator is not None:
+            given["PyTorch.accelerator"] = config.accelerator
+        shown = ", ".join(f"{where} ({device})" for where, device in given.items())
+        raise ConfigError(
+            f"the job's GPU type is given more than once and differs: {shown}; a job's GPU replicas run on one "
+            "accelerator type: name it once",
+            field="PyTorch.accelerator",
+            value=config.accelerator,
+        )
+    return config.accelerator if config.accelerator is not None else next(iter(types), None)
+
 
 @suggesting
 @dataclass
@@ -118,3 +192,33 @@ class Elastic(core.Elastic):
     __doc__ = core.Elastic.__doc__
     _types = FLYTE2_TYPES
     run_policy: RunPolicy = field(default_factory=RunPolicy)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        point_flytekit_elsewhere()
+
+
+class _FlytekitTaskOfFlyte2Config:
+    """What flytekit finds for this package's config in ``@flytekit.task(task_config=...)``: an error that names
+    the flytekit front-end's config (without it, flytekit would run the function as a plain one-process task)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        config = kwargs.get("task_config", args[0] if args else None)
+        cls = type(config).__name__
+        raise ConfigError(
+            f"task_config=flyte2_pytorch.{cls}(...) is the Flyte 2 front-end's config (for flyte.TaskEnvironment); "
+            f"flytekit's @task takes flytekitplugins_pytorch.{cls}(...), with the same options",
+            field="task_config",
+            value=config,
+        )
+
+
+def point_flytekit_elsewhere() -> None:
+    """Where flytekit is loaded, register this package's configs with its task plugins, so that one passed to
+    flytekit's ``@task(task_config=...)`` fails with a pointer to ``flytekitplugins_pytorch`` instead of running as
+    a plain task (flytekit is never imported here)."""
+    plugins = getattr(sys.modules.get("flytekit.core.task"), "TaskPlugins", None)
+    if plugins is None:
+        return
+    for cls in (PyTorch, Elastic):
+        plugins.register_pythontask_plugin(cls, _FlytekitTaskOfFlyte2Config)

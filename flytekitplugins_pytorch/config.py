@@ -11,6 +11,7 @@ This module never imports torch.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -26,6 +27,7 @@ from pytorch_core.config import (
     ConfigError,
     ConfigTypes,
     JobLimitWarning,
+    KubernetesVersionWarning,
     PodTemplateOverrideWarning,
     ProcessesGpusWarning,
     RestartPolicy,
@@ -42,6 +44,7 @@ __all__ = [
     "UnknownOptionError",
     "PodTemplateOverrideWarning",
     "JobLimitWarning",
+    "KubernetesVersionWarning",
     "ProcessesGpusWarning",
     "RestartPolicy",
     "CleanPodPolicy",
@@ -73,8 +76,17 @@ FLYTEKIT_TYPES = ConfigTypes(
         "use flytekit.PodTemplate(pod_spec=kubernetes.client.V1PodSpec(...), labels=..., annotations=...)"
     ),
     sdk_modules=("flytekit",),
+    accelerator_object=lambda value: _is_flytekit_accelerator(value),
 )
-"""flytekit's classes of a role's resources and pod template."""
+"""flytekit's classes of a role's resources and pod template, and its accelerator objects."""
+
+
+def _is_flytekit_accelerator(value: Any) -> bool:
+    """Whether `value` is one of flytekit's accelerator objects (``A100``, ``A100.partition_1g_5gb``): the task passes
+    it to flytekit's ``@task(accelerator=...)``, as `pytorch_task` does."""
+    from flytekit.extras.accelerators import BaseAccelerator
+
+    return isinstance(value, BaseAccelerator)
 
 
 def check_resources(
@@ -133,6 +145,10 @@ class PyTorch(core.PyTorch):
     worker: Worker = field(default_factory=Worker)
     run_policy: RunPolicy = field(default_factory=RunPolicy)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        point_flyte2_elsewhere()
+
 
 @suggesting
 @dataclass
@@ -140,3 +156,43 @@ class Elastic(core.Elastic):
     __doc__ = core.Elastic.__doc__
     _types = FLYTEKIT_TYPES
     run_policy: RunPolicy = field(default_factory=RunPolicy)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        point_flyte2_elsewhere()
+
+
+class _Flyte2TaskOfFlytekitConfig:
+    """What Flyte 2 finds for this package's config in ``flyte.TaskEnvironment(plugin_config=...)``: an error that
+    names the Flyte 2 front-end's config, instead of flyte's "No task plugin found for config type"."""
+
+    def __init__(self, *args: Any, plugin_config: Any = None, name: str = "", **kwargs: Any) -> None:
+        cls = type(plugin_config).__name__
+        raise ConfigError(
+            f"{name}: plugin_config=flytekitplugins_pytorch.{cls}(...) is the flytekit front-end's config (for "
+            f"flytekit's @task); a flyte.TaskEnvironment takes flyte2_pytorch.{cls}(...), with the same options "
+            "(docs/flyte2.md)",
+            field="plugin_config",
+            value=plugin_config,
+        )
+
+
+def point_flyte2_elsewhere() -> None:
+    """Where Flyte 2 is loaded, register this package's configs with its task plugin registry, so that one passed
+    to ``flyte.TaskEnvironment`` fails with a pointer to ``flyte2_pytorch`` (flyte is never imported here). Where
+    ``flyte-migrate`` is loaded (``pyflyte-migrate run``, or code that imported ``flyte_migrate``), register this
+    project's translation with it (`flyte2_pytorch.migrate.register`), so that the config built now becomes a
+    ``flyte2_pytorch`` task instead of failing in flyte-migrate with "config type 'PyTorch' is not supported"."""
+    if "flyte" not in sys.modules:
+        return
+    if "flyte_migrate" in sys.modules:
+        from flyte2_pytorch import migrate
+
+        migrate.register()
+    try:  # flyte's own small module of the registry (flyte.extend would load its image builders too)
+        from flyte._task_plugins import TaskPluginRegistry as registry
+    except ImportError:  # another flyte layout: flyte's own message stays
+        return
+    for cls in (PyTorch, Elastic):
+        if registry.find(cls) is None:
+            registry.register(config_type=cls, plugin=_Flyte2TaskOfFlytekitConfig)  # type: ignore[type-var]

@@ -179,6 +179,18 @@ class _DistributedFunctionTask(PythonFunctionTask):
         if kwargs.get("pod_template") is not None:
             warn_replaced_command("pod_template", kwargs["pod_template"])
             check_pod_template_rules("pod_template", kwargs["pod_template"])
+        accelerator = getattr(task_config, "accelerator", None)
+        if isinstance(accelerator, BaseAccelerator):
+            # PyTorch(accelerator=A100) means what pytorch_task(accelerator=A100) means: flytekit's own accelerator.
+            given = kwargs.get("accelerator")
+            if given is not None and given is not accelerator and given.to_flyte_idl() != accelerator.to_flyte_idl():
+                raise ConfigError(
+                    f"accelerator={given!r} differs from {type(task_config).__name__}.accelerator={accelerator!r}; "
+                    "give the accelerator once",
+                    field="accelerator",
+                    value=given,
+                )
+            kwargs["accelerator"] = accelerator
         # flytekit's own options that end up in every replica pod, checked against Kubernetes' rules here.
         check_environment("environment", kwargs.get("environment"))
         image = kwargs.get("container_image")

@@ -20,7 +20,11 @@ __all__ = [
     "is_label_value",
     "NVIDIA_GPU",
     "ENV_VAR_NAME",
+    "RELAXED_ENV_VAR_NAME",
+    "RELAXED_ENV_NAMES_SINCE",
     "env_var_name_problem",
+    "relaxed_env_var_name_problem",
+    "container_name_problem",
     "image_reference_problem",
     "JOB_NAME_MAX_LENGTH",
     "REPLICA_INDEX_DIGITS",
@@ -79,47 +83,131 @@ def is_label_value(value: object, *, allow_empty: bool = True) -> bool:
 
 
 ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
-"""An environment variable name as the API server validates it without `RelaxedEnvironmentVariableValidation`
-(`k8s.io/apimachinery/pkg/util/validation.IsEnvVarName`): letters, digits, '_', '-', '.', not starting with a digit.
-That gate (alpha 1.30, on by default from 1.32, GA in 1.34) relaxes the rule to printable ASCII but '='; the
-strict rule is the one every supported Kubernetes version accepts, so it is the one checked here."""
+"""The strict environment variable name (`k8s.io/apimachinery/pkg/util/validation.IsEnvVarName`): letters, digits,
+'_', '-', '.', not starting with a digit. Every API server applies it where `RelaxedEnvironmentVariableValidation`
+is off: by default before 1.32 (alpha in 1.30, beta and on by default in 1.32, GA in 1.34)."""
+
+RELAXED_ENV_VAR_NAME = re.compile(r"^[ -<>-~]+\Z")
+"""The relaxed environment variable name (`validation.IsRelaxedEnvVarName`): one or more printable ASCII characters
+(space to '~', as Go's `unicode.IsPrint` reads ASCII) other than '='. Kubernetes accepts it by default from 1.32."""
+
+RELAXED_ENV_NAMES_SINCE = "1.32"
+"""The first Kubernetes release whose API server accepts relaxed environment variable names by default
+(`RelaxedEnvironmentVariableValidation`: beta and on by default in 1.32, GA in 1.34)."""
 
 
 def env_var_name_problem(name: object) -> str | None:
-    """What is wrong with `name` as a container environment variable name, or None when Kubernetes accepts it.
+    """What the strict rule (`IsEnvVarName`, the one API servers before 1.32 apply) finds wrong with `name`.
+
+    A name with a problem here is still accepted from Kubernetes 1.32 on: `relaxed_env_var_name_problem` is that
+    rule, and `pytorch_contract.pod_rules.env_name_problems` (refuse) and `env_name_warnings` (warn) are the
+    verdicts callers give; the wording here ("Kubernetes rejects") is the strict rule's own.
 
     Args:
         name: the candidate name.
 
     Returns:
-        A short description of the problem (for a message), or None.
+        A short description of the problem (for a message), or None when every Kubernetes version accepts it.
     """
     if not isinstance(name, str) or not name:
         return "not a non-empty string"
     if not ENV_VAR_NAME.match(name):
         return "not an environment variable name Kubernetes accepts"
-    if name in (".", "..") or name.startswith(".."):
+    if name in (".", "..") or name.startswith(".."):  # validation.hasChDirPrefix
         return "'.', '..' or a name starting with '..', which Kubernetes rejects"
     return None
 
 
-# Image references, as the kubelet parses them (the grammar of github.com/distribution/reference, which containerd
-# and Docker use): [domain[:port]/]path[:tag][@digest], with a lower-case path.
+def relaxed_env_var_name_problem(name: object) -> str | None:
+    """What `validation.IsRelaxedEnvVarName` finds wrong with `name`: the rule of Kubernetes 1.32 and later, and
+    the most any version accepts (a name it refuses, no API server takes).
+
+    Args:
+        name: the candidate name.
+
+    Returns:
+        A short description of the problem, or None when Kubernetes 1.32 and later accept it.
+    """
+    if not isinstance(name, str) or not name:
+        return "not a non-empty string"
+    if not RELAXED_ENV_VAR_NAME.match(name):
+        if "=" in name:
+            return "it holds '='"
+        if not name.isascii():
+            return "it is not ASCII"
+        return "it holds a character that is not printable"
+    return None
+
+
+def container_name_problem(name: object) -> str | None:
+    """What the API server finds wrong with a container name (`validateContainers`: required, then
+    `validation.IsDNS1123Label`): at most 63 lower-case letters, digits and '-', starting and ending with a letter
+    or digit.
+
+    Args:
+        name: the candidate name.
+
+    Returns:
+        A short description of the problem, or None when Kubernetes accepts it.
+    """
+    if not isinstance(name, str) or not name:
+        return "empty or not a string (a container needs a name)"
+    if len(name) > 63:
+        return f"{len(name)} characters, over the 63 of a DNS-1123 label"
+    if not DNS1123_LABEL.match(name):
+        return "not a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit)"
+    return None
+
+
+# Image references as the kubelet parses them before it pulls (`applyDefaultImageTag` calls distribution/reference's
+# `ParseNormalizedNamed`; an error is `InvalidImageName` and the container never starts). The grammar is
+# distribution/reference's: [domain[:port]/]path[:tag][@digest], then go-digest's `Parse` for the digest.
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE_PATH = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_IMAGE_DOMAIN = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?\Z")
-_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
-_IMAGE_DIGEST = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}\Z")
-_IMAGE_NAME_MAX = 255
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"  # Go's \w is ASCII
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+_REFERENCE = re.compile(
+    rf"^(?P<name>(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?\Z"
+)
+_NAME_PARTS = re.compile(rf"^(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)\Z")
+_IDENTIFIER = re.compile(r"^[a-f0-9]{64}\Z")
+_IMAGE_TAG = re.compile(rf"^{_TAG}\Z")
+_DIGEST_HEX_LENGTHS = {"sha256": 64, "sha384": 96, "sha512": 128}
+"""go-digest's registered algorithms (`algorithm.go`) and their lower-case hex lengths."""
+_IMAGE_PATH_MAX = 255  # reference.RepositoryNameTotalLengthMax, counted on the path without the domain
+
+
+def _docker_domain(name: str) -> tuple[str, str]:
+    """distribution/reference's `splitDockerDomain`: (registry, the rest), Docker Hub's defaults filled in."""
+    first, slash, rest = name.partition("/")
+    if not slash:
+        return "docker.io", "library/" + name
+    if first == "localhost":
+        domain, remainder = first, rest
+    elif first == "index.docker.io":
+        domain, remainder = "docker.io", rest
+    elif "." in first or ":" in first or first.lower() != first:
+        domain, remainder = first, rest
+    else:
+        domain, remainder = "docker.io", name
+    if domain == "docker.io" and "/" not in remainder:
+        remainder = "library/" + remainder
+    return domain, remainder
 
 
 def image_reference_problem(image: object) -> str | None:
-    """What the kubelet would reject in an image reference (`InvalidImageName`), or None when it is valid.
+    """What the kubelet would refuse in an image reference (`InvalidImageName`), or None when it pulls it.
 
-    The first path component is a registry when it contains '.' or ':', is `localhost`, or has an upper-case letter
-    (Docker's rule); the rest, the repository path, must be lower case. Tags are up to 128 of [A-Za-z0-9_.-] (not
-    starting with '.' or '-'); digests are `<algorithm>:<hex>`.
+    The rule is distribution/reference's `ParseNormalizedNamed` (which the kubelet calls before every pull), with
+    go-digest's `Parse` for a digest:
+
+    - a bare 64-hex-digit string is refused (it reads as an image ID, not a name);
+    - the first path component is a registry when it is `localhost` or contains '.', ':' or an upper-case letter,
+      and a name without one is Docker Hub's (`ubuntu` is `docker.io/library/ubuntu`);
+    - the repository path is lower-case components joined by '.', '_', '__' or dashes, at most 255 characters;
+    - a tag is up to 128 of [A-Za-z0-9_.-], not starting with '.' or '-'; no tag means `:latest`;
+    - a digest is `sha256:` and 64, `sha384:` and 96 or `sha512:` and 128 lower-case hex digits.
 
     Args:
         image: the candidate reference, e.g. `ghcr.io/org/train:1.0`.
@@ -129,33 +217,51 @@ def image_reference_problem(image: object) -> str | None:
     """
     if not isinstance(image, str) or not image:
         return "not a non-empty string"
+    if _IDENTIFIER.match(image):
+        return "a 64-hex-digit string, which reads as an image ID, not a repository name"
+    domain, remainder = _docker_domain(image)
+    remote = remainder.split(":", 1)[0]
+    if remote.lower() != remote:
+        shown = remote if remote in image else remote.removeprefix("library/")
+        return f"repository path {shown!r} has upper-case letters; it must be lower case"
+    match = _REFERENCE.match(f"{domain}/{remainder}")
+    if match is None:
+        return _reference_format_problem(image)
+    parts = _NAME_PARTS.match(match["name"])
+    path = parts["path"] if parts is not None else match["name"]
+    if len(path) > _IMAGE_PATH_MAX:
+        return f"repository path is {len(path)} characters; at most {_IMAGE_PATH_MAX}"
+    digest = match["digest"]
+    if digest is not None:
+        algorithm, _, encoded = digest.partition(":")
+        length = _DIGEST_HEX_LENGTHS.get(algorithm)
+        if length is None:
+            return f"digest algorithm {algorithm!r} is not one the kubelet verifies (sha256, sha384 or sha512)"
+        if len(encoded) != length or not re.fullmatch(r"[a-f0-9]+", encoded):
+            return f"digest {digest!r} is not '{algorithm}:' and {length} lower-case hex digits"
+    return None
+
+
+def _reference_format_problem(image: str) -> str:
+    """Which part of a reference that does not parse is wrong, for the message."""
     if not image.isascii() or any(c.isspace() for c in image):
         return "not ASCII without spaces"
-    name, _, digest = image.partition("@")
-    if digest and not _IMAGE_DIGEST.match(digest):
-        return f"digest {digest!r} is not '<algorithm>:<hex>' (e.g. 'sha256:' and 64 hex digits)"
-    last = name.rfind("/")
-    colon = name.rfind(":")
-    tag = ""
+    name, at, digest = image.partition("@")
+    if at and not re.fullmatch(_DIGEST, digest):
+        return f"digest {digest!r} is not '<algorithm>:<hex>' (e.g. 'sha256:' and 64 lower-case hex digits)"
+    last, colon = name.rfind("/"), name.rfind(":")
     if colon > last:
         name, tag = name[:colon], name[colon + 1 :]
         if not _IMAGE_TAG.match(tag):
             return f"tag {tag!r} is not up to 128 of [A-Za-z0-9_.-] starting with a letter, digit or '_'"
-    domain, slash, path = name.partition("/")
-    if not slash or not ("." in domain or ":" in domain or domain == "localhost" or domain.lower() != domain):
-        domain, path = "", name
-    if domain and not _IMAGE_DOMAIN.match(domain):
+    domain, remainder = _docker_domain(name)
+    if not re.fullmatch(_DOMAIN, domain):
         return f"registry {domain!r} is not a host name or IP with an optional port"
-    if not _IMAGE_PATH.match(path):
-        if path.lower() != path and _IMAGE_PATH.match(path.lower()):
-            return f"repository path {path!r} has upper-case letters; it must be lower case"
-        return (
-            f"repository path {path!r} is not lower-case letters and digits in '/'-separated parts joined by "
-            "'.', '_', '__' or '-'"
-        )
-    if len(name) > _IMAGE_NAME_MAX:
-        return f"repository name is {len(name)} characters; at most {_IMAGE_NAME_MAX}"
-    return None
+    shown = remainder if remainder in image else remainder.removeprefix("library/")
+    return (
+        f"repository path {shown!r} is not lower-case letters and digits in '/'-separated parts joined by "
+        "'.', '_', '__' or '-'"
+    )
 
 
 JOB_NAME_MAX_LENGTH = 50

@@ -7,7 +7,10 @@ The SDK (`flytekitplugins_pytorch.task`) writes these keys into `TaskTemplate.co
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, EnumMeta
+from typing import Any
+
+from pytorch_contract.suggest import closest
 
 __all__ = [
     "TASK_TYPE",
@@ -143,7 +146,23 @@ def _role_key(role: str, master: str, worker: str, what: str) -> str:
     return key
 
 
-class RestartPolicy(Enum):
+class _NamedMembers(EnumMeta):
+    """The enums' metaclass: a member that does not exist (``RestartPolicy.FAILURE``) is an ``AttributeError`` that
+    names the closest members, not a bare ``AttributeError: FAILURE``."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        members: dict[str, Any] = cls.__dict__.get("_member_map_", {})
+        if name in members:
+            return members[name]
+        by_upper = {m.upper(): m for m in members}  # "Exit_Code" is as near EXIT_CODE as "EXIT_CODE"
+        near = [by_upper[m] for m in closest(name.upper(), by_upper)]
+        hint = f"did you mean {' or '.join(f'{cls.__name__}.{m}' for m in near)}? " if near else ""
+        raise AttributeError(f"{cls.__name__}.{name} is not a member; {hint}members: {', '.join(members)}")
+
+
+class RestartPolicy(Enum, metaclass=_NamedMembers):
     """What the training operator does when a replica's pod fails (``spec.pytorchReplicaSpecs.<role>.restartPolicy``).
 
     ``EXIT_CODE`` restarts only on retryable exit codes (128+signal, e.g. a preempted node) and fails at once on a
@@ -156,7 +175,7 @@ class RestartPolicy(Enum):
     EXIT_CODE = "ExitCode"
 
 
-class CleanPodPolicy(Enum):
+class CleanPodPolicy(Enum, metaclass=_NamedMembers):
     """Which pods the operator deletes when the job finishes (``spec.runPolicy.cleanPodPolicy``)."""
 
     NONE = "None"

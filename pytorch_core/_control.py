@@ -23,10 +23,13 @@ Neither torch nor flytekit is imported here.
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import os
 import pickle
 import signal
+from collections import ChainMap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -34,6 +37,36 @@ from typing import Any, Optional
 import cloudpickle
 
 from pytorch_core.frontend import PLAIN, FrontEnd, PlainSnapshot
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, with `dataclasses.MISSING` pickled by reference.
+
+    cloudpickle carries a class of ``__main__`` (a script run with ``python file.py``, ``python -m``) by value, and
+    loading it in a process that has the class already sets its state again: each field's ``default`` and
+    ``default_factory`` become a new ``_MISSING_TYPE`` object instead of the ``dataclasses.MISSING`` singleton, and
+    code that asks ``field.default is MISSING`` (flyte's type engine, through mashumaro) then fails on that class.
+    """
+
+    dispatch_table = ChainMap(
+        {type(dataclasses.MISSING): lambda missing: "MISSING"}, cloudpickle.Pickler.dispatch_table
+    )
+
+
+def dumps(value: Any) -> bytes:
+    """Pickle a user value (function, inputs, result, exception) for another process: `cloudpickle.dumps` that keeps
+    `dataclasses.MISSING` the singleton (see `_Pickler`).
+
+    Args:
+        value: anything cloudpickle can pickle.
+
+    Returns:
+        bytes: the pickle; `cloudpickle.loads` reads it.
+    """
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=pickle.DEFAULT_PROTOCOL).dump(value)
+    return buffer.getvalue()
+
 
 RESULT_FILE = "rank-{rank}.result"
 ERROR_FILE = "rank-{rank}.error"
@@ -287,7 +320,7 @@ class ControlDir:
             TypeError: the value cannot be pickled (the message names its type).
         """
         try:
-            payload = cloudpickle.dumps(result)
+            payload = dumps(result)
         except Exception as exc:
             raise TypeError(
                 f"rank 0's return value of type {type(result.value).__name__} cannot be pickled to carry it to the "

@@ -37,10 +37,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
-import cloudpickle
-
 from pytorch_core._codefiles import code_files
-from pytorch_core._control import ControlDir, ControlRecord, RankSpec
+from pytorch_core._control import ControlDir, ControlRecord, RankSpec, dumps
 from pytorch_core._failure import RankFailedError
 from pytorch_core._forkserver import start_forked_server
 from pytorch_core._nested import LAUNCHER_PID_ENV, PRELOAD_ENV
@@ -207,9 +205,9 @@ def rank_spec(
         RankSpec: the spec.
     """
     return RankSpec(
-        fn_bytes=cloudpickle.dumps(fn),
+        fn_bytes=dumps(fn),
         fn_files=code_files(fn),
-        kwargs_bytes=cloudpickle.dumps(kwargs),
+        kwargs_bytes=dumps(kwargs),
         control_dir=str(control_dir),
         context=context,
         frontend=frontend if frontend is not None else current(),

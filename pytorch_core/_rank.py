@@ -37,7 +37,7 @@ import cloudpickle
 from pytorch_core import progress
 from pytorch_core._codefiles import restore_code_files
 from pytorch_core._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
-from pytorch_core._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec
+from pytorch_core._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec, dumps
 from pytorch_core._failure import HangError, is_collateral
 from pytorch_core._forkserver import set_process_name
 from pytorch_core._hang import (
@@ -53,6 +53,36 @@ from pytorch_core._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
 from pytorch_core._plan import node_view
 from pytorch_core._preflight import run_preflight
 from pytorch_core.frontend import current, enter
+
+
+def call_function(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Call the task's function; an ``async def`` function's coroutine is run to its end, so the rank returns the
+    value as for a plain function (Flyte 2 tasks are often ``async def``).
+
+    The coroutine gets an event loop of its own: ``asyncio.run`` in a rank process; a thread of its own where this
+    thread already runs a loop (the in-process and single-rank pod modes run inside Flyte 2's task loop).
+
+    Args:
+        fn: the user's function.
+        kwargs: its inputs.
+
+    Returns:
+        Any: the function's value (the coroutine's result for an ``async def`` function).
+    """
+    value = fn(**kwargs)
+    if not inspect.iscoroutine(value):
+        return value
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(value)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pytorch-task") as pool:
+        return pool.submit(asyncio.run, value).result()
+
 
 #: Environment variable: collective timeout in seconds used for ``init_process_group`` calls without ``timeout=``.
 #: It wins over ``collective_timeout`` in the task config (it is the knob for one run, e.g. a local debugging session).
@@ -402,7 +432,7 @@ def rank_entrypoint(spec: RankSpec) -> None:
             base = Path(spec.context.working_dir) if spec.context.working_dir else Path(spec.control_dir)
             with spec.frontend.rank_scope(spec.context, base / f"rank-{rank}") as scope:
                 _start_progress(control, rank)
-                value = fn(**kwargs)
+                value = call_function(fn, kwargs)
                 progress.finish_reporting()
                 mark_done()
                 if rank == 0:
@@ -485,7 +515,7 @@ def report_error(control: ControlDir, rank: int, exc: BaseException) -> None:
     try:
         exc_bytes: Optional[bytes]
         try:
-            exc_bytes = cloudpickle.dumps(exc)
+            exc_bytes = dumps(exc)
             pickle.loads(exc_bytes)  # the launcher must be able to rebuild it; else report it as text only
         except Exception:
             exc_bytes = None

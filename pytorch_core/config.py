@@ -36,11 +36,17 @@ from pytorch_contract.k8s_names import (
     JOB_NAME_MAX_LENGTH,
     LABEL_VALUE,
     MAX_REPLICAS_PER_ROLE,
-    env_var_name_problem,
     image_reference_problem,
 )
-from pytorch_contract.pod_rules import env_name_problems, node_selector_problems, toleration_problems
-from pytorch_contract.quantity import QuantityError, parse_quantity
+from pytorch_contract.pod_rules import (
+    container_name_problems,
+    env_name_problems,
+    env_name_warnings,
+    node_selector_problems,
+    toleration_problems,
+    toleration_warnings,
+)
+from pytorch_contract.quantity import MAX_WHOLE_QUANTITY, QuantityError, is_whole_quantity, parse_quantity
 from pytorch_contract.suggest import did_you_mean
 from pytorch_contract.template_keys import (
     NPROC_PER_NODE_WORDS,
@@ -59,6 +65,7 @@ __all__ = [
     "PodTemplateOverrideWarning",
     "JobLimitWarning",
     "ProcessesGpusWarning",
+    "KubernetesVersionWarning",
     "RestartPolicy",
     "CleanPodPolicy",
     "RunPolicy",
@@ -119,6 +126,10 @@ class ConfigTypes:
         pod_template_hint: what to write instead.
         extra_resource_check: ``(name, resources) -> None``, the SDK's own refusals (Flyte 2's ``shm`` on a role).
         sdk_modules: top-level modules whose frames a warning skips to point at the user's line.
+        gpu_count: ``value -> count`` of a role's ``gpu`` attribute where the SDK spells a GPU request other than as
+            a count (Flyte 2's ``"A100:1"`` and ``flyte.GPU("A100", 1)``); None: the value is the count.
+        accelerator_object: ``value -> bool``, whether an ``accelerator`` that is not a string is the SDK's own
+            accelerator object (flytekit's ``A100``), accepted as the SDK accepts it; None: only strings.
     """
 
     package: str
@@ -131,6 +142,8 @@ class ConfigTypes:
     pod_template_hint: str
     extra_resource_check: Optional[Callable[[str, Any], None]] = None
     sdk_modules: tuple[str, ...] = ()
+    gpu_count: Optional[Callable[[Any], Any]] = None
+    accelerator_object: Optional[Callable[[Any], bool]] = None
 
     @property
     def memory_field(self) -> str:
@@ -364,7 +377,9 @@ def check_quantity(name: str, value: Any, *, optional: bool = True) -> Optional[
 
 
 def check_gpu(name: str, value: Any) -> Optional[int]:
-    """A GPU count: a non-negative whole number, as int or digits (``1`` or ``"1"``; not ``"500m"`` or ``"1.5"``).
+    """A GPU count: a whole, non-negative quantity, as Kubernetes counts an extended resource
+    (`ValidateResourceQuantityValue`: ``MilliValue() % 1000 == 0``): ``1``, ``"1"``, ``2.0``, ``"2.0"``, ``"2000m"``,
+    ``"1e1"`` and ``"+2"`` are whole; ``"500m"`` and ``"1.5"`` are not.
 
     Args:
         name: dotted field name for the message.
@@ -379,15 +394,19 @@ def check_gpu(name: str, value: Any) -> Optional[int]:
     if value is None:
         return None
     allowed = "GPUs are whole devices: use a whole number >= 0 such as 1 or '2'"
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
         raise _fail(name, value, "not a GPU count", allowed)
-    if isinstance(value, int):
-        if value < 0:
-            raise _fail(name, value, "negative", allowed)
-        return value
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    raise _fail(name, value, "not a GPU count", allowed)
+    try:
+        amount = parse_quantity(value)
+    except QuantityError:
+        raise _fail(name, value, "not a GPU count", allowed) from None
+    if amount < 0:
+        raise _fail(name, value, "negative", allowed)
+    if amount > MAX_WHOLE_QUANTITY:
+        raise _fail(name, value, f"above {MAX_WHOLE_QUANTITY:,}, more than Kubernetes counts", allowed)
+    if not is_whole_quantity(value):
+        raise _fail(name, value, "not a whole number of GPUs", allowed)
+    return int(amount)
 
 
 def check_resources(
@@ -425,7 +444,12 @@ def check_resources(
             name = name_of(kind, attr)
             if isinstance(value, (list, tuple)):
                 raise _fail(name, value, "a (request, limit) pair", "give requests and limits separately")
-            amount = check_gpu(name, value) if attr == types.gpu_field else check_quantity(name, value, optional=False)
+            amount: Optional[Union[int, Decimal]]
+            if attr == types.gpu_field:
+                count = types.gpu_count(value) if types.gpu_count is not None else value
+                amount = check_gpu(name, count)
+            else:
+                amount = check_quantity(name, value, optional=False)
             if amount is not None:  # never None here: value is not None
                 parsed[kind][attr] = Decimal(amount)
     for attr, request in parsed["requests"].items():
@@ -653,31 +677,54 @@ def check_replicas(name: str, value: Any, *, minimum: int) -> int:
     return value
 
 
-def check_environment(name: str, environment: Any) -> None:
-    """Environment variable names (the keys of flytekit's ``environment=``) that Kubernetes accepts.
+class KubernetesVersionWarning(UserWarning):
+    """A setting that some supported Kubernetes versions accept and others refuse: an environment variable name
+    only clusters from 1.32 on take, a toleration operator behind an alpha feature gate. The SDK does not know the
+    cluster, so it warns (naming the version or gate) instead of refusing."""
 
-    The rule is the API server's strict one (letters, digits, '_', '-', '.', not starting with a digit; not '.' or
-    '..'), enforced by every Kubernetes version before 1.32 turned on `RelaxedEnvironmentVariableValidation`; a pod
-    whose env breaks it is rejected, so the operator can never start the job.
+
+def check_environment(name: str, environment: Any) -> None:
+    """Environment variable names (the keys of flytekit's ``environment=``, Flyte 2's ``env_vars=``) and values.
+
+    One rule for every path a name reaches a container by (`pytorch_contract.pod_rules`): a name no Kubernetes
+    version accepts (`IsRelaxedEnvVarName`: empty, not printable ASCII, or holding '=') is refused; a name only
+    Kubernetes 1.32 and later accept (``1ABC``, ``MY VAR``, ``a:b``: `IsEnvVarName` refuses it) gets a
+    `KubernetesVersionWarning` naming the version.
 
     Args:
         name: dotted field name for the message (``"environment"``).
         environment: a mapping of variable name -> value, or None.
 
     Raises:
-        ConfigError: a name Kubernetes rejects, or a value that is not a string.
+        ConfigError: a name no Kubernetes version accepts, or a value that is not a string.
     """
     if environment is None:
         return
     if not isinstance(environment, dict):
         raise _fail(name, environment, f"not a dict ({type(environment).__name__})", "use {'NAME': 'value', ...}")
     for key, value in environment.items():
-        problem = env_var_name_problem(key)
-        if problem is not None:
-            allowed = "use ASCII letters, digits, '_', '-' and '.', not starting with a digit (e.g. 'MY_VAR')"
-            raise ConfigError(f"{name}[{key!r}] is {problem}; {allowed}", field=name, value=key)
+        problems = env_name_problems([key], f"{name}[{key!r}]")
+        if problems:
+            raise ConfigError(_env_message(problems[0], f"{name}[{key!r}]", key), field=name, value=key)
         if not isinstance(value, str):
             raise _fail(f"{name}[{key!r}]", value, f"not a string ({type(value).__name__})", "use a string value")
+    warn_env_names(name, list(environment))
+
+
+def _env_message(problem: str, where: str, key: Any) -> str:
+    """The contract's refusal of an environment variable name, worded as ``<where> is not ...``."""
+    return f"{where} is{problem.split(f'{key!r} is', 1)[1]}" if f"{key!r} is" in problem else problem
+
+
+def warn_env_names(where: str, names: list[Any]) -> None:
+    """Warn (`KubernetesVersionWarning`) about names only Kubernetes 1.32 and later accept.
+
+    Args:
+        where: the setting, for the message (``"environment"``, ``"Worker.pod_template container 'primary' env"``).
+        names: the variable names.
+    """
+    for message in env_name_warnings(names, where):
+        warnings.warn(message, KubernetesVersionWarning, stacklevel=_user_stacklevel())
 
 
 def check_shm_size(name: str, value: Any) -> Optional[str]:
@@ -762,11 +809,15 @@ def check_pod_template(name: str, value: Any, *, types: ConfigTypes = CORE_TYPES
 
 def check_pod_template_rules(name: str, pod_template: Any) -> None:
     """Refuse a pod template the job would be admitted with but whose every pod create fails: bad label keys or
-    values, bad annotation keys or over 256 KiB of annotations, bad tolerations, bad nodeSelector keys or values
-    (`pytorch_contract`'s rules, the ones the backend checks again before create).
+    values, bad annotation keys or over 256 KiB of annotations, bad tolerations (`ValidateTolerations`), bad
+    nodeSelector keys or values, container names that are not DNS-1123 labels or repeat (`validateContainers`),
+    environment variable names no version accepts (`pytorch_contract`'s rules, the ones the backend checks again
+    before create). What only some Kubernetes versions refuse (names older API servers refuse, gated toleration
+    operators) is a `KubernetesVersionWarning`.
 
     Args:
-        name: where the pod template was given (``"Worker.pod_template"``).
+        name: where the pod template was given, as the user wrote it (``"Worker.pod_template"``,
+            ``"TaskEnvironment.pod_template"``).
         pod_template: a pod template (flytekit's and Flyte 2's have the same attributes).
 
     Raises:
@@ -778,9 +829,17 @@ def check_pod_template_rules(name: str, pod_template: Any) -> None:
     tolerations = [_api_dict(t) for t in (getattr(spec, "tolerations", None) or [])]
     problems += toleration_problems(tolerations, f"{name} tolerations")
     problems += node_selector_problems(getattr(spec, "node_selector", None) or {}, f"{name} nodeSelector")
-    for container in getattr(spec, "containers", None) or []:
+    containers = list(getattr(spec, "containers", None) or [])
+    init_containers = list(getattr(spec, "init_containers", None) or [])
+    problems += container_name_problems(
+        [getattr(c, "name", None) for c in containers], [getattr(c, "name", None) for c in init_containers], name
+    )
+    notes = toleration_warnings(tolerations, f"{name} tolerations")
+    for container in containers + init_containers:
         env_names = [getattr(e, "name", None) for e in getattr(container, "env", None) or []]
-        problems += env_name_problems(env_names, f"{name} container {getattr(container, 'name', None)!r} env")
+        where = f"{name} container {getattr(container, 'name', None)!r} env"
+        problems += env_name_problems(env_names, where)
+        notes += env_name_warnings(env_names, where)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ConfigError(
@@ -788,6 +847,8 @@ def check_pod_template_rules(name: str, pod_template: Any) -> None:
             field=name,
             value=pod_template,
         )
+    for message in notes:
+        warnings.warn(message, KubernetesVersionWarning, stacklevel=_user_stacklevel())
 
 
 class JobLimitWarning(UserWarning):
@@ -967,15 +1028,18 @@ def _check_fields_common(owner: str, obj: Any) -> None:
             f"use {obj._types.package}.RunPolicy(...)",
         )
     obj.shm_size = check_shm_size(f"{owner}.shm_size", obj.shm_size)
-    # The backend puts the accelerator type into a node-selector label value, so it must be one.
-    check_name(
-        f"{owner}.accelerator",
-        obj.accelerator,
-        LABEL_VALUE,
-        63,
-        "an accelerator name such as 'nvidia-tesla-a100' or 'A100' (a Kubernetes label value: letters, digits, "
-        "'-', '_', '.'; at most 63 characters)",
-    )
+    # The backend puts the accelerator type into a node-selector label value, so it must be one; the SDK's own
+    # accelerator object (flytekit's `A100`) is taken as the SDK takes it (the front-end passes it on).
+    accelerator_object = obj._types.accelerator_object
+    if accelerator_object is None or not accelerator_object(obj.accelerator):
+        check_name(
+            f"{owner}.accelerator",
+            obj.accelerator,
+            LABEL_VALUE,
+            63,
+            "an accelerator name such as 'nvidia-tesla-a100' or 'A100' (a Kubernetes label value: letters, digits, "
+            "'-', '_', '.'; at most 63 characters)",
+        )
     check_name(
         f"{owner}.gpu_resource",
         obj.gpu_resource,

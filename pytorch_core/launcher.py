@@ -55,6 +55,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pytorch_contract.install import install_hint
 from pytorch_core import progress
 from pytorch_core._failure import (
     HangError,
@@ -84,7 +85,7 @@ from pytorch_core._plan import (
 from pytorch_core._preflight import run_preflight
 from pytorch_core._processes import AgentResult, EnvPatch, free_port, run_ranks
 from pytorch_core._progress_follow import ProgressFollower
-from pytorch_core._rank import COLLECTIVE_TIMEOUT_ENV, install_collective_timeout, preflight_timeout_s
+from pytorch_core._rank import COLLECTIVE_TIMEOUT_ENV, call_function, install_collective_timeout, preflight_timeout_s
 from pytorch_core.frontend import FrontEnd, current, using
 
 __all__ = [
@@ -186,7 +187,7 @@ def _call_reporting(fn: Callable[..., Any], kwargs: dict[str, Any], follower: Pr
     follower.start()
     failed = True
     try:
-        value = fn(**kwargs)
+        value = call_function(fn, kwargs)
         progress.finish_reporting()
         failed = False
         return value
@@ -286,7 +287,7 @@ def require_torch(task_name: str) -> None:
     if not found:
         raise TorchMissingError(
             f"{task_name} runs torch.distributed, but torch is not installed in this Python ({sys.executable}): "
-            f"pip install '{torch_requirement()}' (or pip install 'flytekitplugins-pytorch[torch]')",
+            f"pip install '{torch_requirement()}' (or {install_hint('torch')})",
             name="torch",
         )
 

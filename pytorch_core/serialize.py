@@ -144,7 +144,8 @@ def _common_config(config: Union[PyTorch, Elastic]) -> dict[str, str]:
         keys.MIN_AVAILABLE: None if policy.min_available is None else str(policy.min_available),
         keys.SUSPEND: "true" if policy.suspend else None,
         keys.SHM_SIZE: config.shm_size,
-        keys.ACCELERATOR: config.accelerator,
+        # a front-end's accelerator object (flytekit's `A100`) travels in the SDK's own field, not as a key
+        keys.ACCELERATOR: config.accelerator if isinstance(config.accelerator, str) else None,
         keys.GPU_RESOURCE: config.gpu_resource,
     }
     entries.update({k: v for k, v in optional.items() if v is not None})

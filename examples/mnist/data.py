@@ -29,6 +29,7 @@ import os
 import tempfile
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -75,6 +76,11 @@ STD = 0.3081
 
 _IDX_DTYPES = {0x08: np.uint8}
 _DOWNLOAD_TIMEOUT_S = 30.0
+
+
+class MnistDataWarning(UserWarning):
+    """A data setting that is not used: ``data_dir`` or ``$MNIST_DATA_DIR`` names no directory (a typo, say), so the
+    files come from the cache or a download instead (the same bytes: every file is checked against its SHA-256)."""
 
 
 class MnistDataError(Exception):
@@ -235,10 +241,21 @@ def prepare_mnist(
 
     Raises:
         MnistDataError: a file is missing everywhere and cannot be downloaded, or a file's content fails its checksum.
+
+    Warns:
+        MnistDataWarning: `data_dir` (or ``$MNIST_DATA_DIR``) is set but names no directory.
     """
     explicit = str(data_dir) or os.environ.get(DATA_DIR_ENV, "")
     source = Path(explicit).expanduser() if explicit else None
     cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    if source is not None and not source.is_dir():
+        setting = f"data_dir={str(data_dir)!r}" if str(data_dir) else f"{DATA_DIR_ENV}={explicit!r}"
+        warnings.warn(
+            f"{setting} is not a directory, so it is not used: the MNIST files come from the cache ({cache}) or a "
+            "download; correct the path, or unset it",
+            MnistDataWarning,
+            stacklevel=2,
+        )
     mirrors = tuple(mirrors) if mirrors is not None else _mirrors_from_env()
     with _locked(cache):
         for name in SHA256:

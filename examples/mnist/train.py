@@ -425,6 +425,27 @@ def prepare_data(data_dir: str, info: DistInfo) -> Path:
     return directory if directory is not None else prepare_mnist(data_dir, download=False)
 
 
+WARMUP_FRACTION = 0.25
+"""The share of the steps in which the one-cycle schedule rises to its peak learning rate."""
+
+
+def warmup_fraction(total_steps: int) -> float:
+    """`OneCycleLR`'s ``pct_start`` for a run of `total_steps`: `WARMUP_FRACTION`, except where torch's schedule
+    would divide by zero.
+
+    `OneCycleLR` ends the warm-up at step ``pct_start * total_steps - 1`` and divides by that step's distance from
+    step 0, so with 4 steps (``--train_limit`` 577 to 768 at the default batch of 192, one epoch) a quarter fails with
+    ``ZeroDivisionError``. There the warm-up takes half the steps (2 up, 2 down).
+
+    Args:
+        total_steps: optimizer steps of the whole run.
+
+    Returns:
+        float: the ``pct_start`` to use.
+    """
+    return WARMUP_FRACTION if WARMUP_FRACTION * total_steps != 1 else 0.5
+
+
 def train(
     config: TrainConfig,
     checkpoint: CheckpointStore | None = None,
@@ -473,8 +494,9 @@ def train(
     )
     steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
     log_progress = config.logs_on(info.rank)
+    total_steps = config.epochs * steps_per_epoch
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=config.learning_rate, total_steps=config.epochs * steps_per_epoch, pct_start=0.25
+        optimizer, max_lr=config.learning_rate, total_steps=total_steps, pct_start=warmup_fraction(total_steps)
     )
 
     curve_every = min(config.curve_interval, config.log_interval)

@@ -50,15 +50,15 @@ logger = logging.getLogger(__name__)
 MNIST_WHEEL = "dist/flytekitplugins_pytorch-0.1.0-py3-none-any.whl"
 
 #: The image that runs this example on a cluster, as a flytekit ImageSpec (the same content as ``Dockerfile.gpu``):
-#: ``copy`` puts the wheel under /root/ and ``commands`` (run after the copy) installs it with its ``examples`` extra
-#: into the base image's Python (``python_exec``), whose torch 2.13.0 satisfies the extra's pin.
+#: ``copy`` puts the wheel and the pins CI tested under /root/ and ``commands`` (run after the copy) installs the wheel
+#: with its ``examples`` extra into the base image's Python (``python_exec``), whose torch 2.13.0 satisfies the pin.
 #: Not used by local runs; pass ``container_image=mnist_image`` to the tasks to build and use it on registration.
 mnist_image = ImageSpec(
     name="flytekitplugins-pytorch-mnist",
     base_image="pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime",
     python_exec="/opt/conda/bin/python",
-    copy=[MNIST_WHEEL],
-    commands=[f"uv pip install '/root/{MNIST_WHEEL}[examples]'"],
+    copy=[MNIST_WHEEL, "constraints.txt"],
+    commands=[f"uv pip install -c /root/constraints.txt '/root/{MNIST_WHEEL}[examples]'"],
 )
 
 _TRACKERS = tracking.enabled_trackers()

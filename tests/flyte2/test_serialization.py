@@ -261,7 +261,7 @@ def test_valid_spellings_the_flytekit_front_end_accepts_are_accepted() -> None:
     [
         ({"requests": {"cpu": "1"}}, "Worker.requests={'cpu': '1'} is not flyte.Resources (dict)"),
         ({"limits": flyte.Resources(cpu=(1, 2))}, "Worker.limits.cpu=(1, 2) is a (request, limit) pair"),
-        ({"requests": flyte.Resources(gpu="A100:2")}, "Worker.requests.gpu='A100:2' is not a GPU count"),
+        ({"requests": flyte.Resources(gpu=flyte.GPU("A100", 1, partition="1g.5gb"))}, "Worker.requests.gpu=Device("),
         ({"requests": flyte.Resources(shm="1Gi")}, "Worker.requests.shm='1Gi' is set on a role"),
         ({"pod_template": "my-template"}, "Worker.pod_template='my-template' is not a flyte PodTemplate (str)"),
     ],

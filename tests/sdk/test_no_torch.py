@@ -124,6 +124,6 @@ def test_local_run_without_torch_names_the_install_command(tmp_path: Path) -> No
     last = " ".join(proc.stderr.rsplit("TorchMissingError:", 1)[-1].split())
     assert "torch is not installed" in last, proc.stderr[-3000:]
     assert f"pip install '{torch_requirement()}'" in last
-    assert "flytekitplugins-pytorch[torch]" in last
+    assert "pip install -c constraints.txt '.[torch]'" in last
     assert torch_requirement() == "torch==2.13.0"  # this venv installs the package with its metadata
     assert "No module named 'torch'" not in proc.stderr.replace("user_tasks", "")  # no bare import error first
