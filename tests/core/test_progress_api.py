@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-import flytekitplugins_pytorch
 from pytorch_core import _hang, progress
 from pytorch_core.progress import HANDOFF_INTERVAL_S, report_progress
 
@@ -49,11 +46,8 @@ class CountingMetric:
         return self.value
 
 
-def test_both_front_ends_export_the_one_function() -> None:
-    assert flytekitplugins_pytorch.report_progress is report_progress
-    assert _hang.report_progress is report_progress  # the old import path of the no-argument call
-    if importlib.util.find_spec("flyte") is not None:  # the flyte2 extra (CI's lowest job has no flyte)
-        assert importlib.import_module("flyte2_pytorch").report_progress is report_progress
+def test_the_old_import_path_of_the_no_argument_call_is_the_one_function() -> None:
+    assert _hang.report_progress is report_progress
 
 
 def test_the_no_argument_call_only_feeds_the_hang_watch(clock: Clock) -> None:

@@ -76,3 +76,15 @@ def test_a_file_is_written_beside_the_outputs(pod_context, tmp_path: Path) -> No
 
 def test_without_an_output_prefix_nothing_is_written() -> None:
     assert FLYTEKIT.write_output_file("pytorch-progress.json", b"{}") is None
+
+
+def test_both_front_ends_export_the_one_function() -> None:
+    import importlib
+    import importlib.util
+
+    import flytekitplugins_pytorch
+    from pytorch_core.progress import report_progress
+
+    assert flytekitplugins_pytorch.report_progress is report_progress
+    if importlib.util.find_spec("flyte") is not None:  # the flyte2 extra (CI's lowest job has no flyte)
+        assert importlib.import_module("flyte2_pytorch").report_progress is report_progress
