@@ -105,6 +105,9 @@ setup(
             "pytorch_connector=backend_plugin.connector",
         ],
         "console_scripts": ["pytorchjob=backend_plugin.cli:main"],
+        # `pytorchjob render FILE.py TASK` asks the front-end of a task's SDK to serialize it (named for that SDK's
+        # top-level module), so the backend never imports a front-end
+        "flytekitplugins_pytorch.frontends": ["flyte=flyte2_pytorch.template"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -180,7 +180,7 @@ def test_gpu_tolerations_only_on_gpu_replicas():
             },
         ),
         (
-            BackendConfig(accelerator_label="k8s.amazonaws.com/accelerator"),
+            BackendConfig.from_dict(dict(accelerator_label="k8s.amazonaws.com/accelerator")),
             "k8s.amazonaws.com/accelerator",
             ["nvidia-tesla-a100"],
             {
@@ -191,15 +191,19 @@ def test_gpu_tolerations_only_on_gpu_replicas():
             },
         ),
         (
-            BackendConfig(
-                accelerators={
-                    "nvidia-tesla-a100": {
-                        "node_selector": {"nvidia.com/gpu.product": ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"]},
-                        "tolerations": [
-                            {"key": "dedicated", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}
-                        ],
+            BackendConfig.from_dict(
+                dict(
+                    accelerators={
+                        "nvidia-tesla-a100": {
+                            "node_selector": {
+                                "nvidia.com/gpu.product": ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"]
+                            },
+                            "tolerations": [
+                                {"key": "dedicated", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}
+                            ],
+                        }
                     }
-                }
+                )
             ),
             "nvidia.com/gpu.product",
             ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"],

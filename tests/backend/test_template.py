@@ -73,7 +73,7 @@ def test_run_policy_zeros_are_kept_in_the_spec_and_in_the_job() -> None:
     spec = read_template(template)
     assert (spec.run_policy.backoff_limit, spec.run_policy.ttl_seconds_after_finished) == (0, 0)
     assert spec.run_policy.active_deadline_seconds is None
-    run_policy = to_pytorchjob(spec, META, BackendConfig(backoff_limit=4))["spec"]["runPolicy"]
+    run_policy = to_pytorchjob(spec, META, BackendConfig.from_dict(dict(backoff_limit=4)))["spec"]["runPolicy"]
     assert (run_policy["backoffLimit"], run_policy["ttlSecondsAfterFinished"]) == (0, 0)
 
 
@@ -96,7 +96,9 @@ def test_a_protobuf_template_gives_the_same_job_in_every_process() -> None:
 
 def test_execution_metadata_is_the_connectors_layout() -> None:
     identity = ExecutionIdentity("p", "d", "ex1", "n0", 2)
-    meta = execution_metadata(identity, "s3://b/meta/ex1/n0/data/2/", BackendConfig(job_name_prefix="pt-"))
+    meta = execution_metadata(
+        identity, "s3://b/meta/ex1/n0/data/2/", BackendConfig.from_dict(dict(job_name_prefix="pt-"))
+    )
     assert meta.job_name == job_name("p", "d", "ex1", "n0", 2, prefix="pt-")
     assert meta.input_path == "s3://b/meta/ex1/n0/data/2/inputs.pb"
     assert meta.output_prefix == "s3://b/meta/ex1/n0/data/2"

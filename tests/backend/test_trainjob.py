@@ -117,10 +117,12 @@ def test_accelerator_affinity_and_mig_resource():
 def test_timeout_runtime_and_managed_by_from_config():
     t = load("hand_cpu")
     t.setdefault("metadata", {})["timeout"] = "600s"
-    config = BackendConfig(
-        trainjob_runtime_name="torch-nccl",
-        trainjob_runtime_kind="TrainingRuntime",
-        trainjob_managed_by="kueue.x-k8s.io/multikueue",
+    config = BackendConfig.from_dict(
+        dict(
+            trainjob_runtime_name="torch-nccl",
+            trainjob_runtime_kind="TrainingRuntime",
+            trainjob_managed_by="kueue.x-k8s.io/multikueue",
+        )
     )
     spec = build(t, config)["spec"]
     assert spec["activeDeadlineSeconds"] == 600
@@ -195,14 +197,14 @@ def test_pod_template_fields_a_patch_cannot_carry_are_refused():
 def test_backend_defaults_without_an_equivalent_are_warnings_not_errors():
     spec = read_template(load("sdk_seed_gpu"))
     assert dropped_defaults(spec, BackendConfig()) == []  # our own defaults: nobody set them, nothing to say
-    assert dropped_defaults(spec, BackendConfig(ttl_seconds_after_finished=3600)) == [
+    assert dropped_defaults(spec, BackendConfig.from_dict(dict(ttl_seconds_after_finished=3600))) == [
         "backend ttl_seconds_after_finished=3600 is not applied: a TrainJob has no TTL (the connector deletes the "
         "jobs it finalizes)"
     ]
-    config = BackendConfig(ttl_seconds_after_finished=None, backoff_limit=2, gang_scheduling=True)
+    config = BackendConfig.from_dict(dict(ttl_seconds_after_finished=None, backoff_limit=2, gang_scheduling=True))
     found = dropped_defaults(spec, config)
     assert [w.split("=")[0] for w in found] == ["backend backoff_limit", "backend gang_scheduling"]
-    assert dropped_defaults(spec, BackendConfig(ttl_seconds_after_finished=None)) == []
+    assert dropped_defaults(spec, BackendConfig.from_dict(dict(ttl_seconds_after_finished=None))) == []
     build(load("sdk_seed_gpu"), config)  # still written
 
 
@@ -278,11 +280,11 @@ def test_target_config_from_yaml_and_env():
     assert BackendConfig.from_yaml("target: trainjob\n").target == "trainjob"
     assert BackendConfig.from_env(environ={"PYTORCHJOB_TARGET": "auto"}).target == "auto"
     with pytest.raises(ConfigError, match="target='trainjobs' is not one of"):
-        BackendConfig(target="trainjobs")
+        BackendConfig.from_dict(dict(target="trainjobs"))
     with pytest.raises(ConfigError, match="trainjob_runtime_kind"):
-        BackendConfig(trainjob_runtime_kind="Runtime")
+        BackendConfig.from_dict(dict(trainjob_runtime_kind="Runtime"))
     with pytest.raises(ConfigError, match="trainjob_managed_by"):
-        BackendConfig(trainjob_managed_by="me")
+        BackendConfig.from_dict(dict(trainjob_managed_by="me"))
 
 
 SEED_FILE = textwrap.dedent(

@@ -14,7 +14,7 @@ from tests.fakeapi.objects import condition, replica_pod
 
 CREATED = "2025-01-01T00:00:00Z"
 T0 = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
-CONFIG = BackendConfig(image_pull_grace_s=120, operator_pickup_timeout_s=300)
+CONFIG = BackendConfig.from_dict(dict(image_pull_grace_s=120, operator_pickup_timeout_s=300))
 
 
 def job(conditions=(), replica_statuses=None, workers=2, start_time="2025-01-01T00:00:02Z"):
@@ -154,7 +154,7 @@ def test_a_job_suspended_in_its_spec_is_queued_and_never_timed_out():
     """Kueue or an admin holds it: the operator may still show only `Created`, with no start time, for hours."""
     held = job([condition("Created")], start_time=None)
     held["spec"]["runPolicy"] = {"suspend": True}
-    config = BackendConfig(job_start_timeout_s=600, operator_pickup_timeout_s=300)
+    config = BackendConfig.from_dict(dict(job_start_timeout_s=600, operator_pickup_timeout_s=300))
     for conditions in ([condition("Created")], []):
         held["status"]["conditions"] = conditions
         status = job_status(held, None, config, at(7200))

@@ -17,9 +17,9 @@ from google.protobuf import json_format
 
 from backend_plugin.connector import JobMetadata
 from backend_plugin.errors import NotFound
+from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
 from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL
 from tests.connector.helpers import NOW, TEMPLATES, execution_metadata, load_template, make_connector
-from tests.fakeapi.server import TRAINJOBS
 
 NS = "flytesnacks-development"
 LINKS = ({"name": "Logs", "template": "https://logs.example.com/{{ .namespace }}/{{ .podName }}/{{ .containerName }}"},)

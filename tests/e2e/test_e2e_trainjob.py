@@ -16,11 +16,11 @@ import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 from flytekit.models.task import TaskTemplate
 
+from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
 from tests.connector.helpers import execution_metadata, make_connector
 from tests.e2e import harness
 from tests.e2e.harness import TRAINJOB_PET_ENV, BlobStore, FakeTrainer, JobRun
 from tests.fakeapi.fixtures import running_fake_api
-from tests.fakeapi.server import TRAINJOBS
 from tests.mnist_data import require_mnist
 
 pytestmark = pytest.mark.e2e

@@ -39,6 +39,7 @@ from backend_plugin.status import (
     start_explanation,
     warning_events,
 )
+from backend_plugin.targets.pytorchjob.declaration import PyTorchJobSettings
 from backend_plugin.task_errors import ErrorReport
 from pytorch_contract.k8s_names import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 
@@ -168,13 +169,14 @@ def needs_events(job: Mapping[str, Any], config: BackendConfig, now: datetime.da
         True for a job whose deciding condition is Created, without `status.startTime`, created at least
         `job_start_timeout_s` ago (a suspended job never is: it waits for admission on purpose).
     """
-    if config.job_start_timeout_s is None or suspended(job):
+    timeout = config.kind(PyTorchJobSettings).start_timeout_s
+    if timeout is None or suspended(job):
         return False
     if deciding_type(job, TERMINAL_CONDITIONS) != "Created":
         return False
     if (job.get("status") or {}).get("startTime"):
         return False
-    return job_age(job, now) >= config.job_start_timeout_s
+    return job_age(job, now) >= timeout
 
 
 def job_status(
@@ -242,9 +244,8 @@ def job_status(
                     f"yet; {explanation})",
                     ctype,
                 )
-            return never_started_status(
-                f"PyTorchJob {name}", job_age(job, now), float(config.job_start_timeout_s or 0), explanation, ctype
-            )
+            timeout = float(config.kind(PyTorchJobSettings).start_timeout_s or 0)
+            return never_started_status(f"PyTorchJob {name}", job_age(job, now), timeout, explanation, ctype)
         return JobStatus(phase, f"waiting for replicas to start: {pending}" if pending else "pods created", ctype)
     counts = f"{active_replicas(job)}/{expected_replicas(job)} replicas active"
     return JobStatus(phase, f"running ({counts}); {pending}" if pending else f"running ({counts})", ctype)
@@ -257,7 +258,7 @@ def _has_failure_evidence(events: Optional[Sequence[Mapping]], pods: Sequence[Ma
 
 def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:
     ns = (job.get("metadata") or {}).get("namespace", "?")
-    timeout = config.operator_pickup_timeout_s
+    timeout = config.kind(PyTorchJobSettings).pickup_timeout_s
     return not_picked_up(
         job,
         now,
