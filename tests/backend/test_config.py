@@ -211,3 +211,15 @@ def test_a_placement_no_node_can_match_is_warned(accelerator, config, warned):
     if warned:
         assert f"accelerator {accelerator!r}" in problem and "`accelerators`" in problem
         assert "`accelerator_label`" in problem
+
+
+def test_target_config_from_yaml_and_env():
+    assert BackendConfig().target == "pytorchjob"
+    assert BackendConfig.from_yaml("target: trainjob\n").target == "trainjob"
+    assert BackendConfig.from_env(environ={"PYTORCHJOB_TARGET": "auto"}).target == "auto"
+    with pytest.raises(ConfigError, match="target='trainjobs' is not one of"):
+        BackendConfig.from_dict(dict(target="trainjobs"))
+    with pytest.raises(ConfigError, match="trainjob_runtime_kind"):
+        BackendConfig.from_dict(dict(trainjob_runtime_kind="Runtime"))
+    with pytest.raises(ConfigError, match="trainjob_managed_by"):
+        BackendConfig.from_dict(dict(trainjob_managed_by="me"))

@@ -22,8 +22,8 @@ from flyteidl2.task import common_pb2
 
 import flyte2_pytorch as f2
 from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
-from tests.connector.test_trainjob_connector import node_pod
 from tests.fakeapi.fixtures import fake_api  # noqa: F401 - the fixture
+from tests.fakeapi.objects import node_pod
 from tests.flyte2.served import served
 
 ROOT = Path(__file__).resolve().parents[2]

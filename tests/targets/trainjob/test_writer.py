@@ -2,23 +2,20 @@
 
 Every TrainJob built here passes `tests.kube_schema.assert_valid_trainjob` (the Trainer v2.3 CRD, the webhook's rules
 and the node pod the default runtime renders). Regenerate the golden files with
-`python -m pytest --update-golden tests/backend/test_trainjob.py` and review the diff.
+`python -m pytest --update-golden tests/targets/trainjob/test_writer.py` and review the diff.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import textwrap
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 import yaml
 
-from backend_plugin.cli import main
 from backend_plugin.config import BackendConfig
-from backend_plugin.errors import ConfigError, TemplateError
+from backend_plugin.errors import TemplateError
 from backend_plugin.targets.trainjob.writer import (
     MANAGER,
     dropped_defaults,
@@ -31,7 +28,7 @@ from tests import golden as golden_files
 from tests.helpers.jobs import GKE, META, SPOT, load
 from tests.kube_schema import DNS1035, assert_valid_trainjob, trainjob_webhook_errors
 
-GOLDEN_DIR = Path(__file__).resolve().parents[1] / "data" / "trainjobs"
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "data" / "trainjobs"
 
 
 def queue_suspend() -> dict:
@@ -273,56 +270,3 @@ def test_validator_rejects_what_the_webhook_rejects():
 
 # ---------------------------------------------------------------------------------------------------------------
 # config and render
-
-
-def test_target_config_from_yaml_and_env():
-    assert BackendConfig().target == "pytorchjob"
-    assert BackendConfig.from_yaml("target: trainjob\n").target == "trainjob"
-    assert BackendConfig.from_env(environ={"PYTORCHJOB_TARGET": "auto"}).target == "auto"
-    with pytest.raises(ConfigError, match="target='trainjobs' is not one of"):
-        BackendConfig.from_dict(dict(target="trainjobs"))
-    with pytest.raises(ConfigError, match="trainjob_runtime_kind"):
-        BackendConfig.from_dict(dict(trainjob_runtime_kind="Runtime"))
-    with pytest.raises(ConfigError, match="trainjob_managed_by"):
-        BackendConfig.from_dict(dict(trainjob_managed_by="me"))
-
-
-SEED_FILE = textwrap.dedent(
-    """
-    from flytekitplugins_pytorch import pytorch_task
-
-
-    @pytorch_task(
-        workers_count=2,
-        per_replica_cpu_request="500m",
-        per_replica_memory_request="4Gi",
-        per_replica_memory_limit="8Gi",
-        per_replica_gpu_limit="1",
-    )
-    def train(batch_size: int, epochs: int, learning_rate: float) -> list[float]:
-        return [learning_rate] * epochs
-    """
-)
-
-
-def test_render_target_trainjob(tmp_path: Path, capsys):
-    source = tmp_path / "seed.py"
-    source.write_text(SEED_FILE)
-    config = tmp_path / "backend.yaml"
-    config.write_text("ttl_seconds_after_finished: null\n")
-    argv = ["render", "--target", "trainjob", "--config", str(config), str(source), "train", "--image", "img:1"]
-    code = main([*argv, "--output-prefix", "s3://b/run-1"])  # real paths: no placeholder warning
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    job = yaml.safe_load(out)
-    assert_valid_trainjob(job)
-    assert job["kind"] == "TrainJob" and job["spec"]["trainer"]["numNodes"] == 3
-    assert err == ""
-
-
-def test_render_template_target_trainjob_refuses_elastic(tmp_path: Path, capsys):
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(load("sdk_elastic")))
-    code = main(["render", "--target", "trainjob", "--template", str(path)])
-    _, err = capsys.readouterr()
-    assert code == 2 and "Elastic(nnodes=" in err and "target: pytorchjob" in err

@@ -2,7 +2,7 @@
 
 The template `flytekit_secrets_spot.json` is what flytekit serializes for `train_on_spot` below (regenerate with
 `--update-golden`); its golden job is `tests/data/jobs/secrets_timeout_spot.yaml` (see `GOLDEN` in
-test_builder.py).
+tests/targets/pytorchjob/test_writer.py).
 """
 
 from __future__ import annotations
