@@ -907,42 +907,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        config = check_job_options(args, _load_config(args.config))
-        given = parse_inputs(args.input)
-        if given and not (args.inputs_to or args.output_prefix):
-            raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")
-        defaults: dict[str, Any] = {}
-        entity = None
-        if args.template:
-            if args.task is not None:
-                parser.error("with --template give at most one positional argument (the task name)")
-            template = load_template_file(args.template, args.source)
-        else:
-            if not args.source or not args.task:
-                parser.error("give FILE.py TASK, or --template FILE")
-            entity = load_task(args.source, args.task)
-            template = serialize_task(entity, args.image)
-        if given:
-            frontend = _frontend_of(entity) if entity is not None else None
-            if frontend is not None:
-                inputs = frontend_inputs(frontend, entity, given)
-            else:
-                if entity is not None:
-                    defaults = dict(entity.python_interface.default_inputs_as_kwargs)
-                inputs = input_literals(template, given, defaults)
-            written = write_inputs(inputs, args.inputs_to or args.output_prefix)
-            if "://" not in written:
-                print(
-                    f"{PROGRAM} render: wrote {written}; pods cannot read a local file: upload it and pass its URL "
-                    "with --inputs (or give --inputs-to s3://...)",
-                    file=sys.stderr,
-                )
-            args.inputs = args.inputs or written
-        if args.check:
-            built = render_job(template, args, config)
-            sys.stdout.write(check_report(built.job, list(built.problems)))
-            return 1 if built.refusals else 0
-        sys.stdout.write(render(template, args, config))
+        return _render_command(parser, args)
     except (RenderError, TemplateError, ConfigError, OSError) as e:
         print(f"{PROGRAM} render: {e}", file=sys.stderr)
         return 2
@@ -953,7 +918,53 @@ def main(argv: Optional[list[str]] = None) -> int:
         module = (e.name or "").partition(".")[0]
         print(f'{PROGRAM} render: needs {module!r}: pip install "flytekitplugins-pytorch[{extra}]"', file=sys.stderr)
         return 3
+
+
+def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`render`: the template, the inputs it is given, then the job or its `--check` report on stdout."""
+    config = check_job_options(args, _load_config(args.config))
+    given = parse_inputs(args.input)
+    if given and not (args.inputs_to or args.output_prefix):
+        raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")
+    template, entity = _template_of(parser, args)
+    if given:
+        args.inputs = args.inputs or _write_given_inputs(template, entity, given, args)
+    if args.check:
+        built = render_job(template, args, config)
+        sys.stdout.write(check_report(built.job, list(built.problems)))
+        return 1 if built.refusals else 0
+    sys.stdout.write(render(template, args, config))
     return 0
+
+
+def _template_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """(the template, the task when it came from FILE.py else None)."""
+    if args.template:
+        if args.task is not None:
+            parser.error("with --template give at most one positional argument (the task name)")
+        return load_template_file(args.template, args.source), None
+    if not args.source or not args.task:
+        parser.error("give FILE.py TASK, or --template FILE")
+    entity = load_task(args.source, args.task)
+    return serialize_task(entity, args.image), entity
+
+
+def _write_given_inputs(template: dict[str, Any], entity: Any, given: dict[str, str], args: argparse.Namespace) -> str:
+    """Write `--input` values as the inputs the task's pods read; where they were written."""
+    frontend = _frontend_of(entity) if entity is not None else None
+    if frontend is not None:
+        inputs = frontend_inputs(frontend, entity, given)
+    else:
+        defaults = dict(entity.python_interface.default_inputs_as_kwargs) if entity is not None else {}
+        inputs = input_literals(template, given, defaults)
+    written = write_inputs(inputs, args.inputs_to or args.output_prefix)
+    if "://" not in written:
+        print(
+            f"{PROGRAM} render: wrote {written}; pods cannot read a local file: upload it and pass its URL "
+            "with --inputs (or give --inputs-to s3://...)",
+            file=sys.stderr,
+        )
+    return written
 
 
 #: Top-level modules that only an extra installs, and that extra (the base package has none of them).

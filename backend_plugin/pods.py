@@ -352,17 +352,16 @@ def _fix_resources(
         if config.gpu.is_gpu_resource(key) or key == gpu_name:
             if _gpu_amount(requests, limits, key, path):
                 gpus.append(key)
-        elif key in requests and key in limits and parse_quantity(requests[key]) > parse_quantity(limits[key]):
-            raise _err(f"{path}[{key!r}]", f"request {requests[key]} > limit {limits[key]}", "request must be <= limit")
-    result: dict[str, Any] = {}
-    if requests:
-        result["requests"] = requests
-    if limits:
-        result["limits"] = limits
-    for key, value in resources.items():  # e.g. `claims`
-        if key not in ("requests", "limits"):
-            result[key] = value
+        else:
+            _request_within_limit(requests, limits, key, path)
+    result = {kind: section for kind, section in (("requests", requests), ("limits", limits)) if section}
+    result.update((key, value) for key, value in resources.items() if key not in ("requests", "limits"))  # `claims`
     return result, gpus
+
+
+def _request_within_limit(requests: dict[str, str], limits: dict[str, str], key: str, path: str) -> None:
+    if key in requests and key in limits and parse_quantity(requests[key]) > parse_quantity(limits[key]):
+        raise _err(f"{path}[{key!r}]", f"request {requests[key]} > limit {limits[key]}", "request must be <= limit")
 
 
 def _renamed(section: Mapping[str, Any], path: str, gpu_name: str) -> dict[str, str]:
@@ -470,12 +469,14 @@ def _shared_memory(pod: Mapping[str, Any], container: Mapping[str, Any], plan: P
     volumes = list(pod.get("volumes") or [])
     if not plan.shm_enabled or any(m.get("mountPath") == plan.shm_path for m in mounts):
         return volumes, mounts
-    taken = {v.get("name") for v in volumes}
-    name = next(n for n in (SHM_VOLUME, *(f"{SHM_VOLUME}-{i}" for i in range(1, len(taken) + 2))) if n not in taken)
-    empty_dir: dict[str, Any] = {"medium": "Memory"}
-    if plan.shm_size:
-        empty_dir["sizeLimit"] = plan.shm_size
+    name = _free_name({v.get("name") for v in volumes})
+    empty_dir = {"medium": "Memory", **({"sizeLimit": plan.shm_size} if plan.shm_size else {})}
     return [*volumes, {"name": name, "emptyDir": empty_dir}], [*mounts, {"name": name, "mountPath": plan.shm_path}]
+
+
+def _free_name(taken: set[Any]) -> str:
+    """`SHM_VOLUME`, or the first `SHM_VOLUME-<i>` no volume of the pod has."""
+    return next(n for n in (SHM_VOLUME, *(f"{SHM_VOLUME}-{i}" for i in range(1, len(taken) + 2))) if n not in taken)
 
 
 def _primary_container(
@@ -483,17 +484,17 @@ def _primary_container(
 ) -> dict[str, Any]:
     """The primary container: name and image first, then command, args, env, resources, mounts, the termination
     message policy, and the template's other fields as written."""
-    ordered: dict[str, Any] = {"name": PRIMARY_CONTAINER, "image": role.image}
-    for key in ("command", "args"):
-        if container.get(key):
-            ordered[key] = container[key]
     env = _merge_env(plan.environment, container.get("env") or [], plan.execution_environment)
-    if env:
-        ordered["env"] = env
-    if role.resources:
-        ordered["resources"] = thaw(role.resources)
-    if mounts:
-        ordered["volumeMounts"] = mounts
+    ordered: dict[str, Any] = {"name": PRIMARY_CONTAINER, "image": role.image}
+    for key, value in (
+        ("command", container.get("command")),
+        ("args", container.get("args")),
+        ("env", env),
+        ("resources", thaw(role.resources)),
+        ("volumeMounts", mounts),
+    ):
+        if value:
+            ordered[key] = value
     ordered["terminationMessagePolicy"] = container.get("terminationMessagePolicy") or TERMINATION_MESSAGE_POLICY
     for key, value in container.items():
         if key not in ordered and key not in ("env", "resources", "volumeMounts"):

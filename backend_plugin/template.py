@@ -210,22 +210,14 @@ def _read(t: dict[str, Any]) -> TaskSpec:
     pod = _pod_from_k8s_pod(t) if "k8sPod" in t else _pod_from_container(t)
     replicas = _role_pods(replicas, pod, cfg)
     _check_images(replicas, pod, cfg)
-    gpu_resource = cfg.get(keys.GPU_RESOURCE)
-    if gpu_resource is not None and not EXTENDED_RESOURCE_NAME.match(gpu_resource):
-        raise _err(
-            f"config[{keys.GPU_RESOURCE!r}]", gpu_resource, "must be an extended resource name like 'amd.com/gpu'"
-        )
+    gpu_resource = _gpu_resource(cfg)
     accelerator, partition = _accelerator(t, cfg)
     shared_memory = _shared_memory(t, cfg)
     secrets = _secrets(t)
     interruptible = _interruptible(t)
     timeout = _timeout_seconds(t)
     total = sum(r.replicas for r in replicas)
-    nproc = cfg.get(keys.NPROC_PER_NODE)
-    if nproc is not None:
-        message = keys.nproc_per_node_message(f"config[{keys.NPROC_PER_NODE!r}]", nproc)
-        if message is not None:
-            raise TemplateError(message)
+    nproc = _nproc_per_node(cfg)
     task_id = t.get("id") or {}
     return TaskSpec(
         task_id=TaskId(*(str(task_id.get(k) or "") for k in ("project", "domain", "name", "version"))),
@@ -245,6 +237,23 @@ def _read(t: dict[str, Any]) -> TaskSpec:
         secrets=secrets,
         config=MappingProxyType(dict(cfg)),
     )
+
+
+def _gpu_resource(cfg: Mapping[str, str]) -> Optional[str]:
+    gpu_resource = cfg.get(keys.GPU_RESOURCE)
+    if gpu_resource is not None and not EXTENDED_RESOURCE_NAME.match(gpu_resource):
+        raise _err(
+            f"config[{keys.GPU_RESOURCE!r}]", gpu_resource, "must be an extended resource name like 'amd.com/gpu'"
+        )
+    return gpu_resource
+
+
+def _nproc_per_node(cfg: Mapping[str, str]) -> Optional[str]:
+    nproc = cfg.get(keys.NPROC_PER_NODE)
+    message = None if nproc is None else keys.nproc_per_node_message(f"config[{keys.NPROC_PER_NODE!r}]", nproc)
+    if message is not None:
+        raise TemplateError(message)
+    return nproc
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -573,9 +582,11 @@ def _pod_from_k8s_pod(template: Mapping[str, Any]) -> PodTemplateSpec:
     spec = check_pod_spec(whole_numbers_as_ints(thaw(pod.get("podSpec") or {})), "k8sPod.podSpec")
     containers = spec.get("containers") or []
     primary = _primary_index(containers, (template.get("config") or {}).get(keys.PRIMARY_CONTAINER_NAME_KEY) or "")
-    for i, other in enumerate(containers):
-        if i != primary and not other.get("image"):
-            raise _err(f"k8sPod.podSpec.containers[{i}].image", other.get("image"), "a sidecar needs an image")
+    sidecar = next((i for i, c in enumerate(containers) if i != primary and not c.get("image")), None)
+    if sidecar is not None:
+        raise _err(
+            f"k8sPod.podSpec.containers[{sidecar}].image", containers[sidecar].get("image"), "a sidecar needs an image"
+        )
     name = containers[primary]["name"]
     if name != keys.PRIMARY_CONTAINER:
         logger.info(
@@ -600,12 +611,17 @@ def _primary_index(containers: list[Any], name: str) -> int:
     if not matches:
         names = [c.get("name") for c in containers if isinstance(c, Mapping)]
         raise _err("k8sPod.podSpec.containers", names, f"no container named {name!r} (primary_container_name)")
-    taken = [c.get("name") for i, c in enumerate(containers) if i != matches[0]]
+    _no_other_primary(containers, matches[0])
+    return matches[0]
+
+
+def _no_other_primary(containers: list[Any], primary: int) -> None:
+    """A sidecar may not take the name the primary container is renamed to."""
+    taken = [c.get("name") for i, c in enumerate(containers) if i != primary]
     if keys.PRIMARY_CONTAINER in taken:
         raise _err(
             "k8sPod.podSpec.containers", taken, f"a non-primary container may not be named {keys.PRIMARY_CONTAINER!r}"
         )
-    return matches[0]
 
 
 def _pod_from_container(template: Mapping[str, Any]) -> PodTemplateSpec:
@@ -660,16 +676,23 @@ def _check_images(groups: tuple[ReplicaGroup, ...], pod: PodTemplateSpec, cfg: M
     rule, `pytorch_contract.k8s_names.image_reference_problem`): the pods would otherwise fail minutes later."""
     for group in groups:
         if group.image:
-            where = f"config[{keys.MASTER_IMAGE!r}]" if group.role == "Master" and cfg.get(keys.MASTER_IMAGE) else ""
-            _check_image(group.image, where or f"{group.path}.image")
-        source = group.pod_template or pod
-        path = f"config[{keys.pod_template_key(group.role)!r}].podSpec" if group.pod_template else "k8sPod.podSpec"
-        containers = source.spec.get("containers") or ()
-        primary = next(i for i, c in enumerate(containers) if c.get("name") == keys.PRIMARY_CONTAINER)
-        for key in ("containers", "initContainers"):
-            for i, other in enumerate(source.spec.get(key) or ()):
-                if (key, i) != ("containers", primary) and "image" in other:
-                    _check_image(other["image"], f"{path}.{key}[{i}].image")
+            master = group.role == "Master" and cfg.get(keys.MASTER_IMAGE)
+            _check_image(group.image, f"config[{keys.MASTER_IMAGE!r}]" if master else f"{group.path}.image")
+        if group.pod_template is not None:
+            _check_sidecar_images(group.pod_template, f"config[{keys.pod_template_key(group.role)!r}].podSpec")
+        else:
+            _check_sidecar_images(pod, "k8sPod.podSpec")
+
+
+def _check_sidecar_images(pod: PodTemplateSpec, path: str) -> None:
+    """The images of a pod's containers but the primary one, and of its init containers."""
+    containers = pod.spec.get("containers") or ()
+    primary = next(i for i, c in enumerate(containers) if c.get("name") == keys.PRIMARY_CONTAINER)
+    others = [("containers", i, c) for i, c in enumerate(containers) if i != primary]
+    others += [("initContainers", i, c) for i, c in enumerate(pod.spec.get("initContainers") or ())]
+    for key, i, container in others:
+        if "image" in container:
+            _check_image(container["image"], f"{path}.{key}[{i}].image")
 
 
 def _check_image(image: Any, where: str) -> None:

@@ -228,23 +228,22 @@ def _cel_problem(job: Mapping[str, Any], f: structural.Finding) -> Problem:
     return Problem(verdict, format_path(f.path), where, f"{where}: {f.detail}")
 
 
+_METADATA_RULES = (("labels", label_problems), ("annotations", annotation_problems))
+
+
 def _metadata_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
+    """The job's labels and annotations (the create fails), then every pod template's (every pod create fails)."""
     out = []
-    meta = job.get("metadata") or {}
-    for key, check in (("labels", label_problems), ("annotations", annotation_problems)):
-        mapping = meta.get(key)
+    for key, check in _METADATA_RULES:
+        mapping = get_path(job, ("metadata", key))
         if isinstance(mapping, Mapping):
             where = setting_for(job, ("metadata", key))
             out += [Problem(REJECTED, f"metadata.{key}", where, m) for m in check(mapping, where)]
     for prefix, _ in declaration.pod_template_paths(job):
-        tmeta = get_path(job, (*prefix, "metadata")) or {}
-        for key, check in (("labels", label_problems), ("annotations", annotation_problems)):
-            mapping = tmeta.get(key) if isinstance(tmeta, Mapping) else None
+        for key, check in _METADATA_RULES:
+            mapping = get_path(job, (*prefix, "metadata", key))
             if isinstance(mapping, Mapping):
-                path = (*prefix, "metadata", key)
-                where = setting_for(job, path)
-                msgs = check(mapping, where)
-                out += [Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m)) for m in msgs]
+                out += _unstartable(job, (*prefix, "metadata", key), check, mapping)
     return out
 
 

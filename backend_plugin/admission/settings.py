@@ -74,9 +74,15 @@ def _in_pod_template(obj: Mapping[str, Any], prefix: Path, rest: Path, setting: 
     """The setting behind a path inside one pod template (`rest`, below the template at `prefix`)."""
     if rest[:1] == ("metadata",) and len(rest) >= 2:
         return f"{setting} {rest[1]}"
-    if rest[:2] == ("spec", "containers") and len(rest) >= 4 and rest[3] == "env":
-        if get_path(obj, (*prefix, "spec", "containers", rest[2], "name")) in primary:
-            return "environment"
+    if _primary_env(obj, prefix, rest, primary):
+        return "environment"
     if rest[:1] == ("spec",) and len(rest) >= 2 and rest[1] in ("tolerations", "nodeSelector", "affinity"):
         return f"{setting} {rest[1]}"
     return f"{setting} {format_path(rest)}" if rest else setting
+
+
+def _primary_env(obj: Mapping[str, Any], prefix: Path, rest: Path, primary: tuple[str, ...]) -> bool:
+    """Whether `rest` is in the env of the template's training container (the task's `environment`)."""
+    if rest[:2] != ("spec", "containers") or len(rest) < 4 or rest[3] != "env":
+        return False
+    return get_path(obj, (*prefix, "spec", "containers", rest[2], "name")) in primary

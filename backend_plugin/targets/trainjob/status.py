@@ -252,13 +252,13 @@ def _from_nodes(read: _Read, config: BackendConfig, now: datetime.datetime) -> J
     expected = int(((read.job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
     ready, active = int(read.node.get("ready") or 0), int(read.node.get("active") or 0)
     counts = f"{ready}/{expected} nodes ready, {active} active"
-    for key, phase in NODE_PHASES:
-        if int(read.node.get(key) or 0) > 0:
-            if phase == TaskExecution.INITIALIZING:
-                pending = pending_reason(read.nodes, node_name)
-                return JobStatus(phase, f"starting nodes ({counts}){'; ' + pending if pending else ''}")
-            return JobStatus(phase, f"running ({counts})")
-    return JobStatus(TaskExecution.QUEUED, f"waiting for nodes ({counts})")
+    phase = next((phase for key, phase in NODE_PHASES if int(read.node.get(key) or 0) > 0), TaskExecution.QUEUED)
+    if phase == TaskExecution.INITIALIZING:
+        pending = pending_reason(read.nodes, node_name)
+        return JobStatus(phase, f"starting nodes ({counts}){'; ' + pending if pending else ''}")
+    if phase == TaskExecution.QUEUED:  # no row matched
+        return JobStatus(phase, f"waiting for nodes ({counts})")
+    return JobStatus(phase, f"running ({counts})")
 
 
 def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:

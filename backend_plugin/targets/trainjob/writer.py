@@ -258,36 +258,50 @@ def refusals(spec: TaskSpec) -> list[str]:
         Messages naming the user's setting (`Worker(requests/limits=...)`, never a template path), why and the
         alternative.
     """
+    return [*_elastic_refusals(spec), *_role_refusals(spec), *_policy_refusals(spec), *_scheduling_refusals(spec)]
+
+
+def _elastic_refusals(spec: TaskSpec) -> list[str]:
+    e = spec.elastic
+    if e is None:
+        return []
+    return [
+        f"Elastic(nnodes='{e.min_replicas}:{e.max_replicas}', max_restarts={e.max_restarts}): "
+        "a TrainJob has a fixed node count and no elastic rendezvous; use PyTorch(...) with a fixed worker "
+        f"count, or {_ALTERNATIVE}"
+    ]
+
+
+def _role_refusals(spec: TaskSpec) -> list[str]:
+    """Roles that differ (image, resources), restart on their own, or have their own pod template."""
     out = []
-    if spec.elastic is not None:
-        e = spec.elastic
-        out.append(
-            f"Elastic(nnodes='{e.min_replicas}:{e.max_replicas}', max_restarts={e.max_restarts}): "
-            "a TrainJob has a fixed node count and no elastic rendezvous; use PyTorch(...) with a fixed worker "
-            f"count, or {_ALTERNATIVE}"
-        )
     first = spec.replicas[0]
     for group in spec.replicas[1:]:
-        for attr, what in (("image", "image"), ("resources", "resources")):
+        for attr, setting, field in (("image", "image", "image"), ("resources", "requests/limits", "resourcesPerNode")):
             if getattr(group, attr) != getattr(first, attr):
-                setting = "image" if what == "image" else "requests/limits"
                 out.append(
                     f"{group.role}({setting}=...) differs from {first.role}({setting}=...): a TrainJob runs one pod "
-                    f"spec on every node (trainer.{'image' if what == 'image' else 'resourcesPerNode'}); give "
-                    f"{first.role} and {group.role} the same {setting}, or {_ALTERNATIVE}"
+                    f"spec on every node (trainer.{field}); give {first.role} and {group.role} the same {setting}, "
+                    f"or {_ALTERNATIVE}"
                 )
-    for group in spec.replicas:
-        if group.restart_policy != RestartPolicy.NEVER.value:
-            out.append(
-                f"{group.role}(restart_policy={group.restart_policy!r}): a TrainJob's restarts are the training "
-                f"runtime's (its JobSet failure policy), not per role; use Never, or {_ALTERNATIVE}"
-            )
-    for group in spec.replicas:
-        if group.pod_template is not None:
-            out.append(
-                f"{group.role}(pod_template=...) gives the {group.role} its own pod template: a TrainJob runs one pod "
-                f"spec on every node and has no roles; put the settings on the task's pod template, or {_ALTERNATIVE}"
-            )
+    out += [
+        f"{group.role}(restart_policy={group.restart_policy!r}): a TrainJob's restarts are the training "
+        f"runtime's (its JobSet failure policy), not per role; use Never, or {_ALTERNATIVE}"
+        for group in spec.replicas
+        if group.restart_policy != RestartPolicy.NEVER.value
+    ]
+    out += [
+        f"{group.role}(pod_template=...) gives the {group.role} its own pod template: a TrainJob runs one pod "
+        f"spec on every node and has no roles; put the settings on the task's pod template, or {_ALTERNATIVE}"
+        for group in spec.replicas
+        if group.pod_template is not None
+    ]
+    return out
+
+
+def _policy_refusals(spec: TaskSpec) -> list[str]:
+    """The run policy a TrainJob has no field for."""
+    out = []
     policy = spec.run_policy
     if policy.backoff_limit is not None:
         out.append(
@@ -304,19 +318,23 @@ def refusals(spec: TaskSpec) -> list[str]:
             f"RunPolicy(clean_pod_policy={policy.clean_pod_policy!r}): a TrainJob stops running pods when it ends "
             f"and keeps finished ones (the default 'Running'); {_ALTERNATIVE}"
         )
-    sched = spec.scheduling
-    for key, value in (
-        ("gang_scheduling", sched.gang_scheduling or None),
-        ("min_available", sched.min_available),
-        ("priority_class", sched.priority_class),
-    ):
-        if value is not None:
-            out.append(
-                f"RunPolicy({key}={value!r}): gang scheduling and priority belong to the training runtime on "
-                f"Trainer v2 (its podGroupPolicy, or a runtime with a priority class); pick such a runtime with "
-                f"trainjob_runtime_name, or {_ALTERNATIVE}"
-            )
     return out
+
+
+def _scheduling_refusals(spec: TaskSpec) -> list[str]:
+    """Gang scheduling and priority, which belong to the training runtime on Trainer v2."""
+    sched = spec.scheduling
+    return [
+        f"RunPolicy({key}={value!r}): gang scheduling and priority belong to the training runtime on "
+        f"Trainer v2 (its podGroupPolicy, or a runtime with a priority class); pick such a runtime with "
+        f"trainjob_runtime_name, or {_ALTERNATIVE}"
+        for key, value in (
+            ("gang_scheduling", sched.gang_scheduling or None),
+            ("min_available", sched.min_available),
+            ("priority_class", sched.priority_class),
+        )
+        if value is not None
+    ]
 
 
 _DEFAULT_TTL_S = RunPolicyDefaults.__dataclass_fields__["ttl_seconds_after_finished"].default
@@ -378,13 +396,20 @@ def num_proc_per_node(
     if value.isdigit():
         return int(value)
     has_gpu = any(
-        (config.gpu.is_gpu_resource(k) or k == gpu_resource) and str(v) not in ("0", "")
-        for section in ("requests", "limits")
-        for k, v in (resources.get(section) or {}).items()
+        _is_gpu(k, v, gpu_resource, config) for s in ("requests", "limits") for k, v in _section(resources, s)
     )
     if value == "cpu":
         return 1 if has_gpu else None
     return None if has_gpu else 1
+
+
+def _section(resources: Mapping[str, Any], name: str) -> Any:
+    return (resources.get(name) or {}).items()
+
+
+def _is_gpu(name: str, amount: Any, gpu_resource: str, config: BackendConfig) -> bool:
+    """A resource a node asks a non-zero amount of that counts as a GPU."""
+    return (config.gpu.is_gpu_resource(name) or name == gpu_resource) and str(amount) not in ("0", "")
 
 
 def active_deadline_seconds(spec: TaskSpec, config: RunPolicyDefaults) -> Optional[int]:
@@ -445,21 +470,17 @@ def runtime_patch(
     Returns:
         The patch, or None when there is nothing to patch.
     """
-    node_container: dict[str, Any] = {"name": NODE}
-    for key in ("volumeMounts", "securityContext"):
-        if container.get(key):
-            node_container[key] = container[key]
+    node_container = {
+        "name": NODE,
+        **{k: container[k] for k in ("volumeMounts", "securityContext") if container.get(k)},
+    }
     spec: dict[str, Any] = {k: pod_spec[k] for k in POD_PATCH_FIELDS if pod_spec.get(k) and k != "containers"}
     if len(node_container) > 1:
         spec["containers"] = [node_container]
     metadata = {k: dict(v) for k, v in pod_metadata.items() if v}
-    if not spec and not metadata:
+    pod_template = {key: value for key, value in (("metadata", metadata), ("spec", spec)) if value}
+    if not pod_template:
         return None
-    pod_template: dict[str, Any] = {}
-    if metadata:
-        pod_template["metadata"] = metadata
-    if spec:
-        pod_template["spec"] = spec
     replicated_job = {"name": NODE, "template": {"spec": {"template": pod_template}}}
     return {
         "manager": MANAGER,
