@@ -11,6 +11,9 @@ so the backend config can read them while it is built. Pure: nothing here talks 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from backend_plugin.targets import pytorchjob, trainjob
 from backend_plugin.targets.declaration import Declaration
 
@@ -39,7 +42,7 @@ def declaration_of(api_version: str, kind: str) -> Declaration:
     return _BY_API[(api_version, kind)]
 
 
-def declaration_for(job: object) -> Declaration:
+def declaration_for(job: Mapping[str, Any]) -> Declaration:
     """The declaration of a job's kind (its `apiVersion` and `kind`).
 
     Args:
@@ -51,7 +54,4 @@ def declaration_for(job: object) -> Declaration:
     Raises:
         KeyError: no registered kind serves the job's apiVersion and kind.
     """
-    get = getattr(job, "get", None)
-    if get is None:
-        raise KeyError(f"not a job: {type(job).__name__}")
-    return declaration_of(str(get("apiVersion")), str(get("kind")))
+    return declaration_of(str(job.get("apiVersion")), str(job.get("kind")))
