@@ -120,6 +120,9 @@ setup(
         "pytorch_lightning.callbacks_factory": [
             "flyte_pytorch_progress=pytorch_core.callbacks:pytorch_lightning_callbacks"
         ],
+        # `pytorchjob render FILE.py TASK` asks the front-end of a task's SDK to serialize it (named for that SDK's
+        # top-level module), so the backend never imports a front-end
+        "flytekitplugins_pytorch.frontends": ["flyte=flyte2_pytorch.template"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

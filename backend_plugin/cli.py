@@ -3,13 +3,13 @@
 Two sources::
 
     pytorchjob render train.py train_mnist            # a task in a Python file, serialized like `pyflyte package`
-                                                      # (a Flyte 2 task: with flyte's serializer, `flyte2` extra)
+                                                      # (a Flyte 2 task: by its front-end, `flyte2` extra)
     pytorchjob render --template task.pb              # a serialized TaskTemplate / TaskSpec (.pb), JSON, or
     pytorchjob render --template flyte-package.tgz train_mnist   # a `pyflyte package` archive (task picked by name)
     pytorchjob render --target trainjob train.py train_mnist      # another job kind than the config's target
 
-The output is the exact object the connector would create (the same reader, execution metadata and writer, and the
-same `pytorch.flyte.org/spec-sha256` stamp), ready
+The output is the exact object the connector would create (the one build path, `build.build_job`: the same reader,
+plan, writer, `pytorch.flyte.org/spec-sha256` stamp and admission model, with the same execution metadata), ready
 for `kubectl create -f -` (docs/admission.md says why `kubectl apply` fails on jobs over about 256 KiB).
 `metadata.namespace` is written only when `--namespace` is given, so `kubectl create -n NS -f job.yaml` works.
 Every job is put through the admission model (`backend_plugin.admission`): one the cluster would reject, silently
@@ -33,6 +33,10 @@ A Flyte placeholder the render cannot fill (`{{ .remote_package_path }}` of a fa
 when the task is registered) gets a warning naming it and what fills it. Every error is one line on stderr: a
 syntax error or an exception while importing the user's file names the file and line.
 `python -m backend_plugin render ...` is the same command.
+
+A flytekit task is serialized here with flytekit (as `pyflyte package` does). A task of another SDK is serialized by
+its front-end, found through the entry point group `FRONTENDS` (each entry named for the SDK's top-level module, and
+asked only once the user's file has loaded that SDK): the backend imports no front-end.
 """
 
 from __future__ import annotations
@@ -54,12 +58,13 @@ from typing import Any, Optional
 
 import yaml
 
-from backend_plugin.admission import CEL_UNAVAILABLE, Problem, admit, check_admission, stamp
-from backend_plugin.config import BackendConfig, load_config
+from backend_plugin.admission import CEL_UNAVAILABLE, Problem
+from backend_plugin.build import BuiltJob, build_job
+from backend_plugin.config import ENV_PREFIX, PROGRAM, BackendConfig, load_config
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execution_metadata, job_name
-from backend_plugin.targets import BY_CONFIG, JobTarget, target_for_config
-from backend_plugin.template import read_template, template_to_dict
+from backend_plugin.targets.registry import BY_CONFIG, JobTarget, target_for_config
+from backend_plugin.template import template_to_dict
 from pytorch_contract.k8s_names import DNS1035_LABEL, JOB_NAME_MAX_LENGTH, image_reference_problem
 from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE, TASK_TYPE
 
@@ -81,11 +86,15 @@ __all__ = [
     "check_report",
 ]
 
-DEFAULT_BUCKET = "s3://my-s3-bucket/pytorchjob-render"
+DEFAULT_BUCKET = f"s3://my-s3-bucket/{PROGRAM}-render"
 FLYTEKIT_DEFAULT_IMAGE = "cr.flyte.org/flyteorg/flytekit:"
 """Prefix of flytekit's default images (`DefaultImages`), what a task without `container_image` serializes with."""
 FLYTE2_DEFAULT_IMAGE = "ghcr.io/flyteorg/flyte:"
 """Prefix of Flyte 2's default images, what a task of a `flyte.TaskEnvironment` without `image` serializes with."""
+FRONTENDS = "flytekitplugins_pytorch.frontends"
+"""The entry point group of the front-ends that serialize their own tasks: each entry is named for its SDK's
+top-level module (`flyte`) and loads a module with `owns(entity)`, `task_template(entity, root_dir=...)` (the task's
+template as protobuf JSON) and `inputs_message(entity, given)` (the inputs its pods read)."""
 
 
 class RenderError(Exception):
@@ -148,11 +157,10 @@ def load_task_template(path: str, task_name: str, image: Optional[str] = None) -
 
 
 def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
-    """Serialize a flytekit task as `pyflyte package` would, or a Flyte 2 task with flyte's own serializer.
+    """Serialize a flytekit task as `pyflyte package` would, or another SDK's task with its front-end.
 
-    A Flyte 2 task's template (`flyte2_pytorch.template.task_template`) is read as flyteidl's, its `pytorch.*` keys
-    moved from the container's config to the template's; its type is kept (`pytorch`, or `pytorch-job` for a task
-    routed to the connector).
+    A Flyte 2 task's template comes from its front-end (`FRONTENDS`) as Flyte 2 serializes it; the reader reads
+    its dialect. Its type is kept (`pytorch`, or `pytorch-job` for a task routed to the connector).
 
     Args:
         entity: the task.
@@ -164,10 +172,11 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
         The TaskTemplate as a protobuf-JSON dict.
 
     Raises:
-        RenderError: flytekit, flyte or the user's code failed while serializing it (one line, no traceback).
+        RenderError: flytekit, the front-end or the user's code failed while serializing it (one line, no traceback).
     """
-    if _is_flyte2_task(entity):
-        return _serialize_flyte2(entity)
+    frontend = _frontend_of(entity)
+    if frontend is not None:
+        return _serialize_by(frontend, entity)
     from flytekit.configuration import Image, ImageConfig, SerializationSettings
     from flytekit.tools.translator import get_serializable
 
@@ -187,29 +196,31 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
     return template_to_dict(task_spec.template)
 
 
-def _is_flyte2_task(entity: Any) -> bool:
-    """Whether `entity` is a Flyte 2 task; False without importing anything when `flyte` is not loaded."""
-    if "flyte" not in sys.modules:  # a module defining a Flyte 2 task has imported flyte
-        return False
-    from flyte.extend import TaskTemplate
+def _frontend_of(entity: Any) -> Any:
+    """The installed front-end that owns `entity` (`FRONTENDS`), or None (a flytekit task, or no task). Only the
+    front-ends whose SDK is already loaded are asked: a module defining such a task has imported its SDK."""
+    from importlib.metadata import entry_points
 
-    return isinstance(entity, TaskTemplate)
+    for point in entry_points(group=FRONTENDS):
+        if point.name in sys.modules:
+            frontend = point.load()
+            if frontend.owns(entity):
+                return frontend
+    return None
 
 
-def _serialize_flyte2(entity: Any) -> dict[str, Any]:
-    """A Flyte 2 task's template through flyte's serializer, its module named from the root `load_task` used."""
-    from flyte2_pytorch.template import task_template
-
+def _serialize_by(frontend: Any, entity: Any) -> dict[str, Any]:
+    """A task's template from its front-end, its module named from the root `load_task` used."""
     func = getattr(entity, "func", None)
     module = sys.modules.get(getattr(func, "__module__", "") or "")
     file = getattr(module, "__file__", None)
     root = _import_root(Path(file).resolve(), module.__name__) if module is not None and file else None
     with user_output_to_stderr():
         try:
-            return template_to_dict(task_template(entity, root_dir=root))
+            return template_to_dict(frontend.task_template(entity, root_dir=root))
         except (RenderError, TemplateError, ConfigError, ModuleNotFoundError):
             raise
-        except Exception as e:  # flyte and the user's code raise anything here: one line, no traceback
+        except Exception as e:  # the SDK and the user's code raise anything here: one line, no traceback
             name = getattr(entity, "name", "the task")
             raise RenderError(f"{name}: cannot be serialized: {type(e).__name__}: {e}") from None
 
@@ -257,7 +268,7 @@ def load_task(path: str, task_name: str) -> Any:
         sys.path.remove(str(root))
 
     def is_task(value: Any) -> bool:
-        return isinstance(value, PythonTask) or _is_flyte2_task(value)
+        return isinstance(value, PythonTask) or _frontend_of(value) is not None
 
     entity = getattr(module, task_name, None)
     if not is_task(entity):
@@ -441,12 +452,22 @@ def input_literals(template: dict[str, Any], given: dict[str, str], defaults: Op
     return LiteralMap(literals)
 
 
-def _flyte2_inputs(entity: Any, given: dict[str, str]) -> Any:
-    """A Flyte 2 task's `--input` values as the ``Inputs`` message its pods read (`flyte2_pytorch.template`)."""
-    from flyte2_pytorch.template import inputs_message
+def frontend_inputs(frontend: Any, entity: Any, given: dict[str, str]) -> Any:
+    """Another SDK's task's `--input` values as the inputs message its pods read, from its front-end.
 
+    Args:
+        frontend: the task's front-end (`FRONTENDS`).
+        entity: the task.
+        given: name -> value text.
+
+    Returns:
+        The message (Flyte 2's ``Inputs``).
+
+    Raises:
+        RenderError: an unknown name, a missing input, or a value that does not convert.
+    """
     try:
-        return inputs_message(entity, given)
+        return frontend.inputs_message(entity, given)
     except KeyError as e:
         raise RenderError(e.args[0]) from None
     except ValueError as e:
@@ -607,7 +628,7 @@ def check_job_options(args: argparse.Namespace, config: BackendConfig) -> Backen
             )
     if args.namespace is not None:
         try:
-            return dataclasses.replace(config, namespace=args.namespace)
+            return dataclasses.replace(config, job=dataclasses.replace(config.job, namespace=args.namespace))
         except ConfigError as e:
             raise RenderError(f"--namespace {args.namespace!r}: {e}") from e
     return config
@@ -670,10 +691,8 @@ def _not_a_pytorch_task(template: dict[str, Any]) -> Optional[str]:
     )
 
 
-def render_job(
-    template: dict[str, Any], args: argparse.Namespace, config: BackendConfig
-) -> tuple[dict[str, Any], JobTarget]:
-    """Build the job for `template` with the command-line's metadata (warnings on stderr).
+def render_job(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> BuiltJob:
+    """Build the job for `template` with the command-line's metadata (`build.build_job`; warnings on stderr).
 
     `metadata.namespace` is written only when `--namespace` is given (a job without one is created in the namespace
     `kubectl -n` names, or the context's).
@@ -684,22 +703,43 @@ def render_job(
         config: backend config.
 
     Returns:
-        The job and its kind.
+        The built job, its kind and the admission model's findings.
 
     Raises:
         TemplateError: the template is not a valid pytorch task.
         RenderError: it is not a pytorch task at all.
+        ConfigError: the target is `auto`, which render cannot resolve.
     """
     problem = _not_a_pytorch_task(template)
     if problem:
         raise RenderError(problem)
-    if template.get("type") == CONNECTOR_TASK_TYPE:  # the type only routes a Flyte 2 task to the connector
-        template = {**template, "type": TASK_TYPE}
-    spec = read_template(template)
-    task = spec.task_id.name.rsplit(".", 1)[-1] or "task"
+    meta = render_metadata(template, args, config)
+    built = build_job(template, meta, config, _render_target(args, config))
+    for warning in built.warnings:
+        print(f"{PROGRAM} render: warning: {warning}", file=sys.stderr)
+    job = built.job
+    lines = default_image_warnings(job, built.kind) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)
+    for line in lines:
+        print(f"{PROGRAM} render: {line}", file=sys.stderr)
+    return built
+
+
+def render_metadata(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> ExecutionMetadata:
+    """The execution a rendered job is written for: a sample identity that only names it, the paths and image the
+    command line gives, and no namespace unless `--namespace` is given.
+
+    Args:
+        template: the TaskTemplate dict (its task name names the job).
+        args: parsed arguments.
+        config: backend config (the job name prefix).
+
+    Returns:
+        The execution metadata.
+    """
+    task = str((template.get("id") or {}).get("name") or "").rsplit(".", 1)[-1] or "task"
     identity = ExecutionIdentity("render", "local", task, "n0", 0)
     name = args.name or job_name(
-        identity.project, identity.domain, identity.execution_name, identity.node_id, prefix=config.job_name_prefix
+        identity.project, identity.domain, identity.execution_name, identity.node_id, prefix=config.job.job_name_prefix
     )
     meta = execution_metadata(identity, args.output_prefix or f"{DEFAULT_BUCKET}/{name}", config)
     overrides = {
@@ -710,33 +750,27 @@ def render_job(
     }
     # A rendered job belongs to no Flyte execution: the sample identity only names it, and sets no
     # FLYTE_INTERNAL_EXECUTION_* variables.
-    meta = dataclasses.replace(
+    return dataclasses.replace(
         meta,
         project="",
         domain="",
         execution_name="",
         node_id="",
-        namespace=args.namespace or meta.namespace,
+        namespace=args.namespace or None,
         job_name=name,
         image_override=args.image,
         **{k: v for k, v in overrides.items() if v},
     )
+
+
+def _render_target(args: argparse.Namespace, config: BackendConfig) -> JobTarget:
     choice = getattr(args, "target", None) or config.target
     target = target_for_config(choice)
     if target is None:
         raise ConfigError(
             f"target={choice!r}: render needs no cluster and cannot ask one; pass --target, one of {list(BY_CONFIG)}"
         )
-    job = target.write(spec, meta, config)
-    if not args.namespace:
-        job["metadata"].pop("namespace", None)
-    job = stamp(job)  # as the connector sends it: the digest it adopts its own job by (docs/admission.md)
-    for warning in target.warnings(spec, config):
-        print(f"pytorchjob render: warning: {warning}", file=sys.stderr)
-    lines = default_image_warnings(job, target) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)
-    for line in lines:
-        print(f"pytorchjob render: {line}", file=sys.stderr)
-    return job, target
+    return target
 
 
 def render(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> str:
@@ -754,10 +788,11 @@ def render(template: dict[str, Any], args: argparse.Namespace, config: BackendCo
         TemplateError: the template is not a valid pytorch task, or the cluster would not admit the job
             (`JobNotAdmitted`, naming each setting).
     """
-    job, _ = render_job(template, args, config)
-    for note in check_admission(job):
+    built = render_job(template, args, config)
+    job = built.admitted()
+    for note in built.notes:
         if note.setting != CEL_UNAVAILABLE:  # a base install renders without the backend extra: --check says it
-            print(f"pytorchjob render: note: {note.message}", file=sys.stderr)
+            print(f"{PROGRAM} render: note: {note.message}", file=sys.stderr)
     return yaml.safe_dump(job, sort_keys=False, width=120)
 
 
@@ -785,7 +820,7 @@ def check_report(job: dict[str, Any], problems: list[Problem]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pytorchjob", description="Tools for the Kubeflow job backend of Flyte.")
+    parser = argparse.ArgumentParser(prog=PROGRAM, description="Tools for the Kubeflow job backend of Flyte.")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser(
         "render",
@@ -793,7 +828,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Print the job a pytorch task becomes, of the kind --target (or the config's target) selects: "
         "the connector's exact object, checked against what the cluster admits. Either FILE.py TASK, or "
         "--template FILE [TASK].",
-        epilog="example: pytorchjob render train.py train_mnist --image ghcr.io/org/train:1.0 > job.yaml",
+        epilog=f"example: {PROGRAM} render train.py train_mnist --image ghcr.io/org/train:1.0 > job.yaml",
     )
     r.add_argument("source", nargs="?", help="Python file with the task (omit with --template)")
     r.add_argument("task", nargs="?", help="task name (attribute in the file, or in a pyflyte package archive)")
@@ -807,7 +842,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--namespace", help="metadata.namespace (default: none, so that kubectl -n NS decides)")
     r.add_argument("--name", help="metadata.name (default: derived from the task name)")
     r.add_argument("--image", help="image for replicas without their own (and for serializing FILE.py)")
-    r.add_argument("--config", help="backend config YAML (default: PYTORCHJOB_CONFIG / PYTORCHJOB_* env)")
+    r.add_argument("--config", help=f"backend config YAML (default: {ENV_PREFIX}CONFIG / {ENV_PREFIX}* env)")
     r.add_argument(
         "--target",
         choices=tuple(BY_CONFIG),
@@ -836,7 +871,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--output-prefix",
         metavar="URL",
-        help="where the task writes its outputs (default: s3://my-s3-bucket/pytorchjob-render/NAME)",
+        help=f"where the task writes its outputs (default: {DEFAULT_BUCKET}/NAME)",
     )
     r.add_argument(
         "--raw-output-prefix",
@@ -872,53 +907,64 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        config = check_job_options(args, _load_config(args.config))
-        given = parse_inputs(args.input)
-        if given and not (args.inputs_to or args.output_prefix):
-            raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")
-        defaults: dict[str, Any] = {}
-        entity = None
-        if args.template:
-            if args.task is not None:
-                parser.error("with --template give at most one positional argument (the task name)")
-            template = load_template_file(args.template, args.source)
-        else:
-            if not args.source or not args.task:
-                parser.error("give FILE.py TASK, or --template FILE")
-            entity = load_task(args.source, args.task)
-            template = serialize_task(entity, args.image)
-        if given:
-            if entity is not None and _is_flyte2_task(entity):
-                inputs = _flyte2_inputs(entity, given)
-            else:
-                if entity is not None:
-                    defaults = dict(entity.python_interface.default_inputs_as_kwargs)
-                inputs = input_literals(template, given, defaults)
-            written = write_inputs(inputs, args.inputs_to or args.output_prefix)
-            if "://" not in written:
-                print(
-                    f"pytorchjob render: wrote {written}; pods cannot read a local file: upload it and pass its URL "
-                    "with --inputs (or give --inputs-to s3://...)",
-                    file=sys.stderr,
-                )
-            args.inputs = args.inputs or written
-        if args.check:
-            job, _ = render_job(template, args, config)
-            problems = admit(job)
-            sys.stdout.write(check_report(job, problems))
-            return 1 if any(p.refuses for p in problems) else 0
-        sys.stdout.write(render(template, args, config))
+        return _render_command(parser, args)
     except (RenderError, TemplateError, ConfigError, OSError) as e:
-        print(f"pytorchjob render: {e}", file=sys.stderr)
+        print(f"{PROGRAM} render: {e}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
         extra = _extra_for(e.name)
         if extra is None:
             raise
         module = (e.name or "").partition(".")[0]
-        print(f'pytorchjob render: needs {module!r}: pip install "flytekitplugins-pytorch[{extra}]"', file=sys.stderr)
+        print(f'{PROGRAM} render: needs {module!r}: pip install "flytekitplugins-pytorch[{extra}]"', file=sys.stderr)
         return 3
+
+
+def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`render`: the template, the inputs it is given, then the job or its `--check` report on stdout."""
+    config = check_job_options(args, _load_config(args.config))
+    given = parse_inputs(args.input)
+    if given and not (args.inputs_to or args.output_prefix):
+        raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")
+    template, entity = _template_of(parser, args)
+    if given:
+        args.inputs = args.inputs or _write_given_inputs(template, entity, given, args)
+    if args.check:
+        built = render_job(template, args, config)
+        sys.stdout.write(check_report(built.job, list(built.problems)))
+        return 1 if built.refusals else 0
+    sys.stdout.write(render(template, args, config))
     return 0
+
+
+def _template_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """(the template, the task when it came from FILE.py else None)."""
+    if args.template:
+        if args.task is not None:
+            parser.error("with --template give at most one positional argument (the task name)")
+        return load_template_file(args.template, args.source), None
+    if not args.source or not args.task:
+        parser.error("give FILE.py TASK, or --template FILE")
+    entity = load_task(args.source, args.task)
+    return serialize_task(entity, args.image), entity
+
+
+def _write_given_inputs(template: dict[str, Any], entity: Any, given: dict[str, str], args: argparse.Namespace) -> str:
+    """Write `--input` values as the inputs the task's pods read; where they were written."""
+    frontend = _frontend_of(entity) if entity is not None else None
+    if frontend is not None:
+        inputs = frontend_inputs(frontend, entity, given)
+    else:
+        defaults = dict(entity.python_interface.default_inputs_as_kwargs) if entity is not None else {}
+        inputs = input_literals(template, given, defaults)
+    written = write_inputs(inputs, args.inputs_to or args.output_prefix)
+    if "://" not in written:
+        print(
+            f"{PROGRAM} render: wrote {written}; pods cannot read a local file: upload it and pass its URL "
+            "with --inputs (or give --inputs-to s3://...)",
+            file=sys.stderr,
+        )
+    return written
 
 
 #: Top-level modules that only an extra installs, and that extra (the base package has none of them).
@@ -942,7 +988,7 @@ def _extra_for(module: Optional[str]) -> Optional[str]:
 def _load_config(path: Optional[str]) -> BackendConfig:
     """The backend config; any error in it is one line naming the file (`BackendConfig` raises a few non-ConfigError
     exceptions for values of the wrong shape, e.g. `log_links: 5`)."""
-    source = path or "PYTORCHJOB_CONFIG / PYTORCHJOB_* environment"
+    source = path or f"{ENV_PREFIX}CONFIG / {ENV_PREFIX}* environment"
     try:
         return BackendConfig.from_yaml(Path(path)) if path else load_config()
     except (ConfigError, OSError):

@@ -1,11 +1,12 @@
 """flytekit connector for `pytorch` tasks: create / get / delete the Kubeflow job a task becomes.
 
-The connector only talks to the API; everything else is pure and lives elsewhere: the task from
-`template.read_template` (read once per create), the execution from `execution.execution_metadata` (shared with
-`pytorchjob render`), the job kind from `targets` (`BackendConfig.target`; `auto` asks the API server once), and
-from that kind's `JobTarget` the job (`write`), which reads its status needs (`reads`), the phase (`status`) and
-log links (`links`). The API client, each request as a value and the deadline-bounded retry live in `api`; inputs.pb,
-error documents and outputs.pb in `blobs`; the watch cache in `watch`. It never names or compares a kind: messages
+The connector only talks to the API; everything else is pure and lives elsewhere: the execution from
+`execution.execution_metadata` (shared with `pytorchjob render`), the job kind from `targets.registry`
+(`BackendConfig.target`; `auto` asks the API server once), the job from `build.build_job` (the one build path, which
+`render` prints: read, plan, write, stamp, admission), and from the kind's `JobTarget` which reads its status needs
+(`reads`), the phase (`status`) and log links (`links`). The API client, each request as a value and the
+deadline-bounded retry live in `api`; inputs.pb, error documents and outputs.pb in `blobs`; the watch cache in
+`watch`. It never names or compares a kind: messages
 take the kind's name from the target. Importing this module registers the connector for task type "pytorch" versions
 0 and 1 with flytekit's `ConnectorRegistry`; it loads neither the kubernetes client nor any kube config (the API
 client is built on first use by a replaceable factory, see `api.set_api_client_factory`).
@@ -81,6 +82,7 @@ from backend_plugin.api import (
     with_pool_size,
     without_client_retries,
 )
+from backend_plugin.build import BuiltJob, build_job
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import (
     Conflict,
@@ -94,10 +96,10 @@ from backend_plugin.errors import (
 from backend_plugin.execution import ExecutionMetadata, execution_metadata, identity_of
 from backend_plugin.retry import Backoff, Deadline, retry
 from backend_plugin.status import failed_job_status
-from backend_plugin.targets import DEFAULT, KINDS, JobTarget, Observed, target_for_config, target_for_kind
+from backend_plugin.targets.registry import DEFAULT, KINDS, JobTarget, Observed, target_for_config, target_for_kind
 from backend_plugin.task_errors import ErrorReport
-from backend_plugin.template import read_template, template_to_dict
-from backend_plugin.watch import JobWatchCache, WatchSettings
+from backend_plugin.template import template_to_dict
+from backend_plugin.watch import JobWatchCache
 from pytorch_contract.template_keys import CONFIG_PREFIX, TASK_TYPE
 
 __all__ = [
@@ -247,9 +249,10 @@ class JobConnector(AsyncConnectorBase):
         with self._lock:
             if self._client is None or self._client[0] is not factory:
                 config = self.config
-                api_client = with_pool_size(without_client_retries(factory()), config.get_threads + 4)
-                backoff = Backoff(config.api_backoff_initial_s, config.api_backoff_max_s, sleep=self._sleep)
-                self._client = (factory, Api(api_client, backoff, config.api_connect_timeout_s, self.server_clock))
+                api = config.api
+                api_client = with_pool_size(without_client_retries(factory()), api.get_threads + 4)
+                backoff = Backoff(api.backoff_initial_s, api.backoff_max_s, sleep=self._sleep)
+                self._client = (factory, Api(api_client, backoff, api.connect_timeout_s, self.server_clock))
                 self._stop_caches()  # built over the previous factory's client
             return self._client[1]
 
@@ -283,8 +286,8 @@ class JobConnector(AsyncConnectorBase):
 
     def _new_cache(self, target: JobTarget) -> Optional[JobWatchCache]:
         config = self.config
-        managed_by = config.default_labels.get(MANAGED_BY_LABEL)
-        if not config.watch_cache:
+        managed_by = config.job.default_labels.get(MANAGED_BY_LABEL)
+        if not config.watch.cache:
             return None
         if not managed_by:
             logger.warning(
@@ -293,10 +296,9 @@ class JobConnector(AsyncConnectorBase):
             )
             return None
         assert self._client is not None
-        settings = WatchSettings(silence_s=config.watch_silence_s, idle_s=config.watch_idle_s)
         selector = f"{MANAGED_BY_LABEL}={managed_by}"
         return JobWatchCache(self._client[1].api_client, target.group, target.version, target.plural, selector,
-                             settings, server_clock=self.server_clock)  # fmt: skip
+                             config.watch, server_clock=self.server_clock)  # fmt: skip
 
     def _stop_caches(self) -> None:
         caches, self._caches = list(self._caches.values()), {}
@@ -326,8 +328,7 @@ class JobConnector(AsyncConnectorBase):
         Returns:
             The deadline, counting from now.
         """
-        name = f"api_{operation}_budget_s"
-        return Deadline(float(getattr(self.config, name)), name)
+        return Deadline(self.config.api.budget_s(operation), f"api_{operation}_budget_s")
 
     def _read_job(self, namespace: str, name: str, target: JobTarget, deadline: Deadline, verb: str = "get") -> dict:
         request = Request(verb, f"{target.kind} {namespace}/{name}", namespace, "get", target.plural, target.group)
@@ -408,7 +409,7 @@ class JobConnector(AsyncConnectorBase):
         Returns:
             The documents read and what went wrong.
         """
-        return blobs.read_error_report(output_prefix, self.config.error_document_max_bytes)
+        return blobs.read_error_report(output_prefix, self.config.status.error_document_max_bytes)
 
     def outputs_written(self, output_prefix: str) -> bool:
         """Whether `outputs.pb` exists under `output_prefix` (`blobs.outputs_written`).
@@ -483,19 +484,19 @@ class JobConnector(AsyncConnectorBase):
         }
         target = self.target(deadline)
         base = JobMetadata(
-            meta.namespace or self.config.namespace,
+            meta.namespace or self.config.job.namespace,
             meta.job_name,
             kind=target.kind,
             output_prefix=meta.output_prefix,
             task_config=task_config,
         )
         try:
-            spec = read_template(template)
-            job = self.admitted(target.write(spec, meta, self.config))
+            built = build_job(template, meta, self.config, target)
+            job = self.admitted(built)
         except TemplateError as e:  # admission.JobNotAdmitted included: nothing has been sent
             logger.warning("task template for %s/%s cannot run as a %s: %s", base.namespace, base.name, target.kind, e)
             return replace(base, error=f"the task template cannot run: {e}")
-        for warning in target.warnings(spec, self.config):
+        for warning in built.warnings:
             logger.warning("%s %s/%s: %s", target.kind, job["metadata"]["namespace"], job["metadata"]["name"], warning)
         self.write_inputs(inputs, meta.input_path)
         try:
@@ -517,12 +518,12 @@ class JobConnector(AsyncConnectorBase):
         """
         blobs.write_inputs(inputs, path)
 
-    def admitted(self, job: dict) -> dict:
-        """The job as the connector sends it: stamped with its digest (`admission.stamp`) and put through the
-        admission model; its notes (a job close to the size limit, a rule not evaluated) are logged.
+    def admitted(self, built: BuiltJob) -> dict:
+        """The job as the connector sends it (stamped by `build_job`), once the admission model admits it; its notes
+        (a job close to the size limit, a rule not evaluated) are logged.
 
         Args:
-            job: the job a target wrote.
+            built: what `build_job` returned.
 
         Returns:
             The stamped job.
@@ -531,11 +532,11 @@ class JobConnector(AsyncConnectorBase):
             admission.JobNotAdmitted: the cluster would reject it, prune part of it, or never start its pods (a
                 permanent `TemplateError` naming each user setting and what to do).
         """
-        stamped = admission.stamp(job)
-        meta = stamped["metadata"]
-        for note in admission.check_admission(stamped):
-            logger.warning("%s %s/%s: %s", stamped.get("kind"), meta.get("namespace"), meta.get("name"), note.message)
-        return stamped
+        job = built.admitted()
+        meta = job["metadata"]
+        for note in built.notes:
+            logger.warning("%s %s/%s: %s", job.get("kind"), meta.get("namespace"), meta.get("name"), note.message)
+        return job
 
     def create_job(self, job: dict, deadline: Optional[Deadline] = None) -> JobMetadata:
         """POST a built job with `fieldValidation=Strict`, never creating a second copy (see the module docstring).
@@ -893,7 +894,7 @@ class ServedJobConnector(JobConnector):
     def _get_pool(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.config.get_threads, thread_name_prefix="connector-get")
+                self._pool = ThreadPoolExecutor(self.config.api.get_threads, thread_name_prefix="connector-get")
             return self._pool
 
     async def get(self, resource_meta: JobMetadata, **kwargs: Any) -> Resource:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from backend_plugin.config import BackendConfig
+from backend_plugin.config import PROGRAM, BackendConfig
 from pytorch_contract.k8s_names import JOB_NAME_MAX_LENGTH
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "job_name",
     "identity_of",
     "execution_metadata",
+    "job_namespace",
 ]
 
 _DNS1035_INVALID = re.compile(r"[^a-z0-9-]+")
@@ -34,7 +35,8 @@ class ExecutionMetadata:
     The connector and `pytorchjob render` fill it with `execution_metadata`.
 
     Args:
-        namespace: namespace of the job; empty means `BackendConfig.namespace`.
+        namespace: namespace of the job; empty means the backend config's (`job.namespace`); None writes no
+            `metadata.namespace` (a job for `kubectl create -n NS`, as `pytorchjob render` prints it).
         job_name: `metadata.name`; use `job_name(...)` to derive it.
         labels: execution labels (Flyte's execution, project, domain ... labels), on the job and every pod.
         annotations: execution annotations, on the job and every pod.
@@ -57,8 +59,8 @@ class ExecutionMetadata:
             (its interruptible failure threshold) and passes the result in the create request.
     """
 
-    namespace: str = ""
-    job_name: str = "pytorchjob"
+    namespace: Optional[str] = ""
+    job_name: str = PROGRAM
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
@@ -190,14 +192,14 @@ def execution_metadata(
         return getattr(meta, name, None) if meta is not None else None
 
     return ExecutionMetadata(
-        namespace=attr("namespace") or config.namespace,
+        namespace=attr("namespace") or config.job.namespace,
         job_name=job_name(
             identity.project,
             identity.domain,
             identity.execution_name,
             identity.node_id,
             attempt,
-            prefix=config.job_name_prefix,
+            prefix=config.job.job_name_prefix,
         ),
         labels=dict(attr("labels") or {}),
         annotations=dict(attr("annotations") or {}),
@@ -216,3 +218,18 @@ def execution_metadata(
         # propeller's word on interruptibility wins over the template's: it turns spot off for the last retries
         interruptible=attr("interruptible"),
     )
+
+
+def job_namespace(metadata: ExecutionMetadata, config: BackendConfig) -> Optional[str]:
+    """The job's `metadata.namespace`: the execution's, else the backend config's; None for none.
+
+    Args:
+        metadata: the execution.
+        config: supplies the default namespace.
+
+    Returns:
+        The namespace, or None when the execution asks for a job without one.
+    """
+    if metadata.namespace is None:
+        return None
+    return metadata.namespace or config.job.namespace

@@ -85,7 +85,7 @@ def link_templates(config: BackendConfig, task_config: Mapping[str, str] | None)
         ConfigError: a template is malformed (see `check_templates`).
     """
     wanted = link_types(task_config)
-    return [t for t in check_templates(config.log_links) if not t.link_type or t.link_type in wanted]
+    return [t for t in check_templates(config.status.log_links) if not t.link_type or t.link_type in wanted]
 
 
 def link_values(

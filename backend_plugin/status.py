@@ -573,12 +573,12 @@ def fatal_waiting(
             continue
         since = parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or job_created
         age = max(0.0, (now - since).total_seconds()) if since else 0.0
-        if age >= config.image_pull_grace_s:
+        if age >= config.status.image_pull_grace_s:
             reason, message = waiting
             detail = f": {message}" if message else ""
             return (
                 f"replica {namer(pod)} cannot start: {reason}{detail} (still failing {age:.0f}s after the pod "
-                f"was created, image_pull_grace_s={config.image_pull_grace_s:g}); check the image name and tag, "
+                f"was created, image_pull_grace_s={config.status.image_pull_grace_s:g}); check the image name and tag, "
                 "the registry credentials (imagePullSecrets) and referenced Secrets/ConfigMaps"
             )
     return None

@@ -27,7 +27,6 @@ __all__ = [
     "parse_error_document",
     "is_error_file",
     "ERROR_FILE",
-    "MAX_ERROR_BYTES",
     "MAX_ERROR_FILES",
 ]
 
@@ -35,10 +34,6 @@ ERROR_FILE = "error.pb"
 """flytekit's error document name (`flytekit.core.constants.ERROR_FILE_NAME`)."""
 
 _ERROR_FILE = re.compile(r"^error(?:-[0-9a-f]{32})?\.pb\Z")  # error.pb, or error-<uuid hex>.pb with _F_DES
-
-MAX_ERROR_BYTES = 1024 * 1024
-"""At most this much of one error document is read. flytekit's documents hold one traceback (kilobytes); a bigger
-file is not one of them, and a bounded read keeps a `get` call cheap."""
 
 MAX_ERROR_FILES = 64
 """At most this many error documents are read per `get`: with `_F_DES` each failing replica writes one; past this

@@ -8,9 +8,14 @@ and secrets, with nothing decided yet that belongs to a backend config or to one
 target (`backend_plugin.targets.<kind>.writer`) turn a `TaskSpec` into a job. Pod templates (a role's own, and the
 core/v1 check of every pod spec) are read by `backend_plugin.pod_templates`.
 
-Three template dialects are read (docs/template-format.md): ours (task type version 1 plus `pytorch.*` config keys),
-the legacy version 0 (`custom = {"workers": N}`, optionally with `elasticConfig`) and flytekit's kfpytorch plugin
-(container or pod template).
+Four template dialects are read (docs/template-format.md): ours (task type version 1 plus `pytorch.*` config keys),
+the legacy version 0 (`custom = {"workers": N}`, optionally with `elasticConfig`), flytekit's kfpytorch plugin
+(container or pod template), and Flyte 2's: its `TaskTemplate` keeps flyteidl's field numbers, so its bytes read as
+flyteidl's, but it keeps a task's `pytorch.*` keys in the container's config (`Container.config`) and may be of type
+`pytorch-job` (`CONNECTOR_TASK_TYPE`, which only routes it to the connector); both are read here. The pod comes from
+one of two places, each its own reader: a container (`_pod_from_container`) or a pod template (`_pod_from_k8s_pod`).
+Every image a template names for a role or a sidecar is checked here; the images an execution decides (its override,
+else the container's) are checked when the job is planned (`pods.plan_pods`).
 
 Reading is pure, so results are cached per template content (the connector and `pytorchjob render` read the same
 templates over and over): a `TaskSpec` is shared between callers and deeply read-only; `frozen.thaw` gives a mutable
@@ -57,6 +62,7 @@ from pytorch_contract.k8s_names import (
     LABEL_VALUE,
     MAX_REPLICAS_PER_ROLE,
     env_var_name_problem,
+    image_reference_problem,
 )
 from pytorch_contract.quantity import is_quantity, parse_quantity
 
@@ -103,6 +109,7 @@ def template_to_dict(template: Any) -> dict[str, Any]:
         TemplateError: bytes that do not parse or an unsupported type.
     """
     if isinstance(template, Mapping):
+        template = _variable_maps(template)
         if any(k in template for k in ("k8s_pod", "task_type_version", "extended_resources")):
             try:
                 msg = json_format.ParseDict(dict(template), tasks_pb2.TaskTemplate(), ignore_unknown_fields=True)
@@ -111,6 +118,20 @@ def template_to_dict(template: Any) -> dict[str, Any]:
             return _sorted_keys(json_format.MessageToDict(msg))
         return _sorted_keys(thaw(template))
     return _sorted_keys(json_format.MessageToDict(_to_proto(template)))
+
+
+def _variable_maps(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Flyte 2's dialect in JSON: its `VariableMap` holds the interface's variables as a list of `{key, value}`
+    entries (the wire format of flyteidl's map, so its bytes read the same), which flyteidl's JSON writes as a map."""
+    interface = template.get("interface")
+    if not isinstance(interface, Mapping):
+        return template
+    fixed = dict(interface)
+    for side in ("inputs", "outputs"):
+        variables = (interface.get(side) or {}).get("variables") if isinstance(interface.get(side), Mapping) else None
+        if isinstance(variables, list) and all(isinstance(e, Mapping) and "key" in e for e in variables):
+            fixed[side] = {**interface[side], "variables": {e["key"]: e.get("value", {}) for e in variables}}
+    return {**template, "interface": fixed}
 
 
 def _sorted_keys(value: Any) -> Any:
@@ -181,29 +202,22 @@ def _to_proto(template: Any) -> tasks_pb2.TaskTemplate:
 def _read(t: dict[str, Any]) -> TaskSpec:
     """The reader proper, on a protobuf-JSON template dict."""
     check_task_template(t)
-    if t.get("type", keys.TASK_TYPE) != keys.TASK_TYPE:
+    if t.get("type", keys.TASK_TYPE) not in (keys.TASK_TYPE, keys.CONNECTOR_TASK_TYPE):
         raise _err("type", t.get("type"), f"must be {keys.TASK_TYPE!r}")
     cfg = _read_config(t)
     version = _int(t.get("taskTypeVersion", 0), "taskTypeVersion")
     replicas, elastic, run_policy = _read_custom(t, version, cfg)
-    pod = _read_pod(t)
+    pod = _pod_from_k8s_pod(t) if "k8sPod" in t else _pod_from_container(t)
     replicas = _role_pods(replicas, pod, cfg)
-    gpu_resource = cfg.get(keys.GPU_RESOURCE)
-    if gpu_resource is not None and not EXTENDED_RESOURCE_NAME.match(gpu_resource):
-        raise _err(
-            f"config[{keys.GPU_RESOURCE!r}]", gpu_resource, "must be an extended resource name like 'amd.com/gpu'"
-        )
+    _check_images(replicas, pod, cfg)
+    gpu_resource = _gpu_resource(cfg)
     accelerator, partition = _accelerator(t, cfg)
     shared_memory = _shared_memory(t, cfg)
     secrets = _secrets(t)
     interruptible = _interruptible(t)
     timeout = _timeout_seconds(t)
     total = sum(r.replicas for r in replicas)
-    nproc = cfg.get(keys.NPROC_PER_NODE)
-    if nproc is not None:
-        message = keys.nproc_per_node_message(f"config[{keys.NPROC_PER_NODE!r}]", nproc)
-        if message is not None:
-            raise TemplateError(message)
+    nproc = _nproc_per_node(cfg)
     task_id = t.get("id") or {}
     return TaskSpec(
         task_id=TaskId(*(str(task_id.get(k) or "") for k in ("project", "domain", "name", "version"))),
@@ -223,6 +237,23 @@ def _read(t: dict[str, Any]) -> TaskSpec:
         secrets=secrets,
         config=MappingProxyType(dict(cfg)),
     )
+
+
+def _gpu_resource(cfg: Mapping[str, str]) -> Optional[str]:
+    gpu_resource = cfg.get(keys.GPU_RESOURCE)
+    if gpu_resource is not None and not EXTENDED_RESOURCE_NAME.match(gpu_resource):
+        raise _err(
+            f"config[{keys.GPU_RESOURCE!r}]", gpu_resource, "must be an extended resource name like 'amd.com/gpu'"
+        )
+    return gpu_resource
+
+
+def _nproc_per_node(cfg: Mapping[str, str]) -> Optional[str]:
+    nproc = cfg.get(keys.NPROC_PER_NODE)
+    message = None if nproc is None else keys.nproc_per_node_message(f"config[{keys.NPROC_PER_NODE!r}]", nproc)
+    if message is not None:
+        raise TemplateError(message)
+    return nproc
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -311,7 +342,7 @@ def _read_config(template: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(config, Mapping):
         raise _err("config", config, "must be a map of string -> string")
     out = {}
-    for key, value in config.items():
+    for key, value in {**config, **_container_config(template)}.items():
         if not str(key).startswith(keys.CONFIG_PREFIX):
             continue
         if key not in keys.CONFIG_KEYS:
@@ -330,6 +361,16 @@ def _read_config(template: Mapping[str, Any]) -> dict[str, str]:
         policies = list(keys.CLEAN_POD_POLICIES)
         raise _err(f"config[{keys.CLEAN_POD_POLICY!r}]", out[keys.CLEAN_POD_POLICY], f"must be one of {policies}")
     return out
+
+
+def _container_config(template: Mapping[str, Any]) -> dict[str, Any]:
+    """Flyte 2's dialect: the `pytorch.*` keys it keeps in the container's config (they win over the template's)."""
+    entries = (template.get("container") or {}).get("config") or []
+    return {
+        e["key"]: e.get("value", "")
+        for e in entries
+        if isinstance(e, Mapping) and str(e.get("key", "")).startswith(keys.CONFIG_PREFIX)
+    }
 
 
 def _read_custom(
@@ -534,63 +575,82 @@ def _scheduling(cfg: Mapping[str, str], total: int) -> SchedulingSpec:
 # The pod
 
 
-def _read_pod(template: Mapping[str, Any]) -> PodTemplateSpec:
-    """The pod template with the primary container renamed to `PRIMARY_CONTAINER`."""
-    config = template.get("config") or {}
-    primary_name = keys.PRIMARY_CONTAINER
-    if "k8sPod" in template:
-        pod = template["k8sPod"] or {}
-        spec = check_pod_spec(whole_numbers_as_ints(thaw(pod.get("podSpec") or {})), "k8sPod.podSpec")
-        containers = spec.get("containers") or []
-        name = config.get(keys.PRIMARY_CONTAINER_NAME_KEY) or ""
-        if not name:
-            raise _err(f"config[{keys.PRIMARY_CONTAINER_NAME_KEY!r}]", None, "required with a k8sPod template")
-        matches = [i for i, c in enumerate(containers) if isinstance(c, Mapping) and c.get("name") == name]
-        if not matches:
-            names = [c.get("name") for c in containers if isinstance(c, Mapping)]
-            raise _err("k8sPod.podSpec.containers", names, f"no container named {name!r} (primary_container_name)")
-        taken = [c.get("name") for i, c in enumerate(containers) if i != matches[0]]
-        if primary_name in taken:
-            raise _err("k8sPod.podSpec.containers", taken, f"a non-primary container may not be named {primary_name!r}")
-        for i, other in enumerate(containers):
-            if i != matches[0] and not other.get("image"):
-                raise _err(f"k8sPod.podSpec.containers[{i}].image", other.get("image"), "a sidecar needs an image")
-        if name != primary_name:
-            logger.info(
-                "primary container %r renamed to %r: the training operator finds the container to watch by that name",
-                name,
-                primary_name,
-            )
-        containers[matches[0]]["name"] = primary_name
-        meta = pod.get("metadata") or {}
-        return PodTemplateSpec(
-            labels=freeze(dict(meta.get("labels") or {})),
-            annotations=freeze(dict(meta.get("annotations") or {})),
-            spec=freeze(spec),
+def _pod_from_k8s_pod(template: Mapping[str, Any]) -> PodTemplateSpec:
+    """The pod of a pod template (`k8sPod`), its primary container (named by `primary_container_name`) renamed to
+    `PRIMARY_CONTAINER`."""
+    pod = template["k8sPod"] or {}
+    spec = check_pod_spec(whole_numbers_as_ints(thaw(pod.get("podSpec") or {})), "k8sPod.podSpec")
+    containers = spec.get("containers") or []
+    primary = _primary_index(containers, (template.get("config") or {}).get(keys.PRIMARY_CONTAINER_NAME_KEY) or "")
+    sidecar = next((i for i, c in enumerate(containers) if i != primary and not c.get("image")), None)
+    if sidecar is not None:
+        raise _err(
+            f"k8sPod.podSpec.containers[{sidecar}].image", containers[sidecar].get("image"), "a sidecar needs an image"
         )
+    name = containers[primary]["name"]
+    if name != keys.PRIMARY_CONTAINER:
+        logger.info(
+            "primary container %r renamed to %r: the training operator finds the container to watch by that name",
+            name,
+            keys.PRIMARY_CONTAINER,
+        )
+    containers[primary]["name"] = keys.PRIMARY_CONTAINER
+    meta = pod.get("metadata") or {}
+    return PodTemplateSpec(
+        labels=freeze(dict(meta.get("labels") or {})),
+        annotations=freeze(dict(meta.get("annotations") or {})),
+        spec=freeze(spec),
+    )
+
+
+def _primary_index(containers: list[Any], name: str) -> int:
+    """Where the primary container is in a pod template's containers (named by `primary_container_name`)."""
+    if not name:
+        raise _err(f"config[{keys.PRIMARY_CONTAINER_NAME_KEY!r}]", None, "required with a k8sPod template")
+    matches = [i for i, c in enumerate(containers) if isinstance(c, Mapping) and c.get("name") == name]
+    if not matches:
+        names = [c.get("name") for c in containers if isinstance(c, Mapping)]
+        raise _err("k8sPod.podSpec.containers", names, f"no container named {name!r} (primary_container_name)")
+    _no_other_primary(containers, matches[0])
+    return matches[0]
+
+
+def _no_other_primary(containers: list[Any], primary: int) -> None:
+    """A sidecar may not take the name the primary container is renamed to."""
+    taken = [c.get("name") for i, c in enumerate(containers) if i != primary]
+    if keys.PRIMARY_CONTAINER in taken:
+        raise _err(
+            "k8sPod.podSpec.containers", taken, f"a non-primary container may not be named {keys.PRIMARY_CONTAINER!r}"
+        )
+
+
+def _pod_from_container(template: Mapping[str, Any]) -> PodTemplateSpec:
+    """The pod of a container task: one primary container with the task's image, command, args, env, resources."""
     container = template.get("container")
     if not container:
         raise _err("container", container, "a pytorch task needs a container or a k8sPod template")
-    c: dict[str, Any] = {"name": primary_name, "image": container.get("image", "")}
-    if container.get("command"):
-        c["command"] = list(container["command"])
-    if container.get("args"):
-        c["args"] = list(container["args"])
-    env = []
-    for i, e in enumerate(container.get("env") or []):
-        problem = env_var_name_problem(e.get("key"))
-        if problem is not None:
-            raise _err(
-                f"container.env[{i}].key",
-                e.get("key"),
-                f"{problem}; use letters, digits, '_', '-', '.', not starting with a digit",
-            )
-        env.append({"name": e["key"], "value": e.get("value") or ""})
+    c: dict[str, Any] = {"name": keys.PRIMARY_CONTAINER, "image": container.get("image", "")}
+    for key in ("command", "args"):
+        if container.get(key):
+            c[key] = list(container[key])
+    env = [_env_var(i, e) for i, e in enumerate(container.get("env") or [])]
     if env:
         c["env"] = env
     if container.get("resources"):
         c["resources"] = _k8s_resources(container["resources"], "container.resources")
     return PodTemplateSpec(labels=freeze({}), annotations=freeze({}), spec=freeze({"containers": [c]}))
+
+
+def _env_var(i: int, entry: Mapping[str, Any]) -> dict[str, str]:
+    """One `container.env` key-value pair as a core/v1 EnvVar, its name checked."""
+    problem = env_var_name_problem(entry.get("key"))
+    if problem is not None:
+        raise _err(
+            f"container.env[{i}].key",
+            entry.get("key"),
+            f"{problem}; use letters, digits, '_', '-', '.', not starting with a digit",
+        )
+    return {"name": entry["key"], "value": entry.get("value") or ""}
 
 
 def _role_pods(
@@ -609,6 +669,41 @@ def _role_pods(
             group = dataclasses.replace(group, pod_template=merge_role_pod(pod, read_role_pod(cfg[key], key)))
         out.append(group)
     return tuple(out)
+
+
+def _check_images(groups: tuple[ReplicaGroup, ...], pod: PodTemplateSpec, cfg: Mapping[str, str]) -> None:
+    """Every image the template names for a role or a sidecar is one the kubelet accepts (the SDK's decoration-time
+    rule, `pytorch_contract.k8s_names.image_reference_problem`): the pods would otherwise fail minutes later."""
+    for group in groups:
+        if group.image:
+            master = group.role == "Master" and cfg.get(keys.MASTER_IMAGE)
+            _check_image(group.image, f"config[{keys.MASTER_IMAGE!r}]" if master else f"{group.path}.image")
+        if group.pod_template is not None:
+            _check_sidecar_images(group.pod_template, f"config[{keys.pod_template_key(group.role)!r}].podSpec")
+        else:
+            _check_sidecar_images(pod, "k8sPod.podSpec")
+
+
+def _check_sidecar_images(pod: PodTemplateSpec, path: str) -> None:
+    """The images of a pod's containers but the primary one, and of its init containers."""
+    containers = pod.spec.get("containers") or ()
+    primary = next(i for i, c in enumerate(containers) if c.get("name") == keys.PRIMARY_CONTAINER)
+    others = [("containers", i, c) for i, c in enumerate(containers) if i != primary]
+    others += [("initContainers", i, c) for i, c in enumerate(pod.spec.get("initContainers") or ())]
+    for key, i, container in others:
+        if "image" in container:
+            _check_image(container["image"], f"{path}.{key}[{i}].image")
+
+
+def _check_image(image: Any, where: str) -> None:
+    problem = image_reference_problem(image)
+    if problem is not None:
+        raise _err(
+            where,
+            image,
+            f"not an image reference the kubelet accepts ({problem}); use e.g. 'ghcr.io/org/train:1.0' (repository "
+            "path in lower case)",
+        )
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -44,15 +44,14 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import socket
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, Optional
 
+from backend_plugin.config import WatchSettings
 from backend_plugin.retry import Backoff
 
 logger = logging.getLogger(__name__)
@@ -152,74 +151,6 @@ def _rv_newer(candidate: str | None, current: str | None) -> bool:
     if candidate.isdigit() and current.isdigit():
         return int(candidate) >= int(current)
     return True
-
-
-@dataclass(frozen=True)
-class WatchSettings:
-    """How a `JobWatchCache` lists, watches and backs off.
-
-    Args:
-        watch_timeout_s: the longest `timeoutSeconds` of a watch; each is also bounded by `silence_s`.
-        max_staleness_s: how long answers stay valid after the watch was last heard from once it is no longer
-            connected (a dropped watch, a relist in progress). Past it, `get` returns None and the caller reads the
-            API. 5 s: the staleness goal of a status poll.
-        silence_s: each watch asks the server to end it after 75-100 % of this (so a healthy one delivers at least
-            the server's pre-timeout BOOKMARK); one that delivers nothing for this plus `max_staleness_s` is
-            presumed dead and reopened. A connected watch's answers stay valid that long after its last line.
-        idle_s: a namespace none of whose jobs was asked for during this long stops watching.
-        backoff_initial_s: the first wait after an error (client-go: 0.8 s).
-        backoff_max_s: the longest wait between attempts (client-go: 30 s).
-        page_size: `limit` of each LIST page. 100, not client-go's 500: a page is parsed whole before it is slimmed,
-            and the process keeps its high-water mark; measured with 2,000 golden jobs, pages of 500 grew RSS by 11.6
-            MiB per 1,000 cached jobs and pages of 100 by 4.9 MiB, for 20 requests instead of 4 per LIST.
-        request_timeout_s: connect and read timeout of LIST requests.
-
-    Raises:
-        ValueError: when a value is not positive, or `backoff_max_s` is below `backoff_initial_s`.
-    """
-
-    watch_timeout_s: float = 300.0
-    max_staleness_s: float = 5.0
-    backoff_initial_s: float = 0.8
-    backoff_max_s: float = 30.0
-    page_size: int = 100
-    request_timeout_s: float = 30.0
-    silence_s: float = 20.0
-    idle_s: float = 300.0
-
-    def __post_init__(self) -> None:
-        for name in ("watch_timeout_s", "max_staleness_s", "backoff_initial_s", "backoff_max_s", "request_timeout_s",
-                     "silence_s", "idle_s"):  # fmt: skip
-            value = getattr(self, name)
-            if not value > 0:
-                raise ValueError(f"{name}={value!r} must be a positive number of seconds")
-        if self.page_size < 1:
-            raise ValueError(f"page_size={self.page_size!r} must be a positive number of jobs")
-        if self.backoff_max_s < self.backoff_initial_s:
-            raise ValueError(
-                f"backoff_max_s={self.backoff_max_s!r} must not be below backoff_initial_s={self.backoff_initial_s!r}"
-            )
-
-    def watch_seconds(self) -> int:
-        """A new watch's `timeoutSeconds`: 75-100 % of the lesser of `watch_timeout_s` and `silence_s`, jittered so
-        that replicas do not reconnect in step.
-
-        Returns:
-            Whole seconds, at least 1.
-        """
-        return max(1, round(min(self.watch_timeout_s, self.silence_s) * random.uniform(0.75, 1.0)))
-
-    def fresh_for(self, connected: bool) -> float:
-        """How long after the last line answers stay valid.
-
-        Args:
-            connected: whether a watch is open.
-
-        Returns:
-            `silence_s + max_staleness_s` while connected (a silent watch is reopened at that point), else
-            `max_staleness_s`.
-        """
-        return self.silence_s + self.max_staleness_s if connected else self.max_staleness_s
 
 
 def parse_equality_selector(selector: str) -> dict[str, str | None]:

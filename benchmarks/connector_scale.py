@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import dataclasses
 import json
 import os
 import statistics
@@ -150,9 +149,9 @@ def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_thr
     from kubernetes import client
 
     import backend_plugin.connector as connector_module
-    from backend_plugin.config import BackendConfig
+    from backend_plugin.config import KEYS
 
-    if cache == "on" and cache_setting not in {f.name for f in dataclasses.fields(BackendConfig)}:
+    if cache == "on" and cache_setting not in KEYS:
         raise SystemExit(
             f"--cache on: BackendConfig has no setting {cache_setting!r} yet; the connector does not use "
             "backend_plugin/watch.py. Run with --cache off, or name the setting with --cache-setting."
@@ -438,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="measured window (default 15)")
     parser.add_argument("--big-workers", type=int, default=1000, help="workers of the Created job (0: none)")
     parser.add_argument("--cache", choices=("off", "on"), default="off", help="the connector's watch cache")
-    parser.add_argument("--cache-setting", default="watch_cache", help="the BackendConfig field that turns it on")
+    parser.add_argument("--cache-setting", default="watch_cache", help="the backend config key that turns it on")
     parser.add_argument(
         "--executor-threads", type=int, default=0,
         help="size the connector's default executor (where flytekit runs sync methods); 0: asyncio's default",

@@ -2,16 +2,16 @@
 
 Flyte 2's backend runs a ``pytorch`` task with its native kfoperators plugin (a PyTorchJob, from the
 ``DistributedPyTorchTrainingTask`` message alone). A task of type ``pytorch-job``
-(`flyte2_pytorch.task_types.CONNECTOR_TASK_TYPE`) comes here instead, and becomes the job kind the backend config
+(`pytorch_contract.template_keys.CONNECTOR_TASK_TYPE`) comes here instead, and becomes the job kind the backend config
 targets (a TrainJob, or a PyTorchJob with every ``pytorch.*`` option the native plugin drops).
 
 `Flyte2JobConnector` is a ``flyte.connectors.AsyncConnector`` over the flytekit generation's connector
 (`backend_plugin.connector.ServedJobConnector`): the same reader, writers, status, deadlines and watch cache. What
 differs is only the envelope:
 
-- the template is flyteidl2's, of type ``pytorch-job``; its bytes parse as flyteidl's, its type is read as
-  ``pytorch`` (the type only routes the task here), and the ``pytorch.*`` keys, which Flyte 2 keeps in the
-  container's config, move to the template's (`flyte2_pytorch.template.flyte1_template`);
+- the template is flyteidl2's, of type ``pytorch-job``; its bytes parse as flyteidl's, and the backend's reader reads
+  Flyte 2's dialect itself (the type, which only routes the task here, and the ``pytorch.*`` keys Flyte 2 keeps in the
+  container's config: `backend_plugin.template`). Nothing here imports the Flyte 2 front-end (`flyte2_pytorch`);
 - the inputs the pods read (``{{.input}}``) are Flyte 2's ``flyteidl2.task.Inputs``, the message Flyte 2's entrypoint
   (``a0 --inputs``) parses, not Flyte 1's ``LiteralMap``: `Flyte2Jobs` overrides the backend's ``write_inputs`` hook.
   They are written as the request sent them when served by `serve` (flyte's own server hands a connector only native
@@ -40,9 +40,8 @@ from flyteidl2.core import execution_pb2 as execution2_pb2
 
 from backend_plugin import blobs
 from backend_plugin.connector import JobMetadata, ServedJobConnector
-from flyte2_pytorch.task_types import CONNECTOR_TASK_TYPE, CONNECTOR_TASK_TYPE_VERSION
-from flyte2_pytorch.template import flyte1_template
-from pytorch_contract.template_keys import TASK_TYPE
+from backend_plugin.template import template_to_dict
+from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE, CONNECTOR_TASK_TYPE_VERSION
 
 __all__ = ["Flyte2JobConnector", "Flyte2Jobs", "Flyte2ConnectorService", "register", "serve", "main"]
 
@@ -147,8 +146,7 @@ class Flyte2JobConnector(AsyncConnector):
         Returns:
             What `JobConnector.create` returns.
         """
-        template = flyte1_template(task_template)
-        template["type"] = TASK_TYPE  # ``pytorch-job`` only routes the task here; the reader reads a pytorch task
+        template = template_to_dict(task_template.SerializeToString())  # flyteidl2 keeps flyteidl's field numbers
         message = await _inputs_message(inputs)
         call = functools.partial(
             self.jobs.create, template, output_prefix, message, _flyte2_metadata(task_execution_metadata)

@@ -7,8 +7,6 @@ connector's backend config targets (a TrainJob, or a PyTorchJob with everything 
 priority, gang scheduling, shared memory, accelerators, role pod templates).
 """
 
-from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE
+from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE, CONNECTOR_TASK_TYPE_VERSION
 
 __all__ = ["CONNECTOR_TASK_TYPE", "CONNECTOR_TASK_TYPE_VERSION"]
-
-CONNECTOR_TASK_TYPE_VERSION = 1

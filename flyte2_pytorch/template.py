@@ -1,17 +1,20 @@
-"""A Flyte 2 task's template in the form the backend reads: ``pytorchjob render --template`` and the reader.
+"""A Flyte 2 task's template for the backend: what ``pytorchjob render`` and ``--template`` read.
 
-Flyte 2's ``TaskTemplate`` keeps flyteidl's field numbers, so its bytes parse as a flyteidl (Flyte 1) template. One
-difference matters to the backend: Flyte 2 writes a task's ``config()`` (the ``pytorch.*`` keys) to the container
-(``Container.config``), not to ``TaskTemplate.config``; `task_template` moves them to the template. A task with a
-pod template loses them in Flyte 2's own serializer (its ``K8sPod`` has no container config), so `task_template`
-takes them from the task itself.
+The front-end serializes its own tasks, with flyte's serializer, and hands the backend Flyte 2's template as it is:
+the protobuf JSON of ``flyteidl2.core.TaskTemplate``, which keeps flyteidl's field numbers and names. Flyte 2 writes a
+task's ``config()`` (the ``pytorch.*`` keys) to the container (``Container.config``); reading them there is the
+backend reader's own (its Flyte 2 dialect, ``backend_plugin.template``). A task with a pod template loses them in
+Flyte 2's own serializer (its ``K8sPod`` has no container config), so `task_template` adds the task's own
+``config()`` to the template's ``config``.
 
-Usage::
+The backend never imports this module: ``pytorchjob render FILE.py TASK`` finds it through the entry point group
+``flytekitplugins_pytorch.frontends`` (name: ``flyte``, the SDK whose tasks it serializes), and
+``python -m flyte2_pytorch.template FILE.py TASK`` prints a template for ``pytorchjob render --template``::
 
     python -m flyte2_pytorch.template path/to/file.py TASK > task.json
     pytorchjob render --template task.json
 
-This module imports flyteidl (the backend's protos) when called, never when ``flyte2_pytorch`` is imported.
+It imports neither flytekit nor Flyte 1's flyteidl.
 """
 
 from __future__ import annotations
@@ -24,27 +27,48 @@ from typing import Any, Optional
 
 from pytorch_contract.template_keys import CONFIG_PREFIX
 
-__all__ = ["task_template", "flyte1_template", "inputs_message", "main"]
+__all__ = ["owns", "task_template", "inputs_message", "main"]
+
+
+def owns(entity: Any) -> bool:
+    """Whether `entity` is a Flyte 2 task (the backend asks each front-end before it serializes a task).
+
+    Args:
+        entity: a module attribute of the user's file.
+
+    Returns:
+        True for a ``flyte.extend.TaskTemplate``; False without importing anything when ``flyte`` is not loaded.
+    """
+    if "flyte" not in sys.modules:  # a module defining a Flyte 2 task has imported flyte
+        return False
+    from flyte.extend import TaskTemplate
+
+    return isinstance(entity, TaskTemplate)
 
 
 def task_template(task: Any, *, root_dir: Optional[Path] = None, version: str = "v1") -> dict[str, Any]:
-    """A Flyte 2 ``pytorch`` task as the protobuf-JSON dict of ``flyteidl.core.TaskTemplate``.
+    """A Flyte 2 task's template, as the protobuf-JSON dict of ``flyteidl2.core.TaskTemplate``.
 
     Args:
-        task: a `flyte2_pytorch.PyTorchTask` or `ElasticTask` (built by ``@env.task``).
+        task: a Flyte 2 task (a `flyte2_pytorch.PyTorchTask` or `ElasticTask` for a pytorch task).
         root_dir: the directory the task's module is resolved from (default: its file's directory).
         version: the template's version.
 
     Returns:
-        The template, its ``config`` holding the ``pytorch.*`` keys.
+        The template as Flyte 2 serializes it, the task's own ``pytorch.*`` keys added to its ``config``.
     """
     from flyte._internal.runtime.task_serde import get_proto_task
     from flyte.models import SerializationContext
+    from google.protobuf import json_format
 
     if root_dir is None:
         root_dir = Path(task.source_file).resolve().parent if task.source_file else Path.cwd()
     sctx = SerializationContext(version=version, root_dir=root_dir)
-    return flyte1_template(get_proto_task(task, sctx), task.config(sctx))
+    template = json_format.MessageToDict(get_proto_task(task, sctx))
+    own = {k: v for k, v in (task.config(sctx) or {}).items() if k.startswith(CONFIG_PREFIX)}
+    if own:
+        template["config"] = {**template.get("config", {}), **own}
+    return template
 
 
 def inputs_message(task: Any, given: dict[str, str]) -> Any:
@@ -96,37 +120,6 @@ def inputs_message(task: Any, given: dict[str, str]) -> Any:
         return asyncio.run(convert_from_native_to_inputs(interface, **values)).proto_inputs
     except Exception as e:  # flyte's type engine raises many types
         raise ValueError(f"--input: {type(e).__name__}: {e}") from e
-
-
-def flyte1_template(template: Any, config: Optional[dict[str, str]] = None) -> dict[str, Any]:
-    """A Flyte 2 ``TaskTemplate`` (the message, or its bytes) as the protobuf-JSON dict of ``flyteidl.core``'s.
-
-    The ``pytorch.*`` keys of its container's config move to the template's config; `config` adds (and wins over)
-    keys the message lost (a pod template's container has no config in Flyte 2).
-
-    Args:
-        template: ``flyteidl2.core.tasks_pb2.TaskTemplate`` or its serialized bytes.
-        config: the task's own ``config()``, when the task object is at hand.
-
-    Returns:
-        The template, its ``config`` holding the ``pytorch.*`` keys.
-    """
-    from flyteidl.core import tasks_pb2
-    from google.protobuf import json_format
-
-    data = template if isinstance(template, bytes) else template.SerializeToString()
-    flyte1 = tasks_pb2.TaskTemplate.FromString(data)
-    if flyte1.HasField("container"):
-        for kv in flyte1.container.config:
-            if kv.key.startswith(CONFIG_PREFIX):
-                flyte1.config[kv.key] = kv.value
-        kept = [kv for kv in flyte1.container.config if not kv.key.startswith(CONFIG_PREFIX)]
-        del flyte1.container.config[:]
-        flyte1.container.config.extend(kept)
-    for key, value in (config or {}).items():
-        if key.startswith(CONFIG_PREFIX):
-            flyte1.config[key] = value
-    return json_format.MessageToDict(flyte1)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -1,5 +1,5 @@
-"""Size and count limits a job must fit, per job kind, so that the SDK can refuse at decoration what the API server
-would refuse at create.
+"""Size and count limits a job must fit, so that the SDK can refuse at decoration what the API server would refuse at
+create, and the backend's admission model says the same thing in the same words.
 
 - Object size: etcd stores an object of at most `STORED_MAX_BYTES` (its default `--max-request-bytes`, 1.5 MiB);
   the API server refuses a request body over `REQUEST_MAX_BYTES` (3 MiB) before it decodes it.
@@ -9,15 +9,20 @@ would refuse at create.
   reporting and the execution's identity), so a task has `128 - WRITER_ENV_ENTRIES` for itself. A PyTorchJob's
   container `env` has no such limit.
 
-Each `*_problem` function takes `where`, the caller's own name for the setting, and returns a message that names
-it, the figures and what to do, or None.
+`KindLimits` is one job kind's record of them. The SDK checks a task at decoration against the kinds it knows by name
+(`LIMITS`, keyed by the backend config's `target` values); the backend's kinds each hold their own record (their
+package under `backend_plugin/targets/`), taken from here where the SDK checks the same kind, so one number serves
+both sides. Each `*_problem` function takes `where`, the caller's own name for the setting, and returns a message that
+names it, the figures and what to do, or None.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 __all__ = [
+    "KindLimits",
+    "LIMITS",
     "STORED_MAX_BYTES",
     "REQUEST_MAX_BYTES",
     "WRITER_ENV_NAMES",
@@ -25,6 +30,7 @@ __all__ = [
     "ENV_MAX_ITEMS",
     "POD_TEMPLATE_COPIES",
     "env_count_problem",
+    "env_items_problem",
     "job_size_problem",
     "LARGE_VALUE_ADVICE",
 ]
@@ -55,13 +61,32 @@ execution, gets only some of them)."""
 WRITER_ENV_ENTRIES = len(WRITER_ENV_NAMES)
 """The most environment entries the writer adds (11)."""
 
-ENV_MAX_ITEMS: dict[str, Optional[int]] = {"trainjob": 128, "pytorchjob": None}
-"""`maxItems` of the training container's `env` in each job kind's CRD (None: no limit). Keyed by the backend
-config's `target` values."""
 
-POD_TEMPLATE_COPIES: dict[str, int] = {"trainjob": 1, "pytorchjob": 2}
-"""How many times the job holds the task's pod template and environment: once per role in a PyTorchJob (Master and
-Worker; one when there are no workers), once in a TrainJob (`spec.trainer` and one runtime patch)."""
+class KindLimits(NamedTuple):
+    """The limits of one job kind.
+
+    Attributes:
+        env_max_items: `maxItems` of the training container's `env` in the kind's CRD (None: no limit).
+        pod_template_copies: how many times the job holds the task's pod template and environment.
+    """
+
+    env_max_items: Optional[int]
+    pod_template_copies: int
+
+
+LIMITS: dict[str, KindLimits] = {
+    # once per role (Master and Worker; one when there are no workers); the container env has no maxItems
+    "pytorchjob": KindLimits(env_max_items=None, pod_template_copies=2),
+    # `spec.trainer` and one runtime patch; `spec.trainer.env` has maxItems 128
+    "trainjob": KindLimits(env_max_items=128, pod_template_copies=1),
+}
+"""The kinds the SDK checks at decoration, keyed by the backend config's `target` values."""
+
+ENV_MAX_ITEMS: dict[str, Optional[int]] = {target: limits.env_max_items for target, limits in LIMITS.items()}
+"""`maxItems` of the training container's `env` per kind in `LIMITS` (None: no limit)."""
+
+POD_TEMPLATE_COPIES: dict[str, int] = {target: limits.pod_template_copies for target, limits in LIMITS.items()}
+"""How many times the job holds the task's pod template and environment, per kind in `LIMITS`."""
 
 LARGE_VALUE_ADVICE = (
     "keep large data out of the job: mount a ConfigMap or Secret (pod_template volumes), or pass the path of a file "
@@ -74,13 +99,27 @@ def env_count_problem(entries: int, target: str, where: str) -> Optional[str]:
 
     Args:
         entries: the task's own entries (its `environment`, and its pod template's primary container `env`).
-        target: the job kind, a `BackendConfig.target` value (`pytorchjob`, `trainjob`).
+        target: the job kind, a `BackendConfig.target` value in `LIMITS` (`pytorchjob`, `trainjob`).
         where: the caller's name for the setting, e.g. `environment`.
 
     Returns:
         A message naming the counts and what to do, or None when they fit (or the kind has no limit).
     """
-    limit = ENV_MAX_ITEMS.get(target)
+    return env_items_problem(entries, ENV_MAX_ITEMS.get(target), target, where)
+
+
+def env_items_problem(entries: int, limit: Optional[int], target: str, where: str) -> Optional[str]:
+    """`env_count_problem` for a kind that holds its own limit (`KindLimits.env_max_items`).
+
+    Args:
+        entries: the task's own entries.
+        limit: the kind's `maxItems` of the training container's `env`; None for no limit.
+        target: the kind's `BackendConfig.target` value, for the message.
+        where: the caller's name for the setting.
+
+    Returns:
+        A message naming the counts and what to do, or None when they fit (or there is no limit).
+    """
     if limit is None or entries + WRITER_ENV_ENTRIES <= limit:
         return None
     return (

@@ -16,6 +16,7 @@ __all__ = [
     "TASK_TYPE",
     "TASK_TYPE_VERSION",
     "CONNECTOR_TASK_TYPE",
+    "CONNECTOR_TASK_TYPE_VERSION",
     "PRIMARY_CONTAINER",
     "PRIMARY_CONTAINER_NAME_KEY",
     "CONFIG_PREFIX",
@@ -58,6 +59,9 @@ TASK_TYPE_VERSION = 1
 CONNECTOR_TASK_TYPE = "pytorch-job"
 """`TaskTemplate.type` of a Flyte 2 task routed to this project's connector (``flyte2_pytorch.Connector``): a type
 Flyte 2's native kfoperators plugin does not claim. The task is otherwise a `TASK_TYPE` task, read the same way."""
+
+CONNECTOR_TASK_TYPE_VERSION = 1
+"""`task_type_version` of a `CONNECTOR_TASK_TYPE` task (what the Flyte 2 front-end writes and its connector serves)."""
 
 PRIMARY_CONTAINER = "pytorch"
 """Name of the training container in every replica pod: the Kubeflow training operator finds the process to watch

@@ -11,9 +11,12 @@ What it checks (docs/admission.md has the table):
 - the object size: 1.5 MiB stored (etcd), 3 MiB per request;
 - metadata of the job and of every embedded pod template: label keys and values, annotation keys, the 256 KiB
   annotation total (`pytorch_contract.k8s_metadata`);
-- the pod-spec rules of every embedded pod template: tolerations, `nodeSelector`, environment names, and for a
-  TrainJob the environment count counting what the writer adds in an execution (`pytorch_contract.pod_rules`,
-  `pytorch_contract.job_limits`).
+- the pod-spec rules of every embedded pod template: tolerations, `nodeSelector`, environment names, and for an env
+  list a kind writes outside its pod templates, its names and its count against the kind's `maxItems`, counting what
+  the writer adds in an execution (`pytorch_contract.pod_rules`, `pytorch_contract.job_limits`).
+
+Where a kind holds its pod templates and env lists, which CRD serves it and what its limits are, is the kind's own
+declaration (`backend_plugin.targets.<kind>.declaration`); this module never names a kind.
 
 Every problem names the user's setting (`Worker.pod_template labels`, `environment`), what is wrong and what to do.
 """
@@ -21,22 +24,22 @@ Every problem names the user's setting (`Worker.pod_template labels`, `environme
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from backend_plugin.admission import cel, crds, structural
 from backend_plugin.admission.identity import SPEC_DIGEST_ANNOTATION, is_our_job, spec_digest, stamp
-from backend_plugin.admission.settings import get_path, pod_template_paths, setting_for
+from backend_plugin.admission.settings import get_path, setting_for
 from backend_plugin.admission.structural import PRUNED, REJECTED, Path, format_path
 from backend_plugin.errors import TemplateError
+from backend_plugin.targets import DECLARED, Declaration, declaration_for
 from pytorch_contract.job_limits import (
-    ENV_MAX_ITEMS,
     LARGE_VALUE_ADVICE,
     REQUEST_MAX_BYTES,
     STORED_MAX_BYTES,
     WRITER_ENV_NAMES,
-    env_count_problem,
+    env_items_problem,
 )
 from pytorch_contract.k8s_metadata import annotation_problems, label_problems
 from pytorch_contract.pod_rules import env_name_problems, node_selector_problems, toleration_problems
@@ -133,7 +136,7 @@ def admit(job: Mapping[str, Any]) -> list[Problem]:
     """Every problem the cluster would have with creating `job`.
 
     Args:
-        job: a PyTorchJob or TrainJob as a writer wrote it.
+        job: a job of a registered kind, as its writer wrote it.
 
     Returns:
         Problems in a stable order (schema, CEL, metadata, pod rules, size); empty when it is admitted intact.
@@ -143,7 +146,8 @@ def admit(job: Mapping[str, Any]) -> list[Problem]:
     """
     api_version, kind = str(job.get("apiVersion")), str(job.get("kind"))
     schema = crds.schema_for(api_version, kind)
-    out = [_schema_problem(job, f, crds.crd_source(api_version, kind)) for f in structural.check(job, schema)]
+    declaration = declaration_for(job)
+    out = [_schema_problem(job, f, declaration) for f in structural.check(job, schema)]
     try:
         rules = cel.rules_of(schema)
         out += [_cel_problem(job, f) for f in cel.check(job, rules)]
@@ -151,9 +155,10 @@ def admit(job: Mapping[str, Any]) -> list[Problem]:
         if e.name != "celpy":
             raise
         out.append(Problem(NOTE, "", CEL_UNAVAILABLE, f"the CRD's CEL rules were not evaluated: {CEL_UNAVAILABLE}"))
-    out += _metadata_problems(job)
-    out += _pod_problems(job)
-    out += _size_problems(job)
+    out += _metadata_problems(job, declaration)
+    out += _pod_problems(job, declaration)
+    out += _env_list_problems(job, declaration)
+    out += _size_problems(job, declaration)
     return _dedup(out)
 
 
@@ -180,8 +185,8 @@ def prepare() -> None:
     """Read every vendored CRD and compile its CEL rules now (once per process), so that the first `admit` costs
     milliseconds: the connector calls it before a create's deadline starts, as it builds the API client.
     """
-    for api_version, kind in crds.CRD_FILES:
-        schema = crds.schema_for(api_version, kind)
+    for declaration in DECLARED:
+        schema = crds.schema_for(declaration.api_version, declaration.kind)
         try:
             cel.prepare(cel.rules_of(schema))
         except ModuleNotFoundError as e:
@@ -205,14 +210,15 @@ _UNDECLARED_ADVICE = (
 )
 
 
-def _schema_problem(job: Mapping[str, Any], f: structural.Finding, source: str) -> Problem:
+def _schema_problem(job: Mapping[str, Any], f: structural.Finding, declaration: Declaration) -> Problem:
     where = setting_for(job, f.path)
     path = format_path(f.path)
-    env_limit = ENV_MAX_ITEMS.get("trainjob")
-    if f.path == ("spec", "trainer", "env") and "maxItems" in f.detail and env_limit is not None:
-        return Problem(REJECTED, path, where, _trainjob_env_message(job) or f"{where}: {f.detail}")
+    limit = declaration.limits.env_max_items
+    if f.path in declaration.limits.env_paths and "maxItems" in f.detail and limit is not None:
+        return Problem(REJECTED, path, where, _env_count_message(job, f.path, declaration) or f"{where}: {f.detail}")
     if f.verdict == PRUNED and "not declared" in f.detail:
-        return Problem(PRUNED, path, where, f"{where}: field {path!r}: " + _UNDECLARED_ADVICE.format(source=source))
+        advice = _UNDECLARED_ADVICE.format(source=declaration.crd.release)
+        return Problem(PRUNED, path, where, f"{where}: field {path!r}: " + advice)
     return Problem(f.verdict, path, where, f"{where}: {path} {f.detail}")
 
 
@@ -222,23 +228,22 @@ def _cel_problem(job: Mapping[str, Any], f: structural.Finding) -> Problem:
     return Problem(verdict, format_path(f.path), where, f"{where}: {f.detail}")
 
 
-def _metadata_problems(job: Mapping[str, Any]) -> list[Problem]:
+_METADATA_RULES = (("labels", label_problems), ("annotations", annotation_problems))
+
+
+def _metadata_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
+    """The job's labels and annotations (the create fails), then every pod template's (every pod create fails)."""
     out = []
-    meta = job.get("metadata") or {}
-    for key, check in (("labels", label_problems), ("annotations", annotation_problems)):
-        mapping = meta.get(key)
+    for key, check in _METADATA_RULES:
+        mapping = get_path(job, ("metadata", key))
         if isinstance(mapping, Mapping):
             where = setting_for(job, ("metadata", key))
             out += [Problem(REJECTED, f"metadata.{key}", where, m) for m in check(mapping, where)]
-    for prefix, _ in pod_template_paths(job):
-        tmeta = get_path(job, (*prefix, "metadata")) or {}
-        for key, check in (("labels", label_problems), ("annotations", annotation_problems)):
-            mapping = tmeta.get(key) if isinstance(tmeta, Mapping) else None
+    for prefix, _ in declaration.pod_template_paths(job):
+        for key, check in _METADATA_RULES:
+            mapping = get_path(job, (*prefix, "metadata", key))
             if isinstance(mapping, Mapping):
-                path = (*prefix, "metadata", key)
-                where = setting_for(job, path)
-                msgs = check(mapping, where)
-                out += [Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m)) for m in msgs]
+                out += _unstartable(job, (*prefix, "metadata", key), check, mapping)
     return out
 
 
@@ -255,55 +260,63 @@ def _containers(pod_spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str
     return out
 
 
-def _pod_problems(job: Mapping[str, Any]) -> list[Problem]:
+def _pod_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
     out = []
-    for prefix, _ in pod_template_paths(job):
+    for prefix, _ in declaration.pod_template_paths(job):
         pod_spec = get_path(job, (*prefix, "spec"))
-        if not isinstance(pod_spec, Mapping):
-            continue
-        tolerations = pod_spec.get("tolerations")
-        if isinstance(tolerations, list):
-            path = (*prefix, "spec", "tolerations")
-            where = setting_for(job, path)
-            items = [t for t in tolerations if isinstance(t, Mapping)]
-            out += [
-                Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m)) for m in toleration_problems(items, where)
-            ]
-        selector = pod_spec.get("nodeSelector")
-        if isinstance(selector, Mapping):
-            path = (*prefix, "spec", "nodeSelector")
-            where = setting_for(job, path)
-            out += [
-                Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m))
-                for m in node_selector_problems(selector, where)
-            ]
-        for kind, i, container in _containers(pod_spec):
-            env = container.get("env")
-            if isinstance(env, list):
-                path = (*prefix, "spec", kind, i, "env")
-                where = setting_for(job, path)
-                names = [e.get("name") for e in env if isinstance(e, Mapping)]
-                out += [
-                    Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m))
-                    for m in env_name_problems(names, where)
-                ]
-    trainer_env = get_path(job, ("spec", "trainer", "env"))
-    if isinstance(trainer_env, list):
-        names = [e.get("name") for e in trainer_env if isinstance(e, Mapping)]
-        out += [
-            Problem(UNSTARTABLE, "spec.trainer.env", "environment", _pods_fail(m))
-            for m in env_name_problems(names, "environment")
-        ]
-        message = _trainjob_env_message(job)
-        if message:
-            out.append(Problem(REJECTED, "spec.trainer.env", "environment", message))
+        if isinstance(pod_spec, Mapping):
+            out += _pod_spec_problems(job, prefix, pod_spec)
     return out
 
 
-def _trainjob_env_message(job: Mapping[str, Any]) -> str | None:
-    env = get_path(job, ("spec", "trainer", "env")) or []
+def _pod_spec_problems(job: Mapping[str, Any], prefix: Path, pod_spec: Mapping[str, Any]) -> list[Problem]:
+    """The pod-spec rules of one embedded pod template: tolerations, node selector, environment names."""
+    out = []
+    tolerations = pod_spec.get("tolerations")
+    if isinstance(tolerations, list):
+        items = [t for t in tolerations if isinstance(t, Mapping)]
+        out += _unstartable(job, (*prefix, "spec", "tolerations"), toleration_problems, items)
+    selector = pod_spec.get("nodeSelector")
+    if isinstance(selector, Mapping):
+        out += _unstartable(job, (*prefix, "spec", "nodeSelector"), node_selector_problems, selector)
+    for kind, i, container in _containers(pod_spec):
+        env = container.get("env")
+        if isinstance(env, list):
+            names = [e.get("name") for e in env if isinstance(e, Mapping)]
+            out += _unstartable(job, (*prefix, "spec", kind, i, "env"), env_name_problems, names)
+    return out
+
+
+def _unstartable(
+    job: Mapping[str, Any], path: Path, rule: Callable[[Any, str], list[str]], value: Any
+) -> list[Problem]:
+    """One `UNSTARTABLE` problem per message a pod rule has for the value at `path`, named by its setting."""
+    where = setting_for(job, path)
+    return [Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m)) for m in rule(value, where)]
+
+
+def _env_list_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
+    """The env lists a kind writes outside its pod templates: their names, and their count against its limit."""
+    out = []
+    for path in declaration.limits.env_paths:
+        env = get_path(job, path)
+        if not isinstance(env, list):
+            continue
+        names = [e.get("name") for e in env if isinstance(e, Mapping)]
+        where = format_path(path)
+        out += [
+            Problem(UNSTARTABLE, where, "environment", _pods_fail(m)) for m in env_name_problems(names, "environment")
+        ]
+        message = _env_count_message(job, path, declaration)
+        if message:
+            out.append(Problem(REJECTED, where, "environment", message))
+    return out
+
+
+def _env_count_message(job: Mapping[str, Any], path: Path, declaration: Declaration) -> str | None:
+    env = get_path(job, path) or []
     own = [e for e in env if isinstance(e, Mapping) and e.get("name") not in WRITER_ENV_NAMES]
-    return env_count_problem(len(own), "trainjob", "environment")
+    return env_items_problem(len(own), declaration.limits.env_max_items, declaration.config_name, "environment")
 
 
 def _largest_values(job: Any, path: Path = ()) -> list[tuple[int, Path]]:
@@ -314,7 +327,7 @@ def _largest_values(job: Any, path: Path = ()) -> list[tuple[int, Path]]:
     return [(len(str(job).encode()), path)] if isinstance(job, str) else []
 
 
-def _size_problems(job: Mapping[str, Any]) -> list[Problem]:
+def _size_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
     size = job_size(job)
     if size + _SIZE_MARGIN <= STORED_MAX_BYTES:
         return []
@@ -323,8 +336,8 @@ def _size_problems(job: Mapping[str, Any]) -> list[Problem]:
     where = setting_for(job, values[0][1]) if values else "job"
     kind = str(job.get("kind"))
     copies = ""
-    if kind == "PyTorchJob" and len((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}) > 1:
-        copies = " (a PyTorchJob holds the pod template once per role, so its values count twice)"
+    if declaration.limits.copies_note and len(declaration.pod_template_paths(job)) > 1:
+        copies = f" ({declaration.limits.copies_note})"
     if size > REQUEST_MAX_BYTES:
         limit = f"the API server's {REQUEST_MAX_BYTES:,}-byte (3 MiB) request limit"
     elif size > STORED_MAX_BYTES:

@@ -1,5 +1,6 @@
 """The vendored CRDs (`backend_plugin/crds/`, provenance in its `PROVENANCE.md`): each job kind's
-`openAPIV3Schema`, read once per process."""
+`openAPIV3Schema`, read once per process. Which file serves a kind, and the release it comes from, is the kind's own
+declaration (`Declaration.crd`)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,15 @@ from typing import Any
 
 import yaml
 
+from backend_plugin.targets import DECLARED, declaration_of
+
 __all__ = ["CRD_DIR", "CRD_FILES", "schema_for", "crd_source"]
 
 CRD_DIR = Path(__file__).resolve().parent.parent / "crds"
 """Where the package keeps the upstream CRDs, unchanged."""
 
-CRD_FILES: dict[tuple[str, str], str] = {
-    ("kubeflow.org/v1", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
-    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainer.kubeflow.org_trainjobs.yaml",
-}
-"""(apiVersion, kind) -> the CRD file that serves it."""
-
-_SOURCES = {
-    "kubeflow.org_pytorchjobs.yaml": "kubeflow/trainer v1.9.4 (training operator)",
-    "trainer.kubeflow.org_trainjobs.yaml": "kubeflow/trainer v2.3.0",
-}
+CRD_FILES: dict[tuple[str, str], str] = {(d.api_version, d.kind): d.crd.file for d in DECLARED}
+"""(apiVersion, kind) -> the CRD file that serves it, for every registered kind."""
 
 
 def crd_source(api_version: str, kind: str) -> str:
@@ -35,8 +30,11 @@ def crd_source(api_version: str, kind: str) -> str:
 
     Returns:
         E.g. `kubeflow/trainer v2.3.0`.
+
+    Raises:
+        KeyError: no registered kind serves this kind and version.
     """
-    return _SOURCES[CRD_FILES[(api_version, kind)]]
+    return declaration_of(api_version, kind).crd.release
 
 
 @functools.cache
@@ -53,7 +51,7 @@ def schema_for(api_version: str, kind: str) -> dict[str, Any]:
     Raises:
         KeyError: no vendored CRD serves this kind and version.
     """
-    file = CRD_FILES[(api_version, kind)]
+    file = declaration_of(api_version, kind).crd.file
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     crd = yaml.load((CRD_DIR / file).read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 (a safe loader)
     version = api_version.rpartition("/")[2]

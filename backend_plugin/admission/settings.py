@@ -4,50 +4,28 @@ rather than the job's internal layout."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from backend_plugin.admission.structural import Path, format_path
-from pytorch_contract.template_keys import PRIMARY_CONTAINER
+from backend_plugin.targets import declaration_for
 
-__all__ = ["setting_for", "pod_template_paths", "get_path", "TRAINJOB_POD", "TRAINJOB_NODE_CONTAINER"]
-
-TRAINJOB_POD: Path = ("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
-"""Under `spec.runtimePatches[i]`: the replicated jobs whose `template.spec.template` is a pod template patch."""
-
-TRAINJOB_NODE_CONTAINER = "node"
-"""The training container of the default runtime (`spec.trainer` overrides it)."""
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+__all__ = ["setting_for", "pod_template_paths", "get_path"]
 
 
 def pod_template_paths(obj: Mapping[str, Any]) -> list[tuple[Path, str]]:
-    """Every embedded pod template of a job, with the setting it comes from.
+    """Every embedded pod template of a job, with the setting it comes from (the kind's `Declaration` says where).
 
     Args:
-        obj: a PyTorchJob or TrainJob.
+        obj: a job of a registered kind.
 
     Returns:
         (path of the template, i.e. the object holding `metadata` and `spec`; its setting's prefix).
+
+    Raises:
+        KeyError: the job is of no registered kind.
     """
-    spec = obj.get("spec") or {}
-    out: list[tuple[Path, str]] = []
-    if obj.get("kind") == "PyTorchJob":
-        for role in spec.get("pytorchReplicaSpecs") or {}:
-            out.append((("spec", "pytorchReplicaSpecs", role, "template"), f"{role}.pod_template"))
-    else:
-        for i, patch in enumerate(spec.get("runtimePatches") or []):
-            jobs = (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}).get(
-                "replicatedJobs"
-            ) or []
-            for j, _ in enumerate(jobs):
-                out.append(
-                    (("spec", "runtimePatches", i, *TRAINJOB_POD, j, "template", "spec", "template"), "pod_template")
-                )
-    return out
+    return declaration_for(obj).pod_template_paths(obj)
 
 
 def get_path(obj: Any, path: Path) -> Any:
@@ -83,24 +61,28 @@ def setting_for(obj: Mapping[str, Any], path: Path) -> str:
         return f"job {path[1]} (the backend config's or the execution's)"
     if path[:2] == ("metadata", "name"):
         return "job name (render --name, or the backend config's job_name_prefix)"
-    for prefix, setting in pod_template_paths(obj):
-        n = len(prefix)
-        if path[:n] != prefix:
-            continue
-        rest = path[n:]
-        if rest[:1] == ("metadata",) and len(rest) >= 2:
-            return f"{setting} {rest[1]}"
-        if rest[:2] == ("spec", "containers") and len(rest) >= 4 and rest[3] == "env":
-            container = get_path(obj, (*prefix, "spec", "containers", rest[2], "name"))
-            if container in (PRIMARY_CONTAINER, TRAINJOB_NODE_CONTAINER):
-                return "environment"
-        if rest[:1] == ("spec",) and len(rest) >= 2 and rest[1] in ("tolerations", "nodeSelector", "affinity"):
-            return f"{setting} {rest[1]}"
-        return f"{setting} {format_path(rest)}" if rest else setting
-    if path[:3] == ("spec", "trainer", "env"):
+    kind = declaration_for(obj)
+    for prefix, setting in kind.pod_template_paths(obj):
+        if path[: len(prefix)] == prefix:
+            return _in_pod_template(obj, prefix, path[len(prefix) :], setting, kind.primary_containers)
+    if any(path[: len(env)] == env for env in kind.limits.env_paths):
         return "environment"
-    if path[:2] == ("spec", "pytorchReplicaSpecs") and len(path) >= 4:
-        return f"{path[2]}.{_snake(str(path[3]))}"
-    if path[:2] == ("spec", "runPolicy") and len(path) >= 3:
-        return f"RunPolicy.{_snake(str(path[-1] if path[2] == 'schedulingPolicy' else path[2]))}"
-    return f"{format_path(path)} (written by the backend)"
+    return kind.setting_names(path) or f"{format_path(path)} (written by the backend)"
+
+
+def _in_pod_template(obj: Mapping[str, Any], prefix: Path, rest: Path, setting: str, primary: tuple[str, ...]) -> str:
+    """The setting behind a path inside one pod template (`rest`, below the template at `prefix`)."""
+    if rest[:1] == ("metadata",) and len(rest) >= 2:
+        return f"{setting} {rest[1]}"
+    if _primary_env(obj, prefix, rest, primary):
+        return "environment"
+    if rest[:1] == ("spec",) and len(rest) >= 2 and rest[1] in ("tolerations", "nodeSelector", "affinity"):
+        return f"{setting} {rest[1]}"
+    return f"{setting} {format_path(rest)}" if rest else setting
+
+
+def _primary_env(obj: Mapping[str, Any], prefix: Path, rest: Path, primary: tuple[str, ...]) -> bool:
+    """Whether `rest` is in the env of the template's training container (the task's `environment`)."""
+    if rest[:2] != ("spec", "containers") or len(rest) < 4 or rest[3] != "env":
+        return False
+    return get_path(obj, (*prefix, "spec", "containers", rest[2], "name")) in primary

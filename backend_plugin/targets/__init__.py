@@ -1,69 +1,57 @@
 """The job kinds a `pytorch` task can become: the registry.
 
-Each kind is a package here (`pytorchjob/`, `trainjob/`) with its writer, status table and log links, and one
-`JobTarget` (`backend_plugin.targets.base`) that the connector and `pytorchjob render` call. `KINDS` is the
-registry: a third kind is its own package plus one entry here (and its name in `config.TARGETS`). The connector picks
-a kind from `BackendConfig.target` (`auto`: the first kind in `KINDS` whose CRD the API server serves, asked once)
-and otherwise never names one. Pure: nothing here talks to the API.
+Each kind is a package here (`pytorchjob/`, `trainjob/`) holding everything about it: its declaration (API
+coordinates, vendored CRD, where its pod templates are, its limits, its section of the backend config:
+`declaration.py`), and its `JobTarget` (writer, status table, log links: `target.py`). `DECLARED` is the registry: a
+new kind is its package, one entry here, its vendored CRD under `backend_plugin/crds/` and its test folder under
+`tests/targets/`. The neutral rooms (config, admission, connector, CLI) read the declarations and ask the targets
+(`backend_plugin.targets.registry`); none of them names a kind. Importing this package loads the declarations only,
+so the backend config can read them while it is built. Pure: nothing here talks to the API.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Mapping
+from typing import Any
 
 from backend_plugin.targets import pytorchjob, trainjob
-from backend_plugin.targets.base import JobTarget, Observed, Reads
+from backend_plugin.targets.declaration import Declaration
 
-__all__ = [
-    "JobTarget",
-    "Reads",
-    "Observed",
-    "KINDS",
-    "DEFAULT",
-    "BY_KIND",
-    "BY_CONFIG",
-    "target_for_config",
-    "target_for_kind",
-]
+__all__ = ["DECLARED", "Declaration", "declaration_for", "declaration_of"]
 
-KINDS: tuple[JobTarget, ...] = (pytorchjob.TARGET, trainjob.TARGET)
+DECLARED: tuple[Declaration, ...] = (pytorchjob.DECLARATION, trainjob.DECLARATION)
 """Every kind, in the order `target: auto` tries them: PyTorchJob first, so a cluster that still runs the training
-operator keeps what it runs today."""
+operator keeps what it runs today. The first is the kind of resource metadata that names none."""
 
-DEFAULT = KINDS[0]
-"""The kind of resource metadata that names none (stored before the metadata recorded a kind)."""
-
-BY_KIND = {t.kind: t for t in KINDS}
-BY_CONFIG = {t.config_name: t for t in KINDS}
+_BY_API = {(d.api_version, d.kind): d for d in DECLARED}
 
 
-def target_for_config(value: str) -> Optional[JobTarget]:
-    """The target of `BackendConfig.target`; None for `auto` (the connector asks the API server).
+def declaration_of(api_version: str, kind: str) -> Declaration:
+    """The declaration of the kind a job's `apiVersion` and `kind` name.
 
     Args:
-        value: a kind's `config_name`, or `auto`.
+        api_version: `<group>/<version>`.
+        kind: the object's kind.
 
     Returns:
-        The target, or None for `auto`.
-    """
-    return BY_CONFIG.get(value)
-
-
-def target_for_kind(kind: str) -> JobTarget:
-    """The target of a job kind (what the connector stored at create time); `DEFAULT` for "".
-
-    Args:
-        kind: a kind's `kind`, or "" for metadata that names none.
-
-    Returns:
-        The target.
+        The declaration.
 
     Raises:
-        ValueError: an unknown kind.
+        KeyError: no registered kind serves this apiVersion and kind.
     """
-    if not kind:
-        return DEFAULT
-    try:
-        return BY_KIND[kind]
-    except KeyError:
-        raise ValueError(f"kind={kind!r} is not one of {sorted(BY_KIND)}") from None
+    return _BY_API[(api_version, kind)]
+
+
+def declaration_for(job: Mapping[str, Any]) -> Declaration:
+    """The declaration of a job's kind (its `apiVersion` and `kind`).
+
+    Args:
+        job: a job dict.
+
+    Returns:
+        The declaration.
+
+    Raises:
+        KeyError: no registered kind serves the job's apiVersion and kind.
+    """
+    return declaration_of(str(job.get("apiVersion")), str(job.get("kind")))

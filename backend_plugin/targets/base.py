@@ -1,10 +1,12 @@
 """The interface every job kind implements: `JobTarget`.
 
-One subclass per kind, in its own package (`backend_plugin.targets.<kind>`), registered in
-`backend_plugin.targets`. The connector and `pytorchjob render` hold a `JobTarget` and call only these methods, so
-they never name or compare a kind: what differs per kind (its API coordinates, its writer, which reads its status
-needs, its status table, its log links, its primary images, its warnings, how discovery recognises it) is answered
-here. Each method is pure: nothing here talks to the API.
+One subclass per kind, in its own package (`backend_plugin.targets.<kind>.target`), holding the kind's
+`Declaration` (its facts: API coordinates, CRD, pod template paths, limits, config section) and registered through
+it in `backend_plugin.targets`. The connector and `pytorchjob render` hold a `JobTarget` and call only these methods
+(through `backend_plugin.build.build_job` for a new job), so they never name or compare a kind: what differs per
+kind (its plan and what it refuses, its writer, which reads its status needs, its status table, its log links, its
+primary images, its warnings, how discovery recognises it) is answered here. Each method is pure: nothing here
+talks to the API.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from flyteidl.core.execution_pb2 import TaskLog
 
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.pods import PodPlan, plan_pods
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
+from backend_plugin.targets.declaration import Declaration
 from backend_plugin.task_errors import ErrorReport
 
 __all__ = ["JobTarget", "Reads", "Observed", "PrimaryImage"]
@@ -76,29 +80,56 @@ class JobTarget(abc.ABC):
     """One Kubeflow job kind: how a task becomes one, and how one is read back.
 
     Attributes:
-        kind: the object's `kind`.
-        group: API group.
-        version: API version.
-        plural: resource name in URLs and RBAC.
-        config_name: its `BackendConfig.target` value (and `pytorchjob render --target`).
-        description: the CRD and its controller, for messages (`<plural>.<group> (<controller>)`).
-        pod_label: the pod label whose value is the job's name.
-        status_keys: `status` fields copied into the connector's `custom_info`.
+        declaration: the kind's facts (`Declaration`); `kind`, `group`, `version`, `plural`, `config_name`,
+            `description`, `pod_label` and `status_keys` read them.
     """
 
-    kind: str
-    group: str
-    version: str
-    plural: str
-    config_name: str
-    description: str
-    pod_label: str
-    status_keys: tuple[str, ...]
+    declaration: Declaration
+
+    @property
+    def kind(self) -> str:
+        """The object's `kind`."""
+        return self.declaration.kind
+
+    @property
+    def group(self) -> str:
+        """API group."""
+        return self.declaration.group
+
+    @property
+    def version(self) -> str:
+        """API version."""
+        return self.declaration.version
+
+    @property
+    def plural(self) -> str:
+        """Resource name in URLs and RBAC."""
+        return self.declaration.plural
+
+    @property
+    def config_name(self) -> str:
+        """Its `BackendConfig.target` value (and `pytorchjob render --target`)."""
+        return self.declaration.config_name
+
+    @property
+    def description(self) -> str:
+        """The CRD and its controller, for messages (`<plural>.<group> (<controller>)`)."""
+        return self.declaration.description
+
+    @property
+    def pod_label(self) -> str:
+        """The pod label whose value is the job's name."""
+        return self.declaration.pod_label
+
+    @property
+    def status_keys(self) -> tuple[str, ...]:
+        """`status` fields copied into the connector's `custom_info`."""
+        return self.declaration.status_keys
 
     @property
     def api_version(self) -> str:
         """`<group>/<version>`."""
-        return f"{self.group}/{self.version}"
+        return self.declaration.api_version
 
     def pod_selector(self, name: str) -> str:
         """The label selector of the job's pods.
@@ -133,20 +164,32 @@ class JobTarget(abc.ABC):
         """
         return any(isinstance(r, Mapping) and r.get("name") == self.plural for r in resources)
 
-    @abc.abstractmethod
-    def write(self, spec: TaskSpec, metadata: ExecutionMetadata, config: Optional[BackendConfig]) -> dict[str, Any]:
-        """The job for one execution of a task (pure).
+    def plan(self, spec: TaskSpec, metadata: ExecutionMetadata, config: BackendConfig) -> PodPlan:
+        """Decide and check everything the job's pods get from the config and the execution (`pods.plan_pods`),
+        and refuse what this kind cannot express; the default refuses nothing more than the plan.
 
         Args:
             spec: the task (`template.read_template`).
             metadata: the execution.
-            config: backend config; defaults when None.
+            config: the backend config.
 
         Returns:
-            The job as a plain JSON-able dict with a stable key order.
+            The plan `write` writes.
 
         Raises:
             TemplateError: the task cannot run as this kind; the message names the setting and what is allowed.
+        """
+        return plan_pods(spec, metadata, config)
+
+    @abc.abstractmethod
+    def write(self, plan: PodPlan) -> dict[str, Any]:
+        """The job for one execution of a task (pure; never raises: `plan` checked everything).
+
+        Args:
+            plan: what `plan` returned.
+
+        Returns:
+            The job as a plain JSON-able dict with a stable key order.
         """
 
     @abc.abstractmethod

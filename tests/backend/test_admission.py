@@ -24,10 +24,9 @@ from backend_plugin.admission import (
 )
 from backend_plugin.admission.crds import CRD_DIR, schema_for
 from backend_plugin.errors import TemplateError
-from backend_plugin.targets import target_for_config
-from backend_plugin.template import read_template
+from backend_plugin.targets.registry import target_for_config
 from pytorch_contract.job_limits import WRITER_ENV_ENTRIES, WRITER_ENV_NAMES
-from tests.helpers.jobs import JOBS, META, load
+from tests.helpers.jobs import JOBS, META, load, write_job
 
 TARGETS = ("pytorchjob", "trainjob")
 WRITER = "writer"
@@ -37,7 +36,7 @@ WRITER = "writer"
 def write(template: dict, target: str) -> dict:
     kind = target_for_config(target)
     assert kind is not None
-    return kind.write(read_template(template), copy.deepcopy(META), None)
+    return write_job(kind, template, copy.deepcopy(META))
 
 
 def pod_template() -> dict:

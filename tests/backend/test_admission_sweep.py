@@ -17,9 +17,8 @@ import pytest
 from backend_plugin.admission import admit
 from backend_plugin.errors import TemplateError
 from backend_plugin.execution import ExecutionMetadata
-from backend_plugin.targets import target_for_config
-from backend_plugin.template import read_template
-from tests.helpers.jobs import META
+from backend_plugin.targets.registry import target_for_config
+from tests.helpers.jobs import META, write_job
 from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
 
 IMAGE = "ghcr.io/example/train:1.0"
@@ -123,7 +122,7 @@ def test_every_configuration_is_admitted_intact_or_refused_naming_the_setting() 
             try:
                 kind = target_for_config(target)
                 assert kind is not None
-                job = kind.write(read_template(template), _meta(), None)
+                job = write_job(kind, template, _meta())
             except TemplateError as err:
                 counts["refused by the reader or writer"] += 1
                 assert "\n" not in str(err) and "pytorchReplicaSpecs" not in str(err), where

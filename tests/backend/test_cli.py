@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from backend_plugin.cli import main
-from tests.kube_schema import assert_valid_pytorchjob
+from tests.helpers.jobs import load
+from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 IMAGE = "ghcr.io/example/train:1.0"
@@ -500,3 +501,44 @@ def test_a_missing_module_of_no_extra_is_not_disguised(tmp_path: Path, capsys):
         f"pytorchjob render: {source}:2: ModuleNotFoundError while importing it: "
         "No module named 'no_such_module_anywhere'\n"
     )
+
+
+SEED_FILE = textwrap.dedent(
+    """
+    from flytekitplugins_pytorch import pytorch_task
+
+
+    @pytorch_task(
+        workers_count=2,
+        per_replica_cpu_request="500m",
+        per_replica_memory_request="4Gi",
+        per_replica_memory_limit="8Gi",
+        per_replica_gpu_limit="1",
+    )
+    def train(batch_size: int, epochs: int, learning_rate: float) -> list[float]:
+        return [learning_rate] * epochs
+    """
+)
+
+
+def test_render_target_trainjob(tmp_path: Path, capsys):
+    source = tmp_path / "seed.py"
+    source.write_text(SEED_FILE)
+    config = tmp_path / "backend.yaml"
+    config.write_text("ttl_seconds_after_finished: null\n")
+    argv = ["render", "--target", "trainjob", "--config", str(config), str(source), "train", "--image", "img:1"]
+    code = main([*argv, "--output-prefix", "s3://b/run-1"])  # real paths: no placeholder warning
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    job = yaml.safe_load(out)
+    assert_valid_trainjob(job)
+    assert job["kind"] == "TrainJob" and job["spec"]["trainer"]["numNodes"] == 3
+    assert err == ""
+
+
+def test_render_template_target_trainjob_refuses_elastic(tmp_path: Path, capsys):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(load("sdk_elastic")))
+    code = main(["render", "--target", "trainjob", "--template", str(path)])
+    _, err = capsys.readouterr()
+    assert code == 2 and "Elastic(nnodes=" in err and "target: pytorchjob" in err

@@ -17,7 +17,7 @@ def test_defaults():
         "sidecar.istio.io/inject": "false",
         "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
     }
-    assert config.tolerations_for(["nvidia.com/gpu"]) == [
+    assert config.gpu.tolerations_for(["nvidia.com/gpu"]) == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "flyte/gpu", "operator": "Equal", "value": "dedicated", "effect": "NoSchedule"},
     ]
@@ -39,13 +39,13 @@ def test_defaults():
     ids=lambda v: str(v),
 )
 def test_is_gpu_resource(name: str, is_gpu: bool):
-    assert BackendConfig().is_gpu_resource(name) is is_gpu
+    assert BackendConfig().gpu.is_gpu_resource(name) is is_gpu
 
 
 def test_mig_gets_nvidia_tolerations_and_amd_gets_none_by_default():
     config = BackendConfig()
-    assert config.tolerations_for(["nvidia.com/mig-3g.20gb"]) == config.tolerations_for(["nvidia.com/gpu"])
-    assert config.tolerations_for(["amd.com/gpu"]) == []
+    assert config.gpu.tolerations_for(["nvidia.com/mig-3g.20gb"]) == config.gpu.tolerations_for(["nvidia.com/gpu"])
+    assert config.gpu.tolerations_for(["amd.com/gpu"]) == []
 
 
 def test_from_yaml_path_and_string(tmp_path: Path):
@@ -63,10 +63,10 @@ def test_from_yaml_path_and_string(tmp_path: Path):
     for source in (path, str(path), text):
         config = BackendConfig.from_yaml(source)
         assert config.namespace == "ml" and config.gpu_resource_name == "amd.com/gpu"
-        assert config.tolerations_for(["amd.com/gpu"]) == [
+        assert config.gpu.tolerations_for(["amd.com/gpu"]) == [
             {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
         ]
-        placement = config.placement_for("MI300X")
+        placement = config.gpu.placement_for("MI300X")
         assert placement.node_selector == {"amd.com/gpu.product": ["MI300X"]}
         assert placement.resolved_tolerations() == [
             {"key": "amd.com/gpu.product", "operator": "Equal", "value": "MI300X", "effect": "NoSchedule"}
@@ -131,7 +131,7 @@ def test_from_env_overrides_yaml(tmp_path: Path):
 )
 def test_invalid_values_are_named(kwargs: dict, message: str):
     with pytest.raises(ConfigError) as info:
-        BackendConfig(**kwargs)
+        BackendConfig.from_dict(kwargs)
     assert message in str(info.value)
 
 
@@ -175,7 +175,7 @@ def test_unknown_yaml_key_far_from_every_key_lists_them_all():
 
 
 def test_unlisted_accelerator_uses_the_default_label():
-    assert BackendConfig().placement_for("NVIDIA-H100-80GB-HBM3") == AcceleratorPlacement(
+    assert BackendConfig().gpu.placement_for("NVIDIA-H100-80GB-HBM3") == AcceleratorPlacement(
         node_selector={"nvidia.com/gpu.product": ["NVIDIA-H100-80GB-HBM3"]}
     )
 
@@ -184,7 +184,7 @@ def test_config_targets_are_the_registered_kinds_and_auto():
     """`BackendConfig.target` is checked when the config is built, before any kind is imported: its list of values
     must stay the registry's."""
     from backend_plugin.config import TARGETS
-    from backend_plugin.targets import BY_CONFIG, KINDS
+    from backend_plugin.targets.registry import BY_CONFIG, KINDS
 
     assert TARGETS == (*BY_CONFIG, "auto") and len(BY_CONFIG) == len(KINDS)
 
@@ -206,8 +206,20 @@ def test_config_targets_are_the_registered_kinds_and_auto():
     ids=["short-name", "cloud-name", "product-name", "tesla-t4", "mapped", "cloud-label"],
 )
 def test_a_placement_no_node_can_match_is_warned(accelerator, config, warned):
-    problem = BackendConfig.from_dict(config).placement_problem(accelerator)
+    problem = BackendConfig.from_dict(config).gpu.placement_problem(accelerator)
     assert (problem is not None) == warned
     if warned:
         assert f"accelerator {accelerator!r}" in problem and "`accelerators`" in problem
         assert "`accelerator_label`" in problem
+
+
+def test_target_config_from_yaml_and_env():
+    assert BackendConfig().target == "pytorchjob"
+    assert BackendConfig.from_yaml("target: trainjob\n").target == "trainjob"
+    assert BackendConfig.from_env(environ={"PYTORCHJOB_TARGET": "auto"}).target == "auto"
+    with pytest.raises(ConfigError, match="target='trainjobs' is not one of"):
+        BackendConfig.from_dict(dict(target="trainjobs"))
+    with pytest.raises(ConfigError, match="trainjob_runtime_kind"):
+        BackendConfig.from_dict(dict(trainjob_runtime_kind="Runtime"))
+    with pytest.raises(ConfigError, match="trainjob_managed_by"):
+        BackendConfig.from_dict(dict(trainjob_managed_by="me"))

@@ -11,15 +11,26 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("pytorch_contract", "pytorch_core", "backend_plugin", "flytekitplugins_pytorch")
+PACKAGES = (
+    "pytorch_contract",
+    "pytorch_core",
+    "backend_plugin",
+    "flytekitplugins_pytorch",
+    "flyte2_pytorch",
+    "flyte2_backend",
+)
+FRONT_ENDS = ("flytekitplugins_pytorch", "flyte2_pytorch")
+"""The SDK front-ends: no backend module imports them (a Flyte 2 task is serialized by its front-end, found through
+an entry point; a flytekit task with flytekit itself)."""
+BACKENDS = ("backend_plugin", "flyte2_backend")
 # Everything of the backend but the connector and the CLI (which serializes tasks with flytekit when asked).
 PURE_BACKEND = (
     "backend_plugin.spec",
@@ -34,22 +45,19 @@ PURE_BACKEND = (
     "backend_plugin.logs",
     "backend_plugin.errors",
     "backend_plugin.retry",
+    "backend_plugin.sections",
+    "backend_plugin.build",
+    "backend_plugin.admission",
     "backend_plugin.targets",
-    "backend_plugin.targets.pytorchjob",
-    "backend_plugin.targets.trainjob",
-)
-# Modules that must never name or compare a job kind: they take everything kind-specific from a `JobTarget`.
-KIND_NEUTRAL = (
-    "backend_plugin.connector",
-    "backend_plugin.cli",
-    "backend_plugin.errors",
-    "backend_plugin.retry",
-    "backend_plugin.status",
-    "backend_plugin.logs",
-    "backend_plugin.watch",
-    "backend_plugin.targets.base",
+    "backend_plugin.targets.registry",
+    "backend_plugin.targets.pytorchjob.target",
+    "backend_plugin.targets.trainjob.target",
 )
 KIND_PACKAGES = "backend_plugin.targets."
+REGISTRY = "backend_plugin.targets"
+"""The registry: the one module outside the kind packages that names each kind (one import, one entry)."""
+PRODUCT_NAME = ("backend_plugin.config", "PROGRAM")
+"""`PROGRAM = "pytorchjob"`: the program's (and its environment variables') name, not a kind's."""
 
 
 def _modules() -> dict[str, Path]:
@@ -168,10 +176,72 @@ def test_shared_contract_and_pure_backend_import_nothing_of_the_sdk() -> None:
         assert sdk == [], f"{name} imports SDK modules {sdk} (which import flytekit)"
 
 
-@pytest.mark.parametrize("module", PURE_BACKEND)
-def test_pure_backend_modules_load_neither_flytekit_nor_kubernetes(module: str) -> None:
+def test_neither_backend_package_imports_an_sdk_front_end() -> None:
+    """Statically, functions included: no module of `backend_plugin` or `flyte2_backend` reaches a front-end."""
+    graph = _graph()
+    reach: dict[str, set[str]] = {}
+
+    def reachable(v: str) -> set[str]:
+        if v not in reach:
+            reach[v] = set()
+            for w in graph[v]:
+                reach[v] |= {w} | reachable(w)
+        return reach[v]
+
+    backend = [m for m in graph if m.split(".")[0] in BACKENDS]
+    assert "backend_plugin.cli" in backend and "flyte2_backend.connector" in backend
+    found = {m: sorted(r for r in reachable(m) if r.split(".")[0] in FRONT_ENDS) for m in backend}
+    assert {m: f for m, f in found.items() if f} == {}
+    assert "flyte2_pytorch.task" in reachable("flyte2_pytorch") and "flyte2_pytorch.template" in graph  # it sees them
+
+
+BLOCKED_FRONT_ENDS = """
+import importlib.abc, importlib.metadata, json, sys
+import importlib_metadata
+
+FRONT_ENDS = ("flytekitplugins_pytorch", "flyte2_pytorch")
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in FRONT_ENDS:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+        return None
+
+def without_front_ends(entry_points):
+    # an install without the front-ends has no entry points of theirs (flytekit loads its plugins by entry point)
+    def wrapped(**select):
+        found = entry_points(**select)
+        if not select:
+            return found
+        return type(found)(p for p in found if p.value.split(".")[0].split(":")[0] not in FRONT_ENDS)
+    return wrapped
+
+importlib.metadata.entry_points = without_front_ends(importlib.metadata.entry_points)
+importlib_metadata.entry_points = without_front_ends(importlib_metadata.entry_points)
+sys.meta_path.insert(0, Blocked())
+import backend_plugin.cli, backend_plugin.connector, flyte2_backend.connector
+from backend_plugin.cli import main
+code = main(["render", "--template", sys.argv[1], "--target", "trainjob"])
+print(json.dumps({"code": code, "front_ends": sorted(m for m in sys.modules if m.split(".")[0] in (
+    "flytekitplugins_pytorch", "flyte2_pytorch"))}))
+"""
+
+
+def test_the_backend_renders_and_serves_with_the_front_ends_blocked() -> None:
+    """At run time: with both front-ends unimportable, the CLI, the connector and the Flyte 2 connector import, and a
+    serialized template renders."""
+    template = ROOT / "tests" / "data" / "templates" / "hand_cpu.json"
+    out = subprocess.run([sys.executable, "-c", BLOCKED_FRONT_ENDS, str(template)], capture_output=True, text=True,
+                         timeout=180, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"code": 0, "front_ends": []}
+    assert yaml.safe_load(out.stdout.rsplit("\n{", 1)[0])["kind"] == "TrainJob"
+
+
+def test_pure_backend_modules_load_neither_flytekit_nor_kubernetes() -> None:
+    """One fresh interpreter imports every pure module: what none of them loads, none of them loads alone."""
     code = (
-        f"import sys, json, {module}\n"
+        f"import sys, json, {', '.join(PURE_BACKEND)}\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('flytekit', 'kubernetes'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -185,7 +255,7 @@ def test_pure_backend_modules_load_neither_flytekit_nor_kubernetes(module: str) 
 def test_backend_modules_import_first_and_register_the_connector(first: str) -> None:
     code = (
         f"import {first}\n"
-        "import backend_plugin.targets, backend_plugin.config as c, backend_plugin.connector\n"
+        "import backend_plugin.targets, backend_plugin.sections as c, backend_plugin.connector\n"
         "from flytekit.extend.backend.base_connector import ConnectorRegistry\n"
         "print(c.is_quantity.__module__, type(ConnectorRegistry.get_connector('pytorch', 1)).__name__)\n"
     )
@@ -195,61 +265,137 @@ def test_backend_modules_import_first_and_register_the_connector(first: str) -> 
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The kind-neutral modules never name a kind, never compare one, and nothing reaches into another module's privates.
-
-_KIND_WORDS = re.compile(r"PyTorchJob|TrainJob|pytorchjobs|trainjobs|kubeflow\.org|jobset\.")
+# Outside the kind packages, no code line names or compares a kind, and nothing reaches into another module's privates.
 
 
-def _kind_names() -> set[str]:
-    """Every registered kind's `kind`, `plural` and API group (its `config_name` is also the name of the `pytorchjob`
-    program and its environment prefix, so it is caught where it matters: a comparison or a kind package import)."""
-    from backend_plugin.targets import KINDS
+def _kind_words() -> set[str]:
+    """Every registered kind's `kind`, `plural`, API group, `config_name` and CRD file, lower-cased: a token that
+    contains one names the kind."""
+    from backend_plugin.targets import DECLARED
 
-    names = set()
-    for t in KINDS:
-        names |= {t.kind, t.plural, t.group}
-    return names
+    return {w.lower() for d in DECLARED for w in (d.kind, d.plural, d.group, d.config_name, d.crd.file)}
 
 
-def _registered() -> tuple:
-    from backend_plugin.targets import KINDS
+def _kind_packages() -> set[str]:
+    from backend_plugin.targets import DECLARED
 
-    return KINDS
+    return {d.package for d in DECLARED}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The string constants that are documentation, not code: module, class and function docstrings, and the bare
+    string statements that document an attribute."""
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
+
+
+def _identifiers(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, ast.keyword) and node.arg:
+        return [node.arg]
+    if isinstance(node, ast.alias):
+        return [node.name, node.asname or ""]
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or ""]
+    return []
+
+
+def _product_name(name: str, node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """Whether `node` is the string of the one allowed assignment, `PRODUCT_NAME`."""
+    parent = parents.get(id(node))
+    if not isinstance(parent, ast.Assign) or len(parent.targets) != 1:
+        return False
+    target = parent.targets[0]
+    return isinstance(target, ast.Name) and (name, target.id) == PRODUCT_NAME
 
 
 def kind_findings(name: str, source: str) -> list[str]:
-    """Where `source` (module `name`) names or compares a job kind: a string naming a kind, its plural or its API
-    group; an identifier spelled like a kind constant (`TRAINJOB`, `PyTorchJobTarget`); an import of a kind's
-    package; a comparison with `.kind`, a kind constant or a kind's name."""
-    kinds = _kind_names()
+    """Where the code of `source` (module `name`) names or compares a job kind: a string (not a docstring) or an
+    identifier (a name, attribute, function, class, argument, keyword or import) that contains a registered kind's
+    `kind`, `plural`, group, `config_name` or CRD file, in any case; a comparison with `.kind`, `.plural` or
+    `.config_name` of another object."""
+    words = _kind_words()
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         where = f"{name}:{getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if _KIND_WORDS.search(node.value) or node.value in kinds:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            if any(w in node.value.lower() for w in words) and not _product_name(name, node, parents):
                 found.append(f"{where} string {node.value[:60]!r}")
-        elif isinstance(node, (ast.Name, ast.Attribute)):
-            ident = node.id if isinstance(node, ast.Name) else node.attr
-            if re.search(r"PYTORCHJOB|TRAINJOB|PyTorchJob|TrainJob", ident):
-                found.append(f"{where} identifier {ident}")
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            if isinstance(node, ast.ImportFrom) and node.module == "backend_plugin.targets":
-                modules += [f"backend_plugin.targets.{a.name}" for a in node.names]
-            named = [a.name for a in node.names if re.search(r"PYTORCHJOB|TRAINJOB|PyTorchJob|TrainJob", a.name)]
-            found.extend(f"{where} imports the name {n}" for n in named)
-            packages = {t.config_name for t in _registered()}
-            for module in modules:
-                if module.startswith(KIND_PACKAGES) and module.split(".")[2] in packages:
-                    found.append(f"{where} imports {module}")
-        elif isinstance(node, ast.Compare):
+        found += [f"{where} identifier {i}" for i in _identifiers(node) if any(w in i.lower() for w in words)]
+        if isinstance(node, ast.Compare):
             for side in (node.left, *node.comparators):
                 own = isinstance(side, ast.Attribute) and isinstance(side.value, ast.Name) and side.value.id == "self"
                 if isinstance(side, ast.Attribute) and side.attr in ("kind", "plural", "config_name") and not own:
                     found.append(f"{where} compares .{side.attr}")
-                elif isinstance(side, ast.Constant) and side.value in {t.config_name for t in _registered()}:
-                    found.append(f"{where} compares with {side.value!r}")
     return found
+
+
+def _outside_kind_packages() -> dict[str, Path]:
+    """Every module of the backend packages but the kind packages and the registry."""
+    kinds = _kind_packages()
+    backend = {**_modules(), **_flyte2_backend_modules()}
+    return {
+        name: path
+        for name, path in backend.items()
+        if name.startswith(("backend_plugin", "flyte2_backend"))
+        and name != REGISTRY
+        and not any(name == k or name.startswith(k + ".") for k in kinds)
+    }
+
+
+def _flyte2_backend_modules() -> dict[str, Path]:
+    return {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in sorted((ROOT / "flyte2_backend").rglob("*.py"))
+    }
+
+
+def test_no_code_outside_the_kind_packages_names_or_compares_a_kind() -> None:
+    modules = _outside_kind_packages()
+    assert "backend_plugin.connector" in modules and "backend_plugin.targets.base" in modules
+    assert not any(".targets.trainjob" in m or ".targets.pytorchjob" in m for m in modules)
+    found = [f for name, path in sorted(modules.items()) for f in kind_findings(name, path.read_text(encoding="utf-8"))]
+    assert found == [], "code outside backend_plugin/targets/<kind>/ names or compares a job kind:\n" + "\n".join(found)
+
+
+def test_the_kind_check_finds_names_comparisons_and_imports() -> None:
+    bad = (
+        "from backend_plugin.targets import trainjob\n"
+        "from backend_plugin.targets.trainjob import writer\n"
+        'if target.kind == "x": pass\n'
+        'msg = f"create PyTorchJob {ns}/{name} failed"\n'
+        'resource = "trainjobs"\n'
+        'if choice == "trainjob": pass\n'
+        "TRAINJOB_RUNTIME_KINDS = ()\n"
+        "def to_pytorchjob(spec): pass\n"
+        'CRD = {"kubeflow.org/v1": 1}\n'
+    )
+    found = kind_findings("m", bad)
+    assert len(found) >= 9, found
+    for line in range(1, 10):
+        assert any(f.startswith(f"m:{line} ") for f in found), (line, found)
+    neutral = (
+        '"""A docstring may say PyTorchJob."""\n'
+        'msg = f"create {target.kind} failed"\n'
+        'prog = f"{PROGRAM} render"\n'
+        "if self.kind == kind: pass\n"
+    )
+    assert kind_findings("m", neutral) == []
+    assert kind_findings("backend_plugin.config", 'PROGRAM = "pytorchjob"\n') == []
+    assert kind_findings("backend_plugin.cli", 'PROGRAM = "pytorchjob"\n') != []
 
 
 def private_imports(name: str, source: str) -> list[str]:
@@ -277,26 +423,6 @@ def _backend_module_aliases(source: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("backend_plugin"):
             out |= {a.asname or a.name for a in node.names if f"{node.module}.{a.name}" in modules}
     return out
-
-
-def test_kind_neutral_modules_never_name_or_compare_a_kind() -> None:
-    modules = _modules()
-    found = [f for name in KIND_NEUTRAL for f in kind_findings(name, modules[name].read_text(encoding="utf-8"))]
-    assert found == [], "kind-neutral modules name or compare a job kind:\n" + "\n".join(found)
-
-
-def test_the_kind_check_finds_names_comparisons_and_imports() -> None:
-    bad = (
-        "from backend_plugin.targets import TRAINJOB\n"
-        "from backend_plugin.targets.trainjob import writer\n"
-        'if target.kind == "x": pass\n'
-        'msg = "create PyTorchJob ns/name failed"\n'
-        'resource = "trainjobs"\n'
-        'if choice == "trainjob": pass\n'
-    )
-    found = kind_findings("m", bad)
-    assert len(found) == 6, found
-    assert kind_findings("m", 'msg = f"create {target.kind} failed"\nprog = "pytorchjob render"\n') == []
 
 
 def test_no_private_cross_imports_inside_backend_plugin() -> None:

@@ -1,4 +1,4 @@
-"""The one reader (`read_template` -> `TaskSpec`), the writer composed on it, execution metadata, retries."""
+"""The one reader (`read_template` -> `TaskSpec`): every template dialect, its cache, and the templates it refuses."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from google.protobuf import json_format
 
 from backend_plugin.config import BackendConfig
 from backend_plugin.errors import TemplateError
-from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execution_metadata, identity_of, job_name
-from backend_plugin.retry import Backoff, Deadline, retry
+from backend_plugin.execution import ExecutionMetadata
 from backend_plugin.spec import TaskSpec
 from backend_plugin.targets.pytorchjob.writer import to_pytorchjob
 from backend_plugin.template import read_template, template_to_dict
 from pytorch_contract import template_keys as keys
-from tests.helpers.jobs import build_pytorchjob
+from tests.helpers.jobs import build, build_pytorchjob
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 META = ExecutionMetadata(namespace="ns", job_name="j-1")
@@ -73,7 +72,7 @@ def test_run_policy_zeros_are_kept_in_the_spec_and_in_the_job() -> None:
     spec = read_template(template)
     assert (spec.run_policy.backoff_limit, spec.run_policy.ttl_seconds_after_finished) == (0, 0)
     assert spec.run_policy.active_deadline_seconds is None
-    run_policy = to_pytorchjob(spec, META, BackendConfig(backoff_limit=4))["spec"]["runPolicy"]
+    run_policy = to_pytorchjob(spec, META, BackendConfig.from_dict(dict(backoff_limit=4)))["spec"]["runPolicy"]
     assert (run_policy["backoffLimit"], run_policy["ttlSecondsAfterFinished"]) == (0, 0)
 
 
@@ -94,97 +93,115 @@ def test_a_protobuf_template_gives_the_same_job_in_every_process() -> None:
     assert build_pytorchjob(message, META) == build_pytorchjob(message.SerializeToString(), META)
 
 
-def test_execution_metadata_is_the_connectors_layout() -> None:
-    identity = ExecutionIdentity("p", "d", "ex1", "n0", 2)
-    meta = execution_metadata(identity, "s3://b/meta/ex1/n0/data/2/", BackendConfig(job_name_prefix="pt-"))
-    assert meta.job_name == job_name("p", "d", "ex1", "n0", 2, prefix="pt-")
-    assert meta.input_path == "s3://b/meta/ex1/n0/data/2/inputs.pb"
-    assert meta.output_prefix == "s3://b/meta/ex1/n0/data/2"
-    assert meta.prev_checkpoint_prefix == "s3://b/meta/ex1/n0/data/1/checkpoint_output"
-    assert (meta.namespace, meta.interruptible) == ("default", None)
-
-
-def test_identity_of_a_local_run_hashes_the_prefix() -> None:
-    a = identity_of(None, {"project": "p", "name": "wf.train"}, "/tmp/a")
-    b = identity_of(None, {"project": "p", "name": "wf.train"}, "/tmp/b")
-    assert (a.project, a.domain, a.node_id, a.retry_attempt) == ("p", "local", "train", 0)
-    assert a.execution_name.startswith("local-") and a.execution_name != b.execution_name
-
-
-class Flaky(Exception):
-    pass
-
-
-def test_retry_backs_off_with_jitter_until_success() -> None:
-    sleeps: list[float] = []
-    calls = iter([Flaky(), Flaky(), "ok"])
-
-    def call() -> str:
-        item = next(calls)
-        if isinstance(item, Exception):
-            raise item
-        return item
-
-    backoff = Backoff(0.25, 4.0, sleep=sleeps.append, jitter=lambda lo, hi: hi)
-    deadline = Deadline(30.0, clock=lambda: 0.0)
-    assert retry(call, lambda e: isinstance(e, Flaky), backoff, deadline, lambda e, n, t: RuntimeError()) == "ok"
-    assert sleeps == [0.25, 0.5]
-
-
-def test_retry_gives_up_within_the_budget_and_chains_the_cause() -> None:
-    now = [0.0]
-
-    def sleep(seconds: float) -> None:
-        now[0] += seconds
-
-    def call() -> None:
-        raise Flaky("503")
-
-    backoff = Backoff(1.0, 4.0, sleep=sleep, jitter=lambda lo, hi: hi)
-    deadline = Deadline(5.0, clock=lambda: now[0])
-    with pytest.raises(RuntimeError, match="gave up after 3 attempts") as info:
-        retry(call, lambda e: True, backoff, deadline, lambda e, n, t: RuntimeError(f"gave up after {n} attempts"))
-    assert isinstance(info.value.__cause__, Flaky) and now[0] == 3.0  # slept 1 + 2; a 4 s sleep would pass 5 s
-
-
-def test_one_deadline_is_shared_by_every_loop_of_an_operation() -> None:
-    """A second loop in the same operation has only what the first one left (here: no retry at all), and a loop
-    starts no retry that would not leave `min_attempt_s` after its sleep."""
-    now = [0.0]
-    attempts: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        now[0] += seconds
-
-    def call() -> None:
-        attempts.append(now[0])
-        now[0] += 1.0  # each attempt takes a second
-        raise Flaky("503")
-
-    backoff = Backoff(0.5, 0.5, sleep=sleep, jitter=lambda lo, hi: hi)
-    deadline = Deadline(6.0, clock=lambda: now[0])
-    for _ in range(2):
-        with pytest.raises(RuntimeError):
-            retry(call, lambda e: True, backoff, deadline, lambda e, n, t: RuntimeError(), min_attempt_s=1.0)
-    assert attempts == [0.0, 1.5, 3.0, 4.5, 5.5] and now[0] == 6.5 and deadline.remaining() == 0.0
-
-
-def test_retry_raises_other_errors_at_once() -> None:
-    def call() -> None:
-        raise KeyError("x")
-
-    backoff = Backoff(1.0, 4.0, sleep=lambda s: pytest.fail("slept"))
-    with pytest.raises(KeyError):
-        retry(
-            call,
-            lambda e: isinstance(e, Flaky),
-            backoff,
-            Deadline(5.0, clock=lambda: 0.0),
-            lambda e, n, t: RuntimeError(),
-        )
-
-
 def test_the_template_format_page_lists_exactly_the_contracts_config_keys() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "template-format.md").read_text(encoding="utf-8")
     rows = {line.split("|")[1].strip().strip("`") for line in page.splitlines() if line.startswith("| `pytorch.")}
     assert rows == set(keys.CONFIG_KEYS)
+
+
+def _set(path: str, value):
+    def mutate(t: dict) -> None:
+        keys = path.split("/")
+        node = t
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+
+    return mutate
+
+
+def _drop(*keys: str):
+    def mutate(t: dict) -> None:
+        for k in keys:
+            t.pop(k, None)
+
+    return mutate
+
+
+def _v0(custom: dict):
+    def mutate(t: dict) -> None:
+        t["custom"] = custom
+        t["taskTypeVersion"] = 0
+
+    return mutate
+
+
+INVALID = {
+    "unknown-config-key": (_set("config/pytorch.qeue", "a"), r"config\['pytorch.qeue'\].*unknown key.*pytorch.queue"),
+    "bad-quantity": (
+        _set("container/resources", {"requests": [{"name": "MEMORY", "value": "8Gx"}]}),
+        r"container.resources.requests\[0\].value='8Gx'.*quantity",
+    ),
+    "negative-replicas": (_set("custom/workerReplicas/replicas", -1), r"workerReplicas.replicas=-1.*>= 0"),
+    "negative-v0-workers": (_v0({"workers": -2}), r"custom.workers=-2.*>= 0"),
+    "v0-extra-keys": (_v0({"workers": 2, "nodes": 1}), r"unknown legacy keys \['nodes'\]"),
+    "v0-bad-elastic": (
+        _v0({"workers": 2, "elasticConfig": {"minReplicas": 3, "maxReplicas": 2}}),
+        r"elasticConfig.*minReplicas=3, maxReplicas=2",
+    ),
+    "v0-fractional-workers": (_v0({"workers": 1.5}), r"custom: not a version 0 .*DistributedPyTorchTrainingTask"),
+    "no-container-or-pod": (_drop("container"), r"container=None.*container or a k8sPod"),
+    "no-custom": (_drop("custom"), r"custom=None.*missing"),
+    "unknown-custom-field": (_set("custom/workerReplica", {}), r"custom: not a .*DistributedPyTorchTrainingTask"),
+    "bad-restart-policy": (_set("config/pytorch.worker.restart_policy", "Sometimes"), r"restart_policy'\]='Sometimes'"),
+    "bad-clean-policy": (_set("config/pytorch.clean_pod_policy", "Some"), r"clean_pod_policy'\]='Some'.*None"),
+    "bad-bool": (_set("config/pytorch.suspend", "yes"), r"pytorch.suspend'\]='yes'.*'true' or 'false'"),
+    "bad-nproc": (_set("config/pytorch.nproc_per_node", "0"), r"nproc_per_node'\]='0'.*positive integer"),
+    "bad-shm": (_set("config/pytorch.shm_size", "lots"), r"shm_size'\]='lots'.*quantity"),
+    "min-available-too-big": (_set("config/pytorch.min_available", "99"), r"min_available'\]='99'.*1\.\.3"),
+    "bad-queue": (_set("config/pytorch.queue", "team a!"), r"pytorch.queue'\]='team a!'.*label value"),
+    "bad-gpu-resource": (_set("config/pytorch.gpu_resource", "gpu"), r"gpu_resource'\]='gpu'.*extended resource"),
+    "bad-accelerator": (_set("config/pytorch.accelerator", "A100 80GB"), r"accelerator'\]='A100 80GB'.*label value"),
+    "gpu-request-ne-limit": (
+        _set(
+            "container/resources",
+            {"requests": [{"name": "GPU", "value": "1"}], "limits": [{"name": "GPU", "value": "2"}]},
+        ),
+        r"nvidia.com/gpu.*request 1, limit 2.*must equal",
+    ),
+    "request-over-limit": (
+        _set(
+            "container/resources",
+            {"requests": [{"name": "CPU", "value": "4"}], "limits": [{"name": "CPU", "value": "2"}]},
+        ),
+        r"'cpu'.*request 4 > limit 2",
+    ),
+    "wrong-type": (_set("type", "python-task"), r"type='python-task'.*'pytorch'"),
+    "env-name-k8s-rejects": (
+        _set("container/env", [{"key": "A=B", "value": "1"}]),
+        r"container.env\[0\].key='A=B': not an environment variable name Kubernetes accepts",
+    ),
+    "too-many-workers": (
+        _set("custom/workerReplicas/replicas", 10**7),
+        r"workerReplicas.replicas=10000000: at most 100000: .*must fit 63",
+    ),
+    "too-many-v0-workers": (_v0({"workers": 200000}), r"custom.workers=200000: at most 100000"),
+    "unicode-nproc": (_set("config/pytorch.nproc_per_node", "\uff14"), r"nproc_per_node'\]='\uff14'.*positive integer"),
+    "bad-elastic": (
+        _set("custom", {"workerReplicas": {"replicas": 2}, "elasticConfig": {"minReplicas": 3, "maxReplicas": 2}}),
+        r"elasticConfig.*minReplicas=3, maxReplicas=2",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID), ids=sorted(INVALID))
+def test_invalid_templates(case: str):
+    mutate, message = INVALID[case]
+    template = load("hand_cpu")
+    template["custom"]["workerReplicas"]["replicas"] = 2
+    mutate(template)
+    with pytest.raises(TemplateError, match=message):
+        build_pytorchjob(template, META)
+
+
+def test_pod_template_without_primary_container():
+    t = load("hand_pod_template")
+    t["config"]["primary_container_name"] = "trainer"
+    with pytest.raises(TemplateError, match=r"k8sPod.podSpec.containers=\['main', 'log-shipper'\].*'trainer'"):
+        build_pytorchjob(t, META)
+
+
+def test_unprefixed_config_keys_are_ignored():
+    t = load("hand_cpu")
+    t["config"]["some.other.plugin"] = "x"
+    assert build(t) == build(load("hand_cpu"))

@@ -157,7 +157,7 @@ def make_connector(api_client: Any, clock: Any = None, **config: Any) -> JobConn
     cache's own tests, the e2e tests and the benchmark turn it on."""
     settings = {"watch_cache": False, **_FAST, **config}
     return JobConnector(
-        config=BackendConfig(**settings),
+        config=BackendConfig.from_dict(settings),
         api_client_factory=lambda: api_client,
         clock=clock,
         sleep=lambda _s: None,

@@ -52,7 +52,7 @@ def propeller(fake_api) -> Iterator[Callable[..., Propeller]]:
     made: list[ServedJobConnector] = []
 
     def make(target: str = "pytorchjob") -> Propeller:
-        config = BackendConfig(target=target, watch_cache=False, **FAST)
+        config = BackendConfig.from_dict(dict(target=target, watch_cache=False, **FAST))
         connector = ServedJobConnector(config=config, api_client_factory=lambda: fake_api.client)
         made.append(connector)
         return Propeller(fake_api.server, connector)

@@ -1,43 +1,117 @@
-"""The connector through the real kubernetes client against the fake API server."""
+"""The connector through the real kubernetes client against the fake API server, for every registered job kind where
+the behaviour is the same (the `kind` fixture), and each kind's own where it differs.
+
+The server validates every job it is sent (its kind's CRD; for a TrainJob the webhook's rules and the rendered node
+pod too)."""
 
 from __future__ import annotations
 
+import datetime
+import json
+import logging
 import subprocess
 import sys
 
 import pytest
-from flyteidl.core import literals_pb2
+from flyteidl.core import literals_pb2, tasks_pb2
 from flyteidl.core.execution_pb2 import TaskExecution
 from flytekit.core import utils
 from flytekit.extend.backend.base_connector import ConnectorRegistry
 from flytekit.models.literals import Literal, LiteralMap, Primitive, Scalar
+from flytekit.models.task import TaskTemplate
+from google.protobuf import json_format
 
 from backend_plugin.admission import SPEC_DIGEST_ANNOTATION, stamp
 from backend_plugin.connector import JobConnector, JobMetadata, spec_differences
-from backend_plugin.errors import RBAC_MANIFEST, Conflict, Forbidden, KubeApiError, Unavailable
-from tests.connector.helpers import execution_metadata, load_template, make_connector
-from tests.fakeapi.objects import condition, replica_pod
+from backend_plugin.errors import RBAC_MANIFEST, Conflict, Forbidden, KubeApiError, NotFound, Unavailable
+from backend_plugin.targets.registry import KINDS
+from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
+from tests.connector.helpers import NOW, TEMPLATES, execution_metadata, load_template, make_connector
+from tests.fakeapi.objects import condition, node_pod
+from tests.targets.conftest import Kind, facts_of
 
 NS = "flytesnacks-development"
+LINKS = ({"name": "Logs", "template": "https://logs.example.com/{{ .namespace }}/{{ .podName }}/{{ .containerName }}"},)
 
 
-def create(connector, tmp_path, **meta):
-    return connector.create(load_template(), str(tmp_path / "0"), None, execution_metadata(**meta))
+def create(connector, tmp_path, template: str = "official_container", **meta):
+    return connector.create(load_template(template), str(tmp_path / "0"), None, execution_metadata(**meta))
 
 
-def test_create_posts_a_valid_job_and_writes_inputs(fake_api, connector, tmp_path):
+@pytest.fixture(params=KINDS, ids=[t.config_name for t in KINDS])
+def kind(request):
+    """Each registered job kind in turn."""
+    return Kind(request.param, facts_of(request.param))
+
+
+@pytest.fixture
+def kind_connector(fake_api, kind):
+    """A connector that creates jobs of `kind` (the cache off, instant retries, as `connector`)."""
+    return make_connector(fake_api.client, clock=lambda: NOW, target=kind.name, log_links=LINKS)
+
+
+# --- every kind ------------------------------------------------------------------------------------------------------
+
+
+def test_create_posts_a_valid_job_and_writes_inputs(fake_api, kind, kind_connector, tmp_path):
     server, _ = fake_api
     inputs = LiteralMap({"x": Literal(scalar=Scalar(primitive=Primitive(integer=7)))})
-    meta = connector.create(load_template(), str(tmp_path / "0"), inputs, execution_metadata())
-    stored = server.get_job(NS, meta.name)
+    meta = kind_connector.create(load_template("sdk_seed_gpu"), str(tmp_path / "0"), inputs, execution_metadata())
+    assert meta.kind == kind.target.kind and JobMetadata.decode(meta.encode()) == meta
+    stored = server.get_job(NS, meta.name, plural=kind.target.plural)
     assert stored is not None and meta.uid == stored["metadata"]["uid"]
-    assert meta.name.startswith("abc123-n0-0-")
-    assert stored["metadata"]["labels"]["execution-id"] == "abc123"
-    args = stored["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["args"]
-    assert str(tmp_path / "0" / "inputs.pb") in args
+    assert meta.name.startswith("abc123-n0-0-") and stored["metadata"]["labels"]["execution-id"] == "abc123"
+    assert str(tmp_path / "0" / "inputs.pb") in json.dumps(stored["spec"])
     written = utils.load_proto_from_file(literals_pb2.LiteralMap, str(tmp_path / "0" / "inputs.pb"))
     assert written.literals["x"].scalar.primitive.integer == 7
-    assert [r.verb for r in server.requests] == ["create"]
+    assert [(r.verb, r.resource) for r in server.requests] == [("create", kind.target.plural)]
+    assert [t.plural for t in KINDS if server.jobs(t.plural)] == [kind.target.plural]
+
+
+def test_409_with_same_spec_adopts_the_job(fake_api, kind_connector, tmp_path):
+    server, _ = fake_api
+    first = create(kind_connector, tmp_path, "sdk_seed_gpu")
+    assert create(kind_connector, tmp_path, "sdk_seed_gpu") == first
+    assert [(r.verb, r.status) for r in server.requests] == [("create", 201), ("create", 409), ("get", 200)]
+
+
+def test_get_failed_job_lists_pods_for_the_root_cause(fake_api, kind, kind_connector, tmp_path):
+    server, _ = fake_api
+    meta = create(kind_connector, tmp_path, "sdk_seed_gpu")
+    job = server.get_job(NS, meta.name, plural=kind.target.plural)
+    oom = {"reason": "OOMKilled", "exitCode": 137, "finishedAt": "2025-01-01T00:01:00Z"}
+    server.put_pod(kind.pod(job, 0))
+    server.put_pod(kind.pod(job, 1, "Failed", terminated=oom))
+    failed = condition("Failed", reason="FailedJobs", message="the job failed.")
+    server.set_job_status(NS, meta.name, {"conditions": [failed]}, kind.target.plural)
+    resource = kind_connector.get(meta)
+    assert resource.phase == TaskExecution.RETRYABLE_FAILED  # killed by the system: Flyte's retries apply
+    assert "OOMKilled, exit code 137, signal SIGKILL" in resource.message, resource.message
+    assert [r.verb for r in server.requests][-2:] == ["get", "list"]
+
+
+def test_job_deleted_behind_our_back_is_a_retryable_failure_saying_so(fake_api, kind, kind_connector, tmp_path):
+    server, _ = fake_api
+    meta = create(kind_connector, tmp_path, "sdk_seed_gpu")
+    server.remove_job(NS, meta.name, plural=kind.target.plural)
+    resource = kind_connector.get(meta)
+    # the contract's rule: deleted before it finished, with neither outputs nor an error document: retryable, as
+    # propeller reports a pod deleted externally
+    assert resource.phase == TaskExecution.RETRYABLE_FAILED
+    assert resource.message.startswith(f"{kind.target.kind} {NS}/{meta.name} no longer exists: it was deleted")
+
+
+def test_delete_is_foreground_and_idempotent(fake_api, kind, kind_connector, tmp_path):
+    server, _ = fake_api
+    meta = create(kind_connector, tmp_path, "sdk_seed_gpu")
+    server.put_pod(kind.pod(server.get_job(NS, meta.name, plural=kind.target.plural), 0))
+    kind_connector.delete(meta)
+    kind_connector.delete(meta)
+    assert [r.status for r in server.calls(verb="delete", resource=kind.target.plural)] == [200, 404]
+    assert server.get_job(NS, meta.name, plural=kind.target.plural) is None and server.pods(NS) == []
+
+
+# --- the PyTorchJob kind (the default target) ------------------------------------------------------------------------
 
 
 def test_job_name_is_deterministic_per_attempt(connector, tmp_path):
@@ -45,15 +119,6 @@ def test_job_name_is_deterministic_per_attempt(connector, tmp_path):
     again = create(connector, tmp_path, attempt=0)
     retry = create(connector, tmp_path, attempt=1)
     assert first.name == again.name != retry.name
-
-
-def test_409_with_same_spec_adopts_the_job(fake_api, connector, tmp_path):
-    server, _ = fake_api
-    first = create(connector, tmp_path)
-    second = create(connector, tmp_path)
-    assert second == first
-    assert [(r.verb, r.status) for r in server.requests] == [("create", 201), ("create", 409), ("get", 200)]
-    assert len(server.jobs()) == 1
 
 
 @pytest.mark.parametrize("their_stamp", [True, False], ids=["stamped", "unstamped"])
@@ -142,19 +207,6 @@ def test_get_reports_running_with_one_call(fake_api, connector, tmp_path):
     assert [r.verb for r in server.requests] == ["get"]
 
 
-def test_get_failed_job_lists_pods_for_the_root_cause(fake_api, connector, tmp_path):
-    server, _ = fake_api
-    meta = create(connector, tmp_path)
-    job = server.get_job(NS, meta.name)
-    server.set_job_status(NS, meta.name, {"conditions": [condition("Failed", message="PyTorchJob failed.")]})
-    oom = {"terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": "2025-01-01T00:01:00Z"}}
-    server.put_pod(replica_pod(job, "Worker", 1, phase="Failed", container_state=oom))
-    resource = connector.get(meta)
-    assert resource.phase == TaskExecution.RETRYABLE_FAILED  # killed by the system: Flyte's retries apply
-    assert "worker-1 (pytorch): OOMKilled, exit code 137, signal SIGKILL" in resource.message
-    assert [r.verb for r in server.requests][-2:] == ["get", "list"]
-
-
 def test_pods_forbidden_still_reports_the_job_phase(fake_api, connector, tmp_path):
     server, _ = fake_api
     meta = create(connector, tmp_path)
@@ -165,15 +217,6 @@ def test_pods_forbidden_still_reports_the_job_phase(fake_api, connector, tmp_pat
     assert 'cannot list resource "pods"' in resource.message
 
 
-def test_job_deleted_behind_our_back_is_a_retryable_failure_saying_so(fake_api, connector, tmp_path):
-    server, _ = fake_api
-    meta = create(connector, tmp_path)
-    server.remove_job(NS, meta.name)
-    resource = connector.get(meta)
-    assert resource.phase == TaskExecution.RETRYABLE_FAILED  # as propeller reports a pod deleted externally
-    assert "no longer exists: it was deleted outside Flyte" in resource.message
-
-
 def test_job_replaced_by_a_same_named_one_fails(fake_api, connector, tmp_path):
     server, _ = fake_api
     meta = create(connector, tmp_path)
@@ -182,17 +225,6 @@ def test_job_replaced_by_a_same_named_one_fails(fake_api, connector, tmp_path):
     server.put_job(job)
     resource = connector.get(meta)
     assert resource.phase == TaskExecution.RETRYABLE_FAILED and "a different job of the same name" in resource.message
-
-
-def test_delete_is_foreground_and_idempotent(fake_api, connector, tmp_path):
-    server, _ = fake_api
-    meta = create(connector, tmp_path)
-    server.put_pod(replica_pod(server.get_job(NS, meta.name), "Master", 0))
-    connector.delete(meta)
-    connector.delete(meta)
-    deletes = server.calls(verb="delete")
-    assert [r.status for r in deletes] == [200, 404]
-    assert server.get_job(NS, meta.name) is None and server.pods(NS) == []
 
 
 def test_other_errors_keep_the_template(fake_api, connector, tmp_path):
@@ -233,3 +265,101 @@ def test_import_loads_no_kubernetes_and_no_kubeconfig(tmp_path):
     env = {"KUBECONFIG": str(tmp_path / "missing"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# --- the TrainJob kind ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def trainjob_connector(fake_api):
+    return make_connector(fake_api.client, clock=lambda: NOW, target="trainjob", log_links=LINKS)
+
+
+def test_a_task_a_trainjob_cannot_express_fails_permanently_without_a_request(fake_api, trainjob_connector, tmp_path):
+    """The contract's rule: a task a TrainJob cannot express can never run, so `create` sends nothing and records why
+    (an exception from `create` would be retried by propeller), and the first `get` is a permanent FAILED."""
+    server, _ = fake_api
+    meta = create(trainjob_connector, tmp_path, template="sdk_elastic")
+    assert server.requests == []
+    assert meta.kind == "TrainJob" and "Elastic(nnodes=" in meta.error
+    resource = trainjob_connector.get(meta)
+    assert resource.phase == TaskExecution.FAILED
+    assert "Elastic(nnodes=" in resource.message and "target: pytorchjob" in resource.message
+    assert server.requests == []
+
+
+def test_dropped_backend_default_is_logged(fake_api, trainjob_connector, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="backend_plugin.connector"):
+        create(trainjob_connector, tmp_path)
+    assert caplog.text == ""  # our own defaults: a warning about a setting nobody made is noise
+    set_ttl = make_connector(fake_api.client, clock=lambda: NOW, target="trainjob", ttl_seconds_after_finished=3600)
+    with caplog.at_level(logging.WARNING, logger="backend_plugin.connector"):
+        create(set_ttl, tmp_path / "set", node="n1")
+    assert "ttl_seconds_after_finished=3600 is not applied" in caplog.text
+
+
+def test_accelerator_no_node_can_match_is_warned_at_create(fake_api, tmp_path, caplog):
+    connector = make_connector(fake_api.client, clock=lambda: NOW)
+    data = json.loads((TEMPLATES / "sdk_seed_gpu.json").read_text())
+    data["config"]["pytorch.accelerator"] = "A100"  # a short name: GPU feature discovery writes NVIDIA-A100-SXM4-80GB
+    template = TaskTemplate.from_flyte_idl(json_format.ParseDict(data, tasks_pb2.TaskTemplate()))
+    with caplog.at_level(logging.WARNING, logger="backend_plugin.connector"):
+        connector.create(template, str(tmp_path / "0"), None, execution_metadata())
+    assert "accelerator 'A100'" in caplog.text and "`accelerators`" in caplog.text
+
+
+def test_get_walks_the_trainjob_status_table(fake_api, trainjob_connector, tmp_path):
+    server, _ = fake_api
+    meta = create(trainjob_connector, tmp_path)
+    job = server.get_job(NS, meta.name, plural=TRAINJOBS)
+    assert trainjob_connector.get(meta).phase == TaskExecution.QUEUED  # no JobSet yet
+    server.set_job_status(NS, meta.name, {"jobsStatus": [{"name": "node", "active": 3, "ready": 0}]}, TRAINJOBS)
+    assert trainjob_connector.get(meta).phase == TaskExecution.INITIALIZING
+    for i in range(3):
+        server.put_pod(node_pod(job, i))
+    server.set_job_status(NS, meta.name, {"jobsStatus": [{"name": "node", "active": 3, "ready": 3}]}, TRAINJOBS)
+    running = trainjob_connector.get(meta)
+    assert running.phase == TaskExecution.RUNNING and "3/3 nodes ready" in running.message
+    assert [link.name for link in running.log_links] == ["Logs node-0", "Logs node-1", "Logs node-2"]
+    assert running.log_links[1].uri == f"https://logs.example.com/{NS}/{meta.name}-node-0-1-ab1c1/node"
+    complete = {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "jobset completed",
+                "lastTransitionTime": "2025-01-01T00:09:00Z"}  # fmt: skip
+    server.set_job_status(NS, meta.name, {"conditions": [complete], "jobsStatus": []}, TRAINJOBS)
+    done = trainjob_connector.get(meta)
+    assert done.phase == TaskExecution.SUCCEEDED and done.custom_info["kind"] == "TrainJob"
+
+
+def test_no_jobset_for_long_is_a_permanent_failure(fake_api, tmp_path):
+    server, client = fake_api
+    late = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=61)
+    connector = make_connector(client, clock=lambda: late, target="trainjob", trainjob_pickup_timeout_s=60)
+    meta = create(connector, tmp_path)
+    resource = connector.get(meta)
+    assert resource.phase == TaskExecution.FAILED
+    assert "trainjob_pickup_timeout_s=60" in resource.message and "torch-distributed" in resource.message
+
+
+@pytest.mark.parametrize(
+    "served, kind",
+    [({"pytorchjobs", "trainjobs"}, "PyTorchJob"), ({"trainjobs"}, "TrainJob")],
+    ids=["both-pytorchjob-first", "trainer-v2-only"],
+)
+def test_auto_asks_the_api_server_once(fake_api, tmp_path, caplog, served: set, kind: str):
+    server, client = fake_api
+    server.served = served
+    connector = make_connector(client, clock=lambda: NOW, target="auto")
+    with caplog.at_level(logging.INFO, logger="backend_plugin.connector"):
+        first = create(connector, tmp_path, attempt=0)
+        second = create(connector, tmp_path, attempt=1)
+    assert first.kind == second.kind == kind
+    discovery = server.calls(resource="discovery")
+    assert len(discovery) == (1 if kind == "PyTorchJob" else 2)  # once per connector, not per create
+    assert f"creating {kind}s" in caplog.text
+
+
+def test_auto_with_neither_crd_names_both(fake_api, tmp_path):
+    server, client = fake_api
+    server.served = set()
+    connector = make_connector(client, target="auto")
+    with pytest.raises(NotFound, match="neither pytorchjobs.kubeflow.org .* nor trainjobs.trainer.kubeflow.org"):
+        create(connector, tmp_path)

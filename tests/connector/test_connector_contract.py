@@ -189,9 +189,9 @@ def test_backend_config_carries_the_new_settings():
     assert config.job_start_timeout_s == 120
     assert BackendConfig.from_env(environ={"PYTORCHJOB_JOB_START_TIMEOUT_S": ""}).job_start_timeout_s is None
     with pytest.raises(ValueError, match="job_start_timeout_s=-1 must be a non-negative number of seconds or None"):
-        BackendConfig(job_start_timeout_s=-1)
+        BackendConfig.from_dict(dict(job_start_timeout_s=-1))
     with pytest.raises(ValueError, match="error_document_max_bytes=10 must be an integer >= 1024"):
-        BackendConfig(error_document_max_bytes=10)
+        BackendConfig.from_dict(dict(error_document_max_bytes=10))
 
 
 def test_legacy_v0_elastic_template_runs_through_the_connector(fake_api, tmp_path):

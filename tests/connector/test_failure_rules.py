@@ -173,7 +173,7 @@ def test_the_pytorchjob_table_reads_the_report_only_for_failed_jobs(flytekit_err
 
 # --- a job that never starts -----------------------------------------------------------------------------------
 
-CONFIG = BackendConfig(job_start_timeout_s=600)
+CONFIG = BackendConfig.from_dict(dict(job_start_timeout_s=600))
 REJECTED = failed_create_event(
     JOB, 'Error creating: Pod "job-master-0" is invalid: spec.containers[0].env[0].name: Invalid value: "A=B"'
 )
@@ -197,7 +197,7 @@ def created(start_time: str = "", scheduling: bool = False, suspended: bool = Fa
         (created(), 600, CONFIG, True),
         (created(start_time=at(5)), 6000, CONFIG, False),  # pods were created: Pending is explained by the pods
         (created(suspended=True), 6000, CONFIG, False),  # waiting for admission on purpose
-        (created(), 6000, BackendConfig(job_start_timeout_s=None), False),
+        (created(), 6000, BackendConfig.from_dict(dict(job_start_timeout_s=None)), False),
     ],
     ids=["before-timeout", "at-timeout", "started", "suspended", "check-off"],
 )

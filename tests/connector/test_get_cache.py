@@ -173,7 +173,9 @@ def test_pod_lists_come_in_pages(fake_api, connector, tmp_path):
 
 def test_served_connector_answers_from_the_cache_inline_and_falls_back_on_its_pool(fake_api, tmp_path):
     server, client = fake_api
-    config = BackendConfig(watch_cache=True, get_threads=2, api_backoff_initial_s=0.001, api_backoff_max_s=0.002)
+    config = BackendConfig.from_dict(
+        dict(watch_cache=True, get_threads=2, api_backoff_initial_s=0.001, api_backoff_max_s=0.002)
+    )
     served = ServedJobConnector(config=config, api_client_factory=lambda: client)
     try:
         meta = create(served, tmp_path)
@@ -197,7 +199,7 @@ async def _many(connector: ServedJobConnector, meta, n: int) -> list:
 
 def test_get_threads_and_watch_cache_are_checked():
     with pytest.raises(ConfigError, match=r"get_threads=0 must be an integer from 1 to 1024"):
-        BackendConfig(get_threads=0)
+        BackendConfig.from_dict(dict(get_threads=0))
     with pytest.raises(ConfigError, match=r"watch_cache='yes' must be true or false"):
-        BackendConfig(watch_cache="yes")  # type: ignore[arg-type]
+        BackendConfig.from_dict(dict(watch_cache="yes"))  # type: ignore[arg-type]
     assert isinstance(ServedJobConnector(config=BackendConfig()), JobConnector)

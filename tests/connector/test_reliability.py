@@ -34,7 +34,7 @@ SLACK_S = 1.0  # a loaded 2-core machine: building the error, thread scheduling
 @pytest.mark.parametrize("fault", FAULTS)
 @pytest.mark.parametrize("call", CALLS)
 def test_every_call_answers_within_its_budget(call: str, fault: str) -> None:
-    config = BackendConfig(**SHORT)
+    config = BackendConfig.from_dict(SHORT)
     budget = float(getattr(config, f"api_{call}_budget_s"))
     row = measure(call, fault, config)
     assert row["error"] is not None and row["error"].startswith(("Unavailable", "MalformedAnswer")), row

@@ -37,7 +37,7 @@ FAST = {"api_backoff_initial_s": 0.05, "api_backoff_max_s": 0.2}
 
 def served(server: FakeKubeApi, client: Any, **config: Any) -> ServedJobConnector:
     settings = {"watch_cache": True, **FAST, **config}
-    return ServedJobConnector(config=BackendConfig(**settings), api_client_factory=lambda: client)
+    return ServedJobConnector(config=BackendConfig.from_dict(settings), api_client_factory=lambda: client)
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
 from backend_plugin.watch import KEPT_METADATA, JobWatchCache, WatchSettings, parse_equality_selector, slim
 from tests.fakeapi.objects import condition
-from tests.fakeapi.server import GROUP, PLURAL, TRAINJOBS, VERSION, FakeKubeApi
+from tests.fakeapi.server import GROUP, PLURAL, VERSION, FakeKubeApi
 
 NS = "ns"
 MANAGED = "app.kubernetes.io/managed-by=flytekitplugins-pytorch"
@@ -326,7 +327,10 @@ def test_memory_per_thousand_jobs(server, make_cache, transform, bound_kib):
     ("kwargs", "message"),
     [
         ({"max_staleness_s": 0}, "max_staleness_s=0 must be a positive"),
-        ({"backoff_initial_s": 2, "backoff_max_s": 1}, "backoff_max_s=1 must not be below backoff_initial_s=2"),
+        (
+            {"backoff_initial_s": 2, "backoff_max_s": 1},
+            "watch_backoff_max_s=1 must not be below watch_backoff_initial_s=2",
+        ),
         ({"page_size": 0}, "page_size=0"),
     ],
     ids=["staleness", "backoff-order", "page-size"],
@@ -400,15 +404,17 @@ def test_a_slimmed_job_reads_exactly_as_the_whole_job(golden, status):
     import datetime
 
     from backend_plugin.config import BackendConfig
-    from backend_plugin.targets import target_for_kind
     from backend_plugin.targets.base import Observed
+    from backend_plugin.targets.registry import target_for_kind
 
     root = GOLDEN_JOB.parent.parent
     whole = yaml.safe_load(((root / golden) if "/" in golden else (root / "jobs" / golden)).read_text())
     whole["metadata"].update(uid="u-1", resourceVersion="7", creationTimestamp="2025-01-01T00:00:00Z")
     whole["status"] = copy.deepcopy(STATUSES[status])
     target = target_for_kind(whole["kind"])
-    config = BackendConfig(log_links=[{"name": "Logs", "template": "https://logs/{{ .podName }}/{{ .containerName }}"}])
+    config = BackendConfig.from_dict(
+        dict(log_links=[{"name": "Logs", "template": "https://logs/{{ .podName }}/{{ .containerName }}"}])
+    )
     now = datetime.datetime(2025, 1, 1, 0, 20, tzinfo=datetime.timezone.utc)
     kept = slim(copy.deepcopy(whole))
     assert target.reads(kept, config, now) == target.reads(whole, config, now)

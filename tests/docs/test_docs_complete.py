@@ -2,7 +2,8 @@
 
 - Drift: every keyword of ``pytorch_task``, every field of the config dataclasses and every member of the policy
   enums is documented in the section of ``docs/reference/decorator.md`` named for it; every ``BackendConfig``
-  field in ``docs/reference/backend-config.md``. A new option without its row in the reference fails here.
+  section and key in ``docs/reference/backend-config.md``, whose YAML examples load. A new option without its row in
+  the reference fails here.
 - Docstrings: every public symbol exported by ``flytekitplugins_pytorch`` and every public function / class (and
   its public methods) defined in any public module of ``backend_plugin`` (found by walking the package, so a new
   module is covered) has a docstring, with ``Args:`` when it takes arguments, ``Returns:`` when it returns a value
@@ -98,12 +99,31 @@ def test_enum_members_documented(enum_name: str):
     assert missing == [], f"{enum_name} members (name and value) not documented: {missing}"
 
 
-def test_backend_config_fields_documented():
+def test_backend_config_sections_and_keys_documented():
+    """Every section (its name and class, the kinds' own included) and every key users set is on the page."""
     config = importlib.import_module("backend_plugin.config")
-    fields = [f.name for f in dataclasses.fields(config.BackendConfig)]
     text = BACKEND_PAGE.read_text(encoding="utf-8")
-    missing = [f for f in fields if not _mentions(text, f)]
-    assert missing == [], f"BackendConfig fields not documented in docs/reference/backend-config.md: {missing}"
+    sections = [f.name for f in dataclasses.fields(config.BackendConfig) if f.name != "kinds"]
+    classes = [type(getattr(config.BackendConfig(), s)).__name__ for s in sections if s != "target"]
+    kinds = [(name, type(section).__name__) for name, section in config.BackendConfig().kinds.items()]
+    missing = [n for n in (*sections, *classes, *(n for k in kinds for n in k)) if not _mentions(text, n)]
+    assert missing == [], f"config sections not documented in docs/reference/backend-config.md: {missing}"
+    missing = [k for k in config.KEYS if not _mentions(text, k)]
+    assert missing == [], f"config keys not documented in docs/reference/backend-config.md: {missing}"
+
+
+def test_backend_config_examples_load():
+    """Each YAML example of the page is a config `BackendConfig.from_yaml` accepts (the sectioned one the same as
+    the one written in keys)."""
+    from tests.docs.markdown_blocks import all_blocks
+
+    config = importlib.import_module("backend_plugin.config")
+    blocks = [b for b in all_blocks() if b.lang == "yaml" and Path(b.path).name == BACKEND_PAGE.name]
+    loaded = [config.BackendConfig.from_yaml(b.body) for b in blocks]
+    assert len(loaded) >= 4
+    keys, sections = loaded[0], loaded[1]
+    assert sections.kinds["trainjob"] == keys.kinds["trainjob"] and sections.gpu == keys.gpu
+    assert (sections.job, sections.run_policy, sections.status) == (keys.job, keys.run_policy, keys.status)
 
 
 # --- docstrings ----------------------------------------------------------------------------------------------------

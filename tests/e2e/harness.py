@@ -856,7 +856,7 @@ class FakeTrainer(FakeOperator):
 
     def reconcile(self) -> None:
         """One pass: start new TrainJobs, follow node processes, write job and pod status."""
-        from tests.fakeapi.server import TRAINJOBS
+        from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
 
         for job in self.server.jobs(TRAINJOBS):
             meta = job["metadata"]
@@ -933,7 +933,7 @@ class FakeTrainer(FakeOperator):
         )
 
     def _write_status(self, run: JobRun) -> None:
-        from tests.fakeapi.server import TRAINJOBS
+        from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
 
         counts = {"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 0}
         for r in run.replicas:

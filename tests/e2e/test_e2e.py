@@ -1,8 +1,12 @@
-"""End to end: packaged task -> connector -> PyTorchJob -> real replica processes -> outputs read through flytekit.
+"""End to end, for every job kind: packaged task -> connector -> the kind's job -> real replica processes -> outputs
+read through flytekit.
 
-See `tests.e2e.harness` for what is real and what the fake operator plays. Every case starts real
-`pyflyte-execute` processes (a few seconds each on 2 cores); the module is marked `e2e`, so a quick local run skips
-it with::
+See `tests.e2e.harness` for what is real and what the fake controllers play: `FakeOperator` (the training operator
+of a PyTorchJob: each replica gets the operator's `RANK`, `WORLD_SIZE`, `MASTER_*` and `PET_*` variables) and
+`FakeTrainer` (Kubeflow Trainer v2 with its JobSet: each node gets exactly the five `PET_*` variables the torch runtime
+sets, which our launcher must turn into ranks). The cases every kind runs the same way are parametrized over the
+registry (`kind`); each kind's own cases pick it. Every case starts real `pyflyte-execute` processes (a few seconds
+each on 2 cores); the module is marked `e2e`, so a quick local run skips it with::
 
     pytest -m "not e2e"
 
@@ -12,16 +16,18 @@ and `pytest tests/e2e` (or `-m e2e`) runs only these.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from flyteidl.core.execution_pb2 import TaskExecution
 from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
+from backend_plugin.targets.registry import BY_CONFIG, KINDS, JobTarget
 from tests.connector.helpers import execution_metadata, make_connector
 from tests.e2e import harness
-from tests.e2e.harness import BlobStore, FakeOperator, JobRun
+from tests.e2e.harness import TRAINJOB_PET_ENV, BlobStore, FakeOperator, FakeTrainer, JobRun
 from tests.fakeapi.fixtures import running_fake_api
 from tests.mnist_data import require_mnist
 
@@ -30,22 +36,29 @@ pytestmark = pytest.mark.e2e
 NS = "flytesnacks-development"
 JOB_TIMEOUT_S = 120.0
 
+CONTROLLERS: dict[str, type[FakeOperator]] = {"pytorchjob": FakeOperator, "trainjob": FakeTrainer}
+"""The fake controller that runs each kind's jobs (a new kind brings its own)."""
+
 
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskTemplate]:
     """Every e2e task, packaged once by `pyflyte package`."""
-    modules = ["tests.e2e.workflows", "tests.e2e.workflows_official", "examples.mnist.workflow"]
+    modules = ["tests.e2e.workflows", "tests.e2e.workflows_official", "tests.e2e.workflows_trainjob",
+               "examples.mnist.workflow"]  # fmt: skip
     return harness.package_tasks(modules, tmp_path_factory.mktemp("package"))
 
 
 class Cluster:
-    """The fake API server, the fake operator, a connector wired to the server, and the blob store."""
+    """The fake API server, the kind's fake controller, a connector creating that kind wired to the server, and the
+    blob store."""
 
-    def __init__(self, server: Any, client: Any, operator: FakeOperator, blobs: BlobStore) -> None:
+    def __init__(self, server: Any, client: Any, controller: FakeOperator, blobs: BlobStore, kind: JobTarget) -> None:
         self.server = server
-        self.operator = operator
+        self.controller = controller
         self.blobs = blobs
-        self.connector = make_connector(client, api_timeout_s=5.0, watch_cache=True)  # as deployed: the cache on
+        self.kind = kind
+        # as deployed: the watch cache on
+        self.connector = make_connector(client, api_timeout_s=5.0, target=kind.config_name, watch_cache=True)
 
     def submit(
         self,
@@ -72,7 +85,9 @@ class Cluster:
                 environment_variables={**meta.environment_variables, **env},
                 identity=None,
             )
-        return self.connector.create(template, prefix, literal_map, meta), prefix
+        created = self.connector.create(template, prefix, literal_map, meta)
+        assert created.kind == self.kind.kind
+        return created, prefix
 
     def run(
         self,
@@ -82,26 +97,39 @@ class Cluster:
         execution: str,
         env: Optional[dict[str, str]] = None,
     ):
-        """Submit and poll `get` to a terminal phase; returns (resources seen, output prefix, the operator's run)."""
+        """Submit and poll `get` to a terminal phase; returns (resources seen, output prefix, the controller's run)."""
+        started = time.monotonic()
         meta, prefix = self.submit(template, inputs, types, execution, env)
         seen = harness.poll_until_terminal(self.connector, meta, JOB_TIMEOUT_S)
-        return seen, prefix, self.operator.run_for(meta.name)
+        print(f"\n[e2e {self.kind.config_name}] {execution}: {harness.phase_names(seen)} in "
+              f"{time.monotonic() - started:.1f}s")  # fmt: skip
+        return seen, prefix, self.controller.run_for(meta.name)
+
+
+@pytest.fixture(params=[t.config_name for t in KINDS])
+def kind(request: pytest.FixtureRequest) -> JobTarget:
+    """Each registered job kind in turn (a kind's own case picks one with `indirect` parametrization)."""
+    return BY_CONFIG[request.param]
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """A fresh fake cluster per test; fails the test if the operator hit an error or left a process behind."""
+def cluster(tmp_path: Path, kind: JobTarget) -> Iterator[Cluster]:
+    """A fresh fake cluster of the kind per test; fails the test if the controller hit an error or left a process
+    behind."""
     with running_fake_api() as (server, client):
-        operator = FakeOperator(server, tmp_path / "pods", extra_env={"E2E_MARKER_DIR": str(tmp_path)})
+        controller = CONTROLLERS[kind.config_name](
+            server, tmp_path / "pods", extra_env={"E2E_MARKER_DIR": str(tmp_path)}
+        )
         (tmp_path / "pods").mkdir()
-        with operator:
-            cluster = Cluster(server, client, operator, BlobStore(tmp_path / "blobs"))
+        with controller:
+            cluster = Cluster(server, client, controller, BlobStore(tmp_path / "blobs"), kind)
             try:
                 yield cluster
             finally:
                 cluster.connector.close()  # its watches, before the server goes
-        leftovers = [pid for run in operator.runs.values() for pid in run.pids() if harness.process_group_alive(pid)]
-    assert not operator.errors, "\n".join(operator.errors)
+        runs = controller.runs.values()
+        leftovers = [pid for run in runs for pid in run.pids() if harness.process_group_alive(pid)]
+    assert not controller.errors, "\n".join(controller.errors)
     assert not leftovers, f"replica processes left behind: {leftovers}"
 
 
@@ -109,26 +137,74 @@ def _logs(run: JobRun) -> str:
     return "\n".join(f"----- {r.pod_name} (exit {r.exit_code})\n{r.log()[-3000:]}" for r in run.replicas)
 
 
-def test_seed_decorator_allreduce_over_master_and_two_workers(cluster: Cluster, templates) -> None:
+def _only_pet_from_the_operator(run: JobRun) -> None:
+    for replica in run.replicas:
+        assert {k for k in replica.env if k.startswith("PET_")} == set(TRAINJOB_PET_ENV)
+        assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"} & set(replica.env)
+
+
+def _kubeflow_ranks_succeeded(cluster: Cluster, run: JobRun, seen: list) -> None:
+    """A PyTorchJob succeeds when its master does (Kubeflow semantics); cleanPodPolicy Running then deletes a worker
+    that is still shutting down, so a worker either exited 0 or was cleaned up after the success: it never failed."""
+    assert [r.label for r in run.replicas] == ["master-0", "worker-0", "worker-1"]
+    assert run.replica("master-0").exit_code == 0, _logs(run)
+    assert all(r.exit_code == 0 or (r.exit_code is None and r.deleted) for r in run.replicas), _logs(run)
+    assert seen[-1].message.endswith("successfully completed.")
+    env = run.replica("worker-1").env
+    assert (env["RANK"], env["WORLD_SIZE"], env["PET_NODE_RANK"], env["PET_NNODES"]) == ("2", "3", "2", "3")
+
+
+def _trainer_nodes_succeeded(cluster: Cluster, run: JobRun, seen: list) -> None:
+    """Every node of a TrainJob exits 0, named as its JobSet names it, with only the torch runtime's variables."""
+    assert [r.index for r in run.replicas] == [0, 1, 2] and all(r.exit_code == 0 for r in run.replicas), _logs(run)
+    assert all(r.pod_name.startswith(f"{run.name}-node-0-{r.index}-") for r in run.replicas)
+    _only_pet_from_the_operator(run)
+    job = cluster.server.get_job(NS, run.name, plural=cluster.kind.plural)
+    assert job["spec"]["trainer"]["numNodes"] == 3 and job["spec"]["trainer"]["numProcPerNode"] == 1
+
+
+SUCCEEDED_WITH_THREE_RANKS: dict[str, Callable[[Cluster, JobRun, list], None]] = {
+    "pytorchjob": _kubeflow_ranks_succeeded,
+    "trainjob": _trainer_nodes_succeeded,
+}
+"""What each kind's controller shows of a job whose 3 ranks succeeded."""
+
+
+def _worker_failed(cluster: Cluster, run: JobRun, message: str) -> None:
+    assert "Root cause: worker-1 (pytorch): exit code 1" in message, message
+    assert run.replica("worker-1").exit_code == 1
+    # cleanPodPolicy Running: the replicas still waiting at the barrier were deleted, their processes killed
+    assert [p["metadata"]["name"] for p in cluster.server.pods(NS)] == [run.replica("worker-1").pod_name]
+
+
+def _node_failed(cluster: Cluster, run: JobRun, message: str) -> None:
+    assert "failed (FailedJobs)" in message, message
+    assert run.replicas[2].exit_code == 1
+    assert "ValueError: rank 2 cannot read shard 7" in run.replicas[2].log()
+
+
+RANK_TWO_FAILED: dict[str, Callable[[Cluster, JobRun, str], None]] = {
+    "pytorchjob": _worker_failed,
+    "trainjob": _node_failed,
+}
+"""What each kind shows of a job whose rank 2 raised."""
+
+
+# --- every kind ------------------------------------------------------------------------------------------------------
+
+
+def test_seed_decorator_allreduce_over_three_ranks(cluster: Cluster, templates) -> None:
     from tests.e2e.workflows import seed_allreduce
 
     iface = seed_allreduce.python_interface
     seen, prefix, run = cluster.run(templates["seed_allreduce"], {"x": 10}, iface.inputs, "seed1")
     assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
-    assert [r.label for r in run.replicas] == ["master-0", "worker-0", "worker-1"]
-    # The job succeeds when the master does (Kubeflow semantics); cleanPodPolicy Running then deletes a worker that is
-    # still shutting down, so a worker either exited 0 or was cleaned up after the success -- it never failed.
-    assert run.replica("master-0").exit_code == 0, _logs(run)
-    assert all(r.exit_code == 0 or (r.exit_code is None and r.deleted) for r in run.replicas), _logs(run)
-    outputs = harness.read_outputs(prefix, iface.outputs)
-    # rank 0 wrote them: world 3, sum of (10 + rank) over ranks 0..2
-    assert outputs == {"o0": [0, 3, 33]}
+    SUCCEEDED_WITH_THREE_RANKS[cluster.kind.config_name](cluster, run, seen)
+    # rank 0 wrote the outputs: world 3, sum of (10 + rank) over ranks 0..2
+    assert harness.read_outputs(prefix, iface.outputs) == {"o0": [0, 3, 33]}
     written = cluster.blobs.files(prefix)
     assert written.count("outputs.pb") == 1 and "inputs.pb" in written
     assert not [f for f in written if f.startswith("error")], written
-    assert seen[-1].message.endswith("successfully completed.")
-    env = run.replica("worker-1").env
-    assert (env["RANK"], env["WORLD_SIZE"], env["PET_NODE_RANK"], env["PET_NNODES"]) == ("2", "3", "2", "3")
 
 
 def test_mnist_example_on_a_slice_of_real_data(cluster: Cluster, templates) -> None:
@@ -140,9 +216,12 @@ def test_mnist_example_on_a_slice_of_real_data(cluster: Cluster, templates) -> N
     env = {"MNIST_DATA_DIR": str(require_mnist())}  # fails with how to provide the data when there is none
     seen, prefix, run = cluster.run(templates["train_mnist"], inputs, iface.inputs, "mnist1", env=env)
     assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
-    # As in the seed test: a worker still shutting down when the master succeeds is cleaned up, never failed.
-    assert run.replica("master-0").exit_code == 0, _logs(run)
-    assert all(r.exit_code == 0 or (r.exit_code is None and r.deleted) for r in run.replicas), _logs(run)
+    if cluster.kind.config_name == "pytorchjob":  # a worker still shutting down is cleaned up, never failed
+        assert run.replica("master-0").exit_code == 0, _logs(run)
+        assert all(r.exit_code == 0 or (r.exit_code is None and r.deleted) for r in run.replicas), _logs(run)
+    else:
+        assert [r.exit_code for r in run.replicas] == [0, 0, 0]
+        _only_pet_from_the_operator(run)
     outputs = harness.read_outputs(prefix, iface.outputs)
     accuracies, weights, summary = outputs["accuracies"], outputs["weights"], outputs["summary"]
     assert len(accuracies) == 1 and 50.0 < accuracies[0] <= 100.0, accuracies  # chance is 10%
@@ -154,22 +233,25 @@ def test_mnist_example_on_a_slice_of_real_data(cluster: Cluster, templates) -> N
     assert cluster.blobs.files(prefix).count("outputs.pb") == 1
 
 
-def test_worker_that_raises_fails_the_job_naming_that_worker(cluster: Cluster, templates) -> None:
+def test_a_rank_that_raises_fails_the_job_naming_it(cluster: Cluster, templates) -> None:
     from tests.e2e.workflows import worker_raises
 
     iface = worker_raises.python_interface
     seen, prefix, run = cluster.run(templates["worker_raises"], {"fail_rank": 2}, iface.inputs, "fail1")
     message = seen[-1].message
+    # the contract's rule: rank 2's own error document (a ValueError, not recoverable) makes it a permanent failure,
+    # and the message leads with the user's exception
     assert harness.phase_names(seen)[-1] == "FAILED", _logs(run) + "\n" + message
-    assert "Root cause: worker-1 (pytorch): exit code 1" in message, message
     assert "ValueError: rank 2 cannot read shard 7: checksum mismatch" in message, message
-    assert run.replica("worker-1").exit_code == 1
-    # cleanPodPolicy Running: the replicas still waiting at the barrier were deleted, their processes killed
-    assert [p["metadata"]["name"] for p in cluster.server.pods(NS)] == [run.replica("worker-1").pod_name]
-    assert cluster.operator.wait_processes_gone(run) == []
+    RANK_TWO_FAILED[cluster.kind.config_name](cluster, run, message)
+    assert cluster.controller.wait_processes_gone(run) == []
     assert "outputs.pb" not in cluster.blobs.files(prefix)
 
 
+# --- the PyTorchJob kind ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob"], indirect=True)
 def test_elastic_one_to_two_nodes(cluster: Cluster, templates) -> None:
     from tests.e2e.workflows import elastic_allreduce
 
@@ -186,25 +268,27 @@ def test_elastic_one_to_two_nodes(cluster: Cluster, templates) -> None:
     assert cluster.blobs.files(prefix).count("outputs.pb") == 1
 
 
+@pytest.mark.parametrize("kind", ["pytorchjob"], indirect=True)
 def test_delete_while_running_kills_every_replica(cluster: Cluster, templates, tmp_path: Path) -> None:
     from tests.e2e.workflows import sleeps
 
     iface = sleeps.python_interface
     meta, prefix = cluster.submit(templates["sleeps"], {"seconds": 600}, iface.inputs, "delete1")
-    run = cluster.operator.run_for(meta.name)
+    run = cluster.controller.run_for(meta.name)
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while len(list(tmp_path.glob("rank-*.pid"))) < 2 and time.monotonic() < deadline:
         assert all(r.exit_code is None for r in run.replicas), _logs(run)
         time.sleep(0.2)
     assert harness.phase_names([cluster.connector.get(meta)]) == ["RUNNING"]
     cluster.connector.delete(meta)
-    assert cluster.operator.wait_processes_gone(run) == []
+    assert cluster.controller.wait_processes_gone(run) == []
     assert cluster.server.get_job(NS, meta.name) is None and cluster.server.pods(NS) == []
     # gone: reported, not an exception (retryable, or as the task's own error document says if a replica wrote one)
     assert harness.phase_names([cluster.connector.get(meta)]) in (["RETRYABLE_FAILED"], ["FAILED"])
     cluster.connector.delete(meta)  # deleting again is success
 
 
+@pytest.mark.parametrize("kind", ["pytorchjob"], indirect=True)
 @pytest.mark.filterwarnings("ignore:Configuring shared memory:UserWarning")
 def test_task_from_flytekits_official_kfpytorch_plugin(cluster: Cluster, templates) -> None:
     from tests.e2e.workflows_official import official_allreduce
@@ -214,3 +298,27 @@ def test_task_from_flytekits_official_kfpytorch_plugin(cluster: Cluster, templat
     assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
     assert [r.label for r in run.replicas] == ["master-0", "worker-0"]
     assert harness.read_outputs(prefix, iface.outputs) == {"o0": [2, 11]}
+
+
+# --- the TrainJob kind -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["trainjob"], indirect=True)
+@pytest.mark.parametrize(
+    "task, setting",
+    [
+        ("elastic_allreduce", "Elastic(nnodes="),
+        ("per_role", "Worker(requests/limits=...) differs from Master(requests/limits=...)"),
+    ],
+    ids=["elastic", "per-role"],
+)
+def test_refused_tasks_name_the_setting_and_the_alternative(
+    cluster: Cluster, templates, task: str, setting: str
+) -> None:
+    # the contract's rule: a task that can never run is recorded at create (no request, no exception for propeller
+    # to retry) and reported as a permanent FAILED by the first get
+    meta = cluster.connector.create(templates[task], cluster.blobs.uri("x"), None, execution_metadata(execution="tjno"))
+    resource = cluster.connector.get(meta)
+    assert resource.phase == TaskExecution.FAILED
+    assert setting in resource.message and "target: pytorchjob" in resource.message
+    assert cluster.server.jobs(cluster.kind.plural) == [] and cluster.server.requests == []

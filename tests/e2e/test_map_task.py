@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e import harness
-from tests.e2e.test_e2e import Cluster, _logs, cluster  # noqa: F401 - the fixture is used by name
+from tests.e2e.test_e2e import Cluster, _logs, cluster, kind  # noqa: F401 - the fixtures are used by name
 
 pytestmark = pytest.mark.e2e
 
@@ -24,6 +24,7 @@ def map_template(tmp_path_factory: pytest.TempPathFactory):
     return templates[name]
 
 
+@pytest.mark.parametrize("kind", ["pytorchjob"], indirect=True)
 def test_each_mapped_item_is_one_pytorchjob_reading_its_own_item(cluster: Cluster, map_template) -> None:  # noqa: F811
     xs = [10, 20, 30]
     assert map_template.type == "pytorch" and map_template.container.args[0] == "pyflyte-map-execute"
@@ -34,4 +35,4 @@ def test_each_mapped_item_is_one_pytorchjob_reading_its_own_item(cluster: Cluste
         assert [r.label for r in run.replicas] == ["master-0", "worker-0", "worker-1"]
         # rank 0 of item `index` saw its own x: [rank, world, sum of (x + rank) over ranks 0..2]
         assert harness.read_outputs(prefix, {"o0": list[int]}) == {"o0": [0, 3, 3 * x + 3]}
-    assert len(cluster.operator.runs) == len(xs)  # three jobs, one per item
+    assert len(cluster.controller.runs) == len(xs)  # three jobs, one per item

@@ -67,6 +67,44 @@ def replica_pod(
     }
 
 
+def node_pod(job: dict, index: int, phase: str = "Running", **state: Any) -> dict:
+    """A pod as a TrainJob's JobSet names and labels node `index` of `job`.
+
+    Args:
+        job: the TrainJob (name and namespace are read from it; the namespace defaults to the tests' own).
+        index: the node's completion index.
+        phase: pod phase.
+        **state: the `node` container's `state` (e.g. `terminated={...}`); running when none.
+
+    Returns:
+        The pod dict.
+    """
+    name = job["metadata"]["name"]
+    return {
+        "metadata": {
+            "name": f"{name}-node-0-{index}-ab1c{index}",
+            "namespace": job["metadata"].get("namespace") or "flytesnacks-development",
+            "labels": {"jobset.sigs.k8s.io/jobset-name": name, "batch.kubernetes.io/job-completion-index": str(index)},
+            "creationTimestamp": "2025-01-01T00:01:00Z",
+        },
+        "spec": {"containers": [{"name": "node", "image": "img"}]},
+        "status": {
+            "phase": phase,
+            "startTime": "2025-01-01T00:01:05Z",
+            "containerStatuses": [
+                {
+                    "name": "node",
+                    "ready": phase == "Running",
+                    "restartCount": 0,
+                    "image": "img",
+                    "imageID": "",
+                    "state": state or {"running": {}},
+                }
+            ],
+        },
+    }
+
+
 def condition(ctype: str, status: str = "True", reason: str = "", message: str = "", at: str = "") -> dict:
     """A PyTorchJob condition (`JobCondition`) as the operator writes it.
 

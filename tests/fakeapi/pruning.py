@@ -18,12 +18,11 @@ from typing import Any
 
 import yaml
 
+from backend_plugin.targets import DECLARED
+
 CRD_DIR = Path(__file__).resolve().parents[2] / "backend_plugin" / "crds"
-CRD_FILES = {
-    "pytorchjobs": ("kubeflow.org_pytorchjobs.yaml", "v1"),
-    "trainjobs": ("trainer.kubeflow.org_trainjobs.yaml", "v1alpha1"),
-}
-"""plural -> (the CRD file the cluster installed, the served version)."""
+CRD_FILES = {d.plural: (d.crd.file, d.version) for d in DECLARED}
+"""plural -> (the CRD file the cluster installed, the served version), for every registered kind."""
 
 OBJECT_META_FIELDS = frozenset(
     "name generateName namespace selfLink uid resourceVersion generation creationTimestamp deletionTimestamp "
@@ -44,7 +43,7 @@ def crd_schema(plural: str) -> dict[str, Any]:
     """A copy of the installed CRD's schema for `plural` (tests may change it to model another CRD release).
 
     Args:
-        plural: `pytorchjobs` or `trainjobs`.
+        plural: a registered kind's plural.
 
     Returns:
         The `openAPIV3Schema`.

@@ -1,14 +1,13 @@
 """A local HTTP server that answers like the Kubernetes API server for the calls our backend makes.
 
-Covered: PyTorchJobs (`kubeflow.org/v1`) and TrainJobs (`trainer.kubeflow.org/v1alpha1`): create, get, list, watch,
-delete with `propagationPolicy`; API discovery of both groups (`GET /apis/<group>/<version>`, only for the kinds in
-`served`); pods (list and watch with a label selector, get) and events (list). LIST answers a `<Kind>List` with
-`metadata.resourceVersion`, honours `labelSelector` and pages with `limit`/`continue`; WATCH (`?watch=true`) streams
-JSON lines of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events with chunked transfer encoding from a bounded event
-history (an older `resourceVersion` gets an ERROR event with a 410 Expired Status, as from the API server's watch
-cache). Error responses carry the API server's
-`Status` bodies (NotFound, AlreadyExists, Forbidden with the RBAC message, InternalError, ServiceUnavailable,
-Invalid).
+Covered: the jobs of every registered kind (`backend_plugin.targets.DECLARED`: PyTorchJobs, TrainJobs, ...): create,
+get, list, watch, delete with `propagationPolicy`; API discovery of their groups (`GET /apis/<group>/<version>`,
+only for the kinds in `served`); pods (list and watch with a label selector, get) and events (list). LIST answers a
+`<Kind>List` with `metadata.resourceVersion`, honours `labelSelector` and pages with `limit`/`continue`; WATCH
+(`?watch=true`) streams JSON lines of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events with chunked transfer encoding
+from a bounded event history (an older `resourceVersion` gets an ERROR event with a 410 Expired Status, as from the
+API server's watch cache). Error responses carry the API server's `Status` bodies (NotFound, AlreadyExists,
+Forbidden with the RBAC message, InternalError, ServiceUnavailable, Invalid).
 
 A create is decoded as kube-apiserver decodes a custom resource (`tests/fakeapi/pruning.py`, from the installed
 CRD's schema, by default the vendored one): with `fieldValidation=Strict` a field the schema does not declare is a
@@ -41,24 +40,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from backend_plugin.targets import DECLARED
 from tests.fakeapi import pruning
 
-GROUP = "kubeflow.org"
-VERSION = "v1"
-PLURAL = "pytorchjobs"
+GROUP = DECLARED[0].group
+VERSION = DECLARED[0].version
+PLURAL = DECLARED[0].plural
 DEFAULT_USER = "system:serviceaccount:flyte:pytorch-connector"
 
-TRAINJOBS = "trainjobs"
-JOB_KINDS = {
-    PLURAL: (GROUP, VERSION, "PyTorchJob", "training.kubeflow.org/job-name"),
-    TRAINJOBS: ("trainer.kubeflow.org", "v1alpha1", "TrainJob", "jobset.sigs.k8s.io/jobset-name"),
-}
-"""plural -> (group, version, kind, the label naming a job's pods)."""
+JOB_KINDS = {d.plural: (d.group, d.version, d.kind, d.pod_label) for d in DECLARED}
+"""plural -> (group, version, kind, the label naming a job's pods), for every registered kind."""
 
-_JOBS = re.compile(rf"^/apis/{GROUP}/{VERSION}/namespaces/(?P<ns>[^/]+)/{PLURAL}(?:/(?P<name>[^/]+))?/?$")
-_TRAINJOBS = re.compile(
-    r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<ns>[^/]+)/trainjobs(?:/(?P<name>[^/]+))?/?$"
-)
+_PLURALS = {(d.api_version, d.kind): d.plural for d in DECLARED}
+_JOB_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
+                       r"(?:/(?P<name>[^/]+))?/?$")  # fmt: skip
 _DISCOVERY = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$")
 _CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|events)(?:/(?P<name>[^/]+))?/?$")
 
@@ -276,6 +271,15 @@ def _param(rec: RequestRecord, name: str) -> str:
     return rec.query.get(name, [""])[0]
 
 
+def _job_path(path: str) -> re.Match | None:
+    """The URL of a registered kind's jobs (`/apis/<group>/<version>/namespaces/<ns>/<plural>[/<name>]`), or None."""
+    m = _JOB_PATH.match(path)
+    if m is None or m["plural"] not in JOB_KINDS:
+        return None
+    group, version, _, _ = JOB_KINDS[m["plural"]]
+    return m if (m["group"], m["version"]) == (group, version) else None
+
+
 def _api_version_kind(resource: str) -> tuple[str, str]:
     if resource in JOB_KINDS:
         group, version, kind, _ = JOB_KINDS[resource]
@@ -313,9 +317,8 @@ class FakeKubeApi:
         """The installed CRDs' `openAPIV3Schema` by plural; the vendored one when absent (tests install another to
         model a cluster whose CRD declares less)."""
         self.requests: list[RequestRecord] = []
-        self._jobs: dict[tuple[str, str], dict] = {}
-        self._trainjobs: dict[tuple[str, str], dict] = {}
-        self.served: set[str] = {PLURAL, TRAINJOBS}
+        self._jobs: dict[str, dict[tuple[str, str], dict]] = {plural: {} for plural in JOB_KINDS}
+        self.served: set[str] = set(JOB_KINDS)
         """The job plurals whose CRD this server says it serves in API discovery (tests remove one)."""
         self._pods: dict[tuple[str, str], dict] = {}
         self._events: dict[str, list[dict]] = {}
@@ -406,19 +409,19 @@ class FakeKubeApi:
         return str(self._rv)
 
     def _store(self, plural: str) -> dict[tuple[str, str], dict]:
-        return self._trainjobs if plural == TRAINJOBS else self._jobs
+        return self._jobs[plural]
 
     def put_job(self, job: dict, plural: str = "") -> dict:
         """Store a job as-is (no hooks), filling server-set metadata that is missing.
 
         Args:
             job: the job; `metadata.name` and `metadata.namespace` are required.
-            plural: `pytorchjobs` or `trainjobs`; by default from the job's `kind`.
+            plural: a registered kind's plural; by default from the job's `apiVersion` and `kind`.
 
         Returns:
             A copy of the stored job.
         """
-        plural = plural or (TRAINJOBS if job.get("kind") == "TrainJob" else PLURAL)
+        plural = plural or _PLURALS.get((job.get("apiVersion"), job.get("kind")), PLURAL)
         with self._lock:
             job = copy.deepcopy(job)
             meta = job.setdefault("metadata", {})
@@ -1073,12 +1076,10 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        m_jobs, m_core, m_train = _JOBS.match(url.path), _CORE.match(url.path), _TRAINJOBS.match(url.path)
+        m_jobs, m_core = _job_path(url.path), _CORE.match(url.path)
         m_discovery = _DISCOVERY.match(url.path)
         if m_jobs:
-            ns, name, resource, group = m_jobs["ns"], m_jobs["name"], PLURAL, GROUP
-        elif m_train:
-            ns, name, resource, group = m_train["ns"], m_train["name"], TRAINJOBS, JOB_KINDS[TRAINJOBS][0]
+            ns, name, resource, group = m_jobs["ns"], m_jobs["name"], m_jobs["plural"], m_jobs["group"]
         elif m_discovery:
             ns, name, resource = "", f"{m_discovery['group']}/{m_discovery['version']}", "discovery"
             group = m_discovery["group"]

@@ -13,8 +13,9 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
 from tests.fakeapi.objects import condition, replica_pod
-from tests.fakeapi.server import GROUP, PLURAL, TRAINJOBS, VERSION, FakeKubeApi
+from tests.fakeapi.server import GROUP, PLURAL, VERSION, FakeKubeApi
 
 NS = "ns"
 MANAGED = "app.kubernetes.io/managed-by"

@@ -25,16 +25,18 @@ def connector(host: str, target: str) -> Flyte2JobConnector:
         configuration.host = host
         return client.ApiClient(configuration)
 
-    config = BackendConfig(
-        target=target,
-        watch_cache=True,
-        log_links=LINKS,
-        api_timeout_s=2.0,
-        api_get_budget_s=10.0,
-        api_create_budget_s=10.0,
-        api_delete_budget_s=10.0,
-        api_backoff_initial_s=0.001,
-        api_backoff_max_s=0.002,
+    config = BackendConfig.from_dict(
+        dict(
+            target=target,
+            watch_cache=True,
+            log_links=LINKS,
+            api_timeout_s=2.0,
+            api_get_budget_s=10.0,
+            api_create_budget_s=10.0,
+            api_delete_budget_s=10.0,
+            api_backoff_initial_s=0.001,
+            api_backoff_max_s=0.002,
+        )
     )
     return Flyte2JobConnector(Flyte2Jobs(config=config, api_client_factory=api_client))
 

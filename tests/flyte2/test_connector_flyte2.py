@@ -21,9 +21,9 @@ from flyteidl2.core.execution_pb2 import TaskExecution
 from flyteidl2.task import common_pb2
 
 import flyte2_pytorch as f2
-from tests.connector.test_trainjob_connector import node_pod
+from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
 from tests.fakeapi.fixtures import fake_api  # noqa: F401 - the fixture
-from tests.fakeapi.server import TRAINJOBS
+from tests.fakeapi.objects import node_pod
 from tests.flyte2.served import served
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
-"""A Flyte 2 task as the template the backend reads (``flyte2_pytorch.template``): the ``pytorch.*`` keys on the
-template, a CRD-valid PyTorchJob and TrainJob from the backend's reader and writers, and ``pytorchjob render
+"""A Flyte 2 task as the template the backend reads (``flyte2_pytorch.template``): the ``pytorch.*`` keys read where
+Flyte 2 keeps them, a CRD-valid PyTorchJob and TrainJob from the backend's reader and writers, and ``pytorchjob render
 --template`` on the JSON ``python -m flyte2_pytorch.template`` prints.
 """
 
@@ -35,10 +35,12 @@ KEYS = {
 }
 
 
-def test_the_pytorch_keys_move_from_the_container_to_the_template() -> None:
+def test_the_reader_reads_the_pytorch_keys_flyte2_keeps_in_the_container() -> None:
+    """The front-end hands over Flyte 2's template as it is (the keys on the container); reading them is the
+    backend reader's Flyte 2 dialect."""
     t = task_template(TASKS["roles"], root_dir=ROOT)
-    assert t["config"] == KEYS
-    assert not [kv for kv in t["container"].get("config", []) if kv["key"].startswith("pytorch.")]
+    assert {kv["key"]: kv["value"] for kv in t["container"]["config"] if kv["key"].startswith("pytorch.")} == KEYS
+    assert dict(read_template(t).config) == KEYS
     assert t["container"]["args"][0] == "a0"
 
 

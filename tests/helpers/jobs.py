@@ -35,23 +35,33 @@ META = ExecutionMetadata(
     retry_attempt=0,
 )
 
-GKE = BackendConfig(
-    accelerator_label="cloud.google.com/gke-accelerator",
-    accelerators={"MI300X": {"node_selector": {"amd.com/gpu.product": ["MI300X"]}, "tolerations": []}},
+GKE = BackendConfig.from_dict(
+    dict(
+        accelerator_label="cloud.google.com/gke-accelerator",
+        accelerators={"MI300X": {"node_selector": {"amd.com/gpu.product": ["MI300X"]}, "tolerations": []}},
+    )
 )
 
 # A GKE cluster with a spot node pool, as a site would configure Flyte's interruptible-* settings.
-SPOT = BackendConfig(
-    interruptible_tolerations=[
-        {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-    ],
-    interruptible_node_selector={"cloud.google.com/gke-spot": "true"},
+SPOT = BackendConfig.from_dict(
+    dict(
+        interruptible_tolerations=[
+            {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        ],
+        interruptible_node_selector={"cloud.google.com/gke-spot": "true"},
+    )
 )
 
 
 def build_pytorchjob(template: Any, meta: ExecutionMetadata, config: Optional[BackendConfig] = None) -> dict[str, Any]:
     """The PyTorchJob the connector would write: the reader, then the PyTorchJob writer (no validation)."""
     return to_pytorchjob(read_template(template), meta, config)
+
+
+def write_job(kind: Any, template: Any, meta: ExecutionMetadata, config: Optional[BackendConfig] = None) -> dict:
+    """The job of `kind` (a `JobTarget`) for a template: the reader, the kind's plan and its writer (no stamp, no
+    admission)."""
+    return kind.write(kind.plan(read_template(template), meta, config if config is not None else BackendConfig()))
 
 
 def load(name: str) -> dict:

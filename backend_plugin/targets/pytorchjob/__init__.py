@@ -1,82 +1,10 @@
-"""The PyTorchJob kind (Kubeflow training operator v1, `kubeflow.org/v1`): writer, status table and log links.
+"""The PyTorchJob kind (Kubeflow training operator v1, `kubeflow.org/v1`).
 
-`TARGET` is this kind's `JobTarget`; `backend_plugin.targets` registers it.
+`declaration` holds what the neutral rooms read (API coordinates, CRD, pod template paths, limits, its config
+section); `target` its `JobTarget` (writer, status table, log links). Importing the package loads the declaration
+only: the backend config reads it while it is built.
 """
 
-from __future__ import annotations
+from backend_plugin.targets.pytorchjob.declaration import DECLARATION
 
-import datetime
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
-
-from flyteidl.core.execution_pb2 import TaskLog
-
-from backend_plugin.config import BackendConfig
-from backend_plugin.execution import ExecutionMetadata
-from backend_plugin.pods import placement_warnings
-from backend_plugin.spec import TaskSpec
-from backend_plugin.status import JobStatus
-from backend_plugin.targets.base import JobTarget, Observed, PrimaryImage, Reads
-from backend_plugin.targets.pytorchjob import links, status, writer
-from pytorch_contract.k8s_names import JOB_NAME_LABEL
-from pytorch_contract.template_keys import PRIMARY_CONTAINER
-
-__all__ = ["PyTorchJobTarget", "TARGET"]
-
-
-class PyTorchJobTarget(JobTarget):
-    """A `pytorch` task as a Kubeflow PyTorchJob."""
-
-    kind = writer.KIND
-    group = writer.GROUP
-    version = writer.VERSION
-    plural = writer.PLURAL
-    config_name = "pytorchjob"
-    description = "pytorchjobs.kubeflow.org (Kubeflow training operator)"
-    pod_label = JOB_NAME_LABEL
-    status_keys = ("conditions", "replicaStatuses", "startTime", "completionTime", "lastReconcileTime")
-
-    def write(self, spec: TaskSpec, metadata: ExecutionMetadata, config: Optional[BackendConfig]) -> dict[str, Any]:
-        return writer.to_pytorchjob(spec, metadata, config)
-
-    def warnings(self, spec: TaskSpec, config: BackendConfig) -> list[str]:
-        # a PyTorchJob expresses every backend default: only a placement no node can match.
-        return placement_warnings(spec, config)
-
-    def primary_images(self, job: Mapping[str, Any]) -> list[PrimaryImage]:
-        # the `pytorch` container of every replica spec.
-        out = []
-        for role, replica in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).items():
-            containers = (((replica or {}).get("template") or {}).get("spec") or {}).get("containers") or []
-            for i, container in enumerate(containers):
-                if container.get("name") == PRIMARY_CONTAINER:
-                    where = f"spec.pytorchReplicaSpecs.{role}.template.spec.containers[{i}].image"
-                    out.append(PrimaryImage(str(role), where, str(container.get("image", ""))))
-        return out
-
-    def reads(self, job: Mapping[str, Any], config: BackendConfig, now: datetime.datetime) -> Reads:
-        return Reads(
-            pods=status.needs_pods(job),
-            error_report=status.needs_error_report(job),
-            events=status.needs_events(job, config, now),
-        )
-
-    def status(
-        self, job: Mapping[str, Any], observed: Observed, config: BackendConfig, now: datetime.datetime
-    ) -> JobStatus:
-        return status.job_status(
-            job, observed.pods, config, now, observed.errors, observed.events, observed.events_problem
-        )
-
-    def links(
-        self,
-        job: Mapping[str, Any],
-        pods: Optional[Sequence[Mapping[str, Any]]],
-        config: BackendConfig,
-        now: datetime.datetime,
-        task_config: Mapping[str, str],
-    ) -> list[TaskLog]:
-        return links.log_links(job, pods, config, now, task_config)
-
-
-TARGET = PyTorchJobTarget()
+__all__ = ["DECLARATION"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Optional
 
 from flyteidl.core.execution_pb2 import TaskExecution
 
@@ -39,6 +39,7 @@ from backend_plugin.status import (
     start_explanation,
     warning_events,
 )
+from backend_plugin.targets.pytorchjob.declaration import PyTorchJobSettings
 from backend_plugin.task_errors import ErrorReport
 from pytorch_contract.k8s_names import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 
@@ -168,13 +169,100 @@ def needs_events(job: Mapping[str, Any], config: BackendConfig, now: datetime.da
         True for a job whose deciding condition is Created, without `status.startTime`, created at least
         `job_start_timeout_s` ago (a suspended job never is: it waits for admission on purpose).
     """
-    if config.job_start_timeout_s is None or suspended(job):
+    timeout = config.kind(PyTorchJobSettings).start_timeout_s
+    if timeout is None or suspended(job):
         return False
     if deciding_type(job, TERMINAL_CONDITIONS) != "Created":
         return False
     if (job.get("status") or {}).get("startTime"):
         return False
-    return job_age(job, now) >= config.job_start_timeout_s
+    return job_age(job, now) >= timeout
+
+
+class _Read(NamedTuple):
+    """What one evaluation of a PyTorchJob reads: the job, its name for messages, its pods, the deciding condition,
+    the config and the time, and what was read for a failed or unstarted job."""
+
+    job: Mapping[str, Any]
+    name: str
+    pods: Sequence[Mapping[str, Any]]
+    condition: Mapping[str, Any]
+    config: BackendConfig
+    now: datetime.datetime
+    errors: Optional[ErrorReport]
+    events: Optional[Sequence[Mapping[str, Any]]]
+    events_problem: str
+
+    @property
+    def ctype(self) -> str:
+        return str(self.condition.get("type"))
+
+    @property
+    def text(self) -> str:
+        return condition_text(self.condition)
+
+    @property
+    def phase(self) -> Phase:
+        return CONDITION_PHASES[self.ctype]
+
+
+def _failed(read: _Read) -> JobStatus:
+    headline = read.text or f"PyTorchJob {read.name} failed"
+    return failed_job_status(headline, replica_failures(read.pods, replica_name), read.errors, condition=read.ctype)
+
+
+def _succeeded(read: _Read) -> JobStatus:
+    return JobStatus(read.phase, read.text or "succeeded", read.ctype)
+
+
+def _suspended(read: _Read) -> JobStatus:
+    return JobStatus(read.phase, f"suspended, waiting for admission: {read.text or 'runPolicy.suspend'}",
+                     read.ctype)  # fmt: skip
+
+
+def _restarting(read: _Read) -> JobStatus:
+    restart = earliest_failure(read.pods, replica_name, last_state=True)
+    return JobStatus(read.phase, f"restarting replicas{': ' + restart if restart else ''}", read.ctype)
+
+
+def _created(read: _Read) -> JobStatus:
+    if needs_events(read.job, read.config, read.now):
+        return _not_started(read)
+    pending = pending_reason(read.pods, replica_name)
+    message = f"waiting for replicas to start: {pending}" if pending else "pods created"
+    return JobStatus(read.phase, message, read.ctype)
+
+
+def _not_started(read: _Read) -> JobStatus:
+    """Created, not started past `job_start_timeout_s`: its events say why (a gang job may wait for its PodGroup)."""
+    job, age = read.job, job_age(read.job, read.now)
+    explanation = start_explanation(read.events, read.pods, read.events_problem, replica_name)
+    gang = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy"))
+    if gang and not _has_failure_evidence(read.events, read.pods):
+        message = f"waiting for the gang scheduler to admit the job's PodGroup ({age:.0f}s, no pods yet; {explanation})"
+        return JobStatus(read.phase, message, read.ctype)
+    timeout = float(read.config.kind(PyTorchJobSettings).start_timeout_s or 0)
+    return never_started_status(f"PyTorchJob {read.name}", age, timeout, explanation, read.ctype)
+
+
+def _running(read: _Read) -> JobStatus:
+    pending = pending_reason(read.pods, replica_name)
+    counts = f"{active_replicas(read.job)}/{expected_replicas(read.job)} replicas active"
+    return JobStatus(read.phase, f"running ({counts}); {pending}" if pending else f"running ({counts})",
+                     read.ctype)  # fmt: skip
+
+
+# How each condition of `CONDITION_PHASES` is reported; a job that is Created, Running or Restarting is first checked
+# for a replica that can never start (`fatal_waiting`).
+_REPORTS: dict[str, Callable[[_Read], JobStatus]] = {
+    "Failed": _failed,
+    "Succeeded": _succeeded,
+    "Suspended": _suspended,
+    "Created": _created,
+    "Running": _running,
+    "Restarting": _restarting,
+}
+_ACTIVE = ("Created", "Running", "Restarting")
 
 
 def job_status(
@@ -186,7 +274,7 @@ def job_status(
     events: Optional[Sequence[Mapping[str, Any]]] = None,
     events_problem: str = "",
 ) -> JobStatus:
-    """Flyte phase and message of a PyTorchJob.
+    """Flyte phase and message of a PyTorchJob: its spec's hold, else its deciding condition (`CONDITION_PHASES`).
 
     Args:
         job: the PyTorchJob as read from the API.
@@ -202,7 +290,6 @@ def job_status(
     """
     meta = job.get("metadata") or {}
     name = f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"
-    pods = pods or []
     condition = deciding_condition(job, TERMINAL_CONDITIONS)
     ctype = "" if condition is None else str(condition.get("type"))
     if ctype not in TERMINAL_CONDITIONS and suspended(job):
@@ -210,44 +297,15 @@ def job_status(
         return JobStatus(TaskExecution.QUEUED, f"suspended, waiting for admission: {why or 'runPolicy.suspend'}", ctype)
     if condition is None:
         return _not_picked_up(job, name, config, now)
-    phase = CONDITION_PHASES.get(ctype)
-    if phase is None:
+    if ctype not in _REPORTS:
         logger.warning("PyTorchJob %s has unknown condition %r; reporting it as running", name, ctype)
         text = condition_text(condition)
         return JobStatus(TaskExecution.RUNNING, f"running (unknown condition {ctype!r}: {text})", ctype)
-    if ctype == "Failed":
-        headline = condition_text(condition) or f"PyTorchJob {name} failed"
-        return failed_job_status(headline, replica_failures(pods, replica_name), errors, condition=ctype)
-    if ctype == "Succeeded":
-        return JobStatus(phase, condition_text(condition) or "succeeded", ctype)
-    if ctype == "Suspended":
-        why = condition_text(condition) or "runPolicy.suspend"
-        return JobStatus(phase, f"suspended, waiting for admission: {why}", ctype)
-    stuck = fatal_waiting(pods, job, config, now, replica_name)
+    read = _Read(job, name, pods or [], condition, config, now, errors, events, events_problem)
+    stuck = fatal_waiting(read.pods, job, config, now, replica_name) if ctype in _ACTIVE else None
     if stuck is not None:
         return JobStatus(TaskExecution.FAILED, stuck, ctype)
-    pending = pending_reason(pods, replica_name)
-    if ctype == "Restarting":
-        restart = earliest_failure(pods, replica_name, last_state=True)
-        why = f": {restart}" if restart else ""
-        return JobStatus(phase, f"restarting replicas{why}", ctype)
-    if ctype == "Created":
-        if needs_events(job, config, now):
-            explanation = start_explanation(events, pods, events_problem, replica_name)
-            gang = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy"))
-            if gang and not _has_failure_evidence(events, pods):
-                return JobStatus(
-                    phase,
-                    f"waiting for the gang scheduler to admit the job's PodGroup ({job_age(job, now):.0f}s, no pods "
-                    f"yet; {explanation})",
-                    ctype,
-                )
-            return never_started_status(
-                f"PyTorchJob {name}", job_age(job, now), float(config.job_start_timeout_s or 0), explanation, ctype
-            )
-        return JobStatus(phase, f"waiting for replicas to start: {pending}" if pending else "pods created", ctype)
-    counts = f"{active_replicas(job)}/{expected_replicas(job)} replicas active"
-    return JobStatus(phase, f"running ({counts}); {pending}" if pending else f"running ({counts})", ctype)
+    return _REPORTS[ctype](read)
 
 
 def _has_failure_evidence(events: Optional[Sequence[Mapping]], pods: Sequence[Mapping]) -> bool:
@@ -257,7 +315,7 @@ def _has_failure_evidence(events: Optional[Sequence[Mapping]], pods: Sequence[Ma
 
 def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:
     ns = (job.get("metadata") or {}).get("namespace", "?")
-    timeout = config.operator_pickup_timeout_s
+    timeout = config.kind(PyTorchJobSettings).pickup_timeout_s
     return not_picked_up(
         job,
         now,

@@ -1,9 +1,11 @@
-"""The PyTorchJob writer: `to_pytorchjob(spec, metadata, config)` -> a kubeflow.org/v1 PyTorchJob dict.
+"""The PyTorchJob writer: `write(plan)` -> a kubeflow.org/v1 PyTorchJob dict, from the job's `pods.PodPlan`.
 
 A short composition of small pure functions: one replica spec per role (`pods.replica_pod` plus the role's count
 and restart policy), the run policy (the task's values over the backend's defaults), the elastic policy and the
-job's metadata. No I/O, no clock: the same inputs always give the same dict with a stable key order, so
-`pytorchjob render` output, golden files and the object the connector sends are byte-for-byte the same thing.
+job's metadata. Writing never raises: everything that can be refused was checked by the reader and the plan. No I/O,
+no clock: the same inputs always give the same dict with a stable key order, so `pytorchjob render` output, golden
+files and the object the connector sends are byte-for-byte the same thing. `to_pytorchjob(spec, metadata, config)`
+is the plan and the write in one call.
 
 The other kinds' writers (`backend_plugin.targets.<kind>.writer`) build on the same `TaskSpec` and `pods` helpers.
 """
@@ -12,22 +14,29 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from backend_plugin.config import BackendConfig
-from backend_plugin.execution import ExecutionMetadata
-from backend_plugin.pods import PodPlan, plan_pods, replica_pod
-from backend_plugin.spec import ReplicaGroup, TaskSpec
+from backend_plugin.config import BackendConfig, RunPolicyDefaults
+from backend_plugin.execution import ExecutionMetadata, job_namespace
+from backend_plugin.pods import PodPlan, RolePlan, plan_pods, replica_pod
+from backend_plugin.spec import TaskSpec
+from backend_plugin.targets.pytorchjob.declaration import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
-__all__ = ["API_VERSION", "KIND", "GROUP", "VERSION", "PLURAL", "to_pytorchjob", "run_policy", "elastic_policy"]
-
-GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "PyTorchJob"
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "GROUP",
+    "VERSION",
+    "PLURAL",
+    "write",
+    "to_pytorchjob",
+    "run_policy",
+    "elastic_policy",
+]
 
 
 def to_pytorchjob(
     spec: TaskSpec, metadata: ExecutionMetadata, config: Optional[BackendConfig] = None
 ) -> dict[str, Any]:
-    """Write the PyTorchJob for one execution of a task.
+    """Plan and write the PyTorchJob for one execution of a task.
 
     Args:
         spec: the task (`template.read_template`).
@@ -41,12 +50,23 @@ def to_pytorchjob(
         TemplateError: what the task asks for cannot run with this execution and config (no image, an accelerator
             that cannot be placed, bad resources); the message names the field, the value and what is allowed.
     """
-    backend = config if config is not None else BackendConfig()
-    plan = plan_pods(spec, metadata, backend)
-    replica_specs = {group.role: replica_spec(group, plan) for group in spec.replicas}
-    job_spec: dict[str, Any] = {"runPolicy": run_policy(spec, backend)}
+    return write(plan_pods(spec, metadata, config if config is not None else BackendConfig()))
+
+
+def write(plan: PodPlan) -> dict[str, Any]:
+    """Write the PyTorchJob of a planned job (never raises).
+
+    Args:
+        plan: the job's `pods.plan_pods`.
+
+    Returns:
+        A kubeflow.org/v1 PyTorchJob as a plain JSON-able dict with a stable key order.
+    """
+    spec, defaults = plan.spec, plan.config.run_policy
+    replica_specs = {role.group.role: replica_spec(role, plan) for role in plan.roles}
+    job_spec: dict[str, Any] = {"runPolicy": run_policy(spec, defaults)}
     if spec.elastic is not None:
-        job_spec["elasticPolicy"] = elastic_policy(spec, backend)
+        job_spec["elasticPolicy"] = elastic_policy(spec, defaults)
     nproc = nproc_per_node(spec)
     if nproc is not None:
         job_spec["nprocPerNode"] = nproc
@@ -54,20 +74,21 @@ def to_pytorchjob(
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": job_metadata(plan), "spec": job_spec}
 
 
-def replica_spec(group: ReplicaGroup, plan: PodPlan) -> dict[str, Any]:
+def replica_spec(role: RolePlan, plan: PodPlan) -> dict[str, Any]:
     """`spec.pytorchReplicaSpecs.<role>`.
 
     Args:
-        group: the role.
+        role: the role's plan.
         plan: the job's pod plan.
 
     Returns:
         `{replicas, restartPolicy, template}`.
     """
-    return {"replicas": group.replicas, "restartPolicy": group.restart_policy, "template": replica_pod(group, plan)}
+    group = role.group
+    return {"replicas": group.replicas, "restartPolicy": group.restart_policy, "template": replica_pod(role, plan)}
 
 
-def run_policy(spec: TaskSpec, config: BackendConfig) -> dict[str, Any]:
+def run_policy(spec: TaskSpec, config: RunPolicyDefaults) -> dict[str, Any]:
     """`spec.runPolicy`: the task's values over the backend's defaults; a value the task states wins, 0 included.
 
     The deadline is the task's run policy, else its Flyte timeout, else the backend default. Flyte enforces the
@@ -79,7 +100,7 @@ def run_policy(spec: TaskSpec, config: BackendConfig) -> dict[str, Any]:
 
     Args:
         spec: the task.
-        config: the backend config.
+        config: the backend config's run-policy defaults.
 
     Returns:
         The run policy dict.
@@ -106,7 +127,7 @@ def run_policy(spec: TaskSpec, config: BackendConfig) -> dict[str, Any]:
     return out
 
 
-def scheduling_policy(spec: TaskSpec, config: BackendConfig) -> dict[str, Any]:
+def scheduling_policy(spec: TaskSpec, config: RunPolicyDefaults) -> dict[str, Any]:
     """`spec.runPolicy.schedulingPolicy`: queue, priority class and the gang size.
 
     Args:
@@ -130,7 +151,7 @@ def scheduling_policy(spec: TaskSpec, config: BackendConfig) -> dict[str, Any]:
     return out
 
 
-def elastic_policy(spec: TaskSpec, config: BackendConfig) -> dict[str, Any]:
+def elastic_policy(spec: TaskSpec, config: RunPolicyDefaults) -> dict[str, Any]:
     """`spec.elasticPolicy` of an elastic task.
 
     Args:
@@ -177,15 +198,15 @@ def job_metadata(plan: PodPlan) -> dict[str, Any]:
         plan: the job's pod plan (name, namespace, labels, annotations, owner references).
 
     Returns:
-        `{name, namespace, labels, annotations[, ownerReferences]}`.
+        `{name[, namespace], labels, annotations[, ownerReferences]}`.
     """
     meta = plan.metadata
-    out: dict[str, Any] = {
-        "name": meta.job_name,
-        "namespace": meta.namespace or plan.config.namespace,
-        "labels": dict(plan.labels),
-        "annotations": dict(plan.annotations),
-    }
+    out: dict[str, Any] = {"name": meta.job_name}
+    namespace = job_namespace(meta, plan.config)
+    if namespace is not None:
+        out["namespace"] = namespace
+    out["labels"] = dict(plan.labels)
+    out["annotations"] = dict(plan.annotations)
     if meta.owner_references:
         out["ownerReferences"] = [dict(r) for r in meta.owner_references]
     return out

@@ -3,9 +3,10 @@
 A TrainJob has only three condition types (`Suspended`, `Complete`, `Failed`) and no Created or Running condition:
 a running job has no true condition at all. So the phase comes from two places, in this order:
 
-1. `status.conditions`, only those whose status is "True" (a terminal one wins: `TERMINAL_CONDITIONS`): Complete is
-   SUCCEEDED, Suspended is QUEUED, Failed is decided by the rule every kind shares (`status.failed_job_status`:
-   retryable unless the task's own error document says it is not);
+1. `status.conditions`, only those whose status is "True" (a terminal one wins: `TERMINAL_CONDITIONS`), by the
+   table `CONDITIONS`: Complete is SUCCEEDED, Suspended is QUEUED, Failed is decided by the rule every kind shares
+   (`status.failed_job_status`: retryable unless the task's own error document says it is not), and an unknown type
+   is still running (and logged), never an error;
 2. `status.jobsStatus`, the entry of the torch runtime's replicated job `node` (`NODE_PHASES`): pods active with none
    ready are starting (INITIALIZING), a ready pod means the nodes are up (RUNNING).
 
@@ -21,8 +22,8 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Optional
 
 from flyteidl.core.execution_pb2 import TaskExecution
 
@@ -41,11 +42,13 @@ from backend_plugin.status import (
     pod_name,
     replica_failures,
 )
+from backend_plugin.targets.trainjob.declaration import TrainJobSettings
 from backend_plugin.task_errors import ErrorReport
 from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL
 
 __all__ = [
     "TERMINAL_CONDITIONS",
+    "CONDITIONS",
     "NODE_PHASES",
     "trainjob_status",
     "suspended",
@@ -154,6 +157,58 @@ def node_name(pod: Mapping[str, Any]) -> str:
     return pod_name(pod) if index is None else f"node-{index}"
 
 
+class _Read(NamedTuple):
+    """What one evaluation of a TrainJob reads: the job, its name for messages, its pods, the deciding condition,
+    the `node` entry of `jobsStatus`, and the task's error documents."""
+
+    job: Mapping[str, Any]
+    name: str
+    nodes: Sequence[Mapping[str, Any]]
+    condition: Optional[Mapping[str, Any]]
+    node: Mapping[str, Any]
+    errors: Optional[ErrorReport]
+
+    @property
+    def ctype(self) -> str:
+        return "" if self.condition is None else str(self.condition.get("type"))
+
+    @property
+    def text(self) -> str:
+        return str((self.condition or {}).get("message") or "")
+
+    @property
+    def reason(self) -> str:
+        return str((self.condition or {}).get("reason") or "")
+
+
+def _failed(read: _Read) -> JobStatus:
+    headline = f"TrainJob {read.name} failed ({read.reason or 'Failed'}): {read.text or 'the JobSet failed'}"
+    return failed_job_status(headline, replica_failures(read.nodes, node_name), read.errors, condition=read.ctype)
+
+
+def _complete(read: _Read) -> JobStatus:
+    return JobStatus(TaskExecution.SUCCEEDED, read.text or "completed", read.ctype)
+
+
+def _suspended(read: _Read) -> JobStatus:
+    return JobStatus(TaskExecution.QUEUED, f"suspended, waiting for admission: {read.text or read.reason}", read.ctype)
+
+
+def _unknown(read: _Read) -> JobStatus:
+    logger.warning("TrainJob %s has unknown condition %r; reporting it as running", read.name, read.ctype)
+    text = read.text or read.reason
+    return JobStatus(TaskExecution.RUNNING, f"running (unknown condition {read.ctype!r}: {text})", read.ctype)
+
+
+# TrainJob condition type (Kubeflow Trainer v2, only those whose status is "True") -> how it is reported. A terminal
+# one wins (`TERMINAL_CONDITIONS`); any other type is unknown: still running, and a log line (`_unknown`).
+CONDITIONS: dict[str, Callable[[_Read], JobStatus]] = {
+    "Failed": _failed,  # FAILED or RETRYABLE_FAILED: the rule every kind shares (`status.failed_job_status`)
+    "Complete": _complete,  # SUCCEEDED: the JobSet's success policy was met
+    "Suspended": _suspended,  # QUEUED: spec.suspend (Kueue, an admin): waits for admission, no nodes
+}
+
+
 def trainjob_status(
     job: Mapping[str, Any],
     pods: Optional[Sequence[Mapping[str, Any]]],
@@ -161,7 +216,8 @@ def trainjob_status(
     now: datetime.datetime,
     errors: Optional[ErrorReport] = None,
 ) -> JobStatus:
-    """Flyte phase and message of a TrainJob.
+    """Flyte phase and message of a TrainJob: its spec's hold, else its deciding condition (`CONDITIONS`), else its
+    nodes (`NODE_PHASES`).
 
     Args:
         job: the TrainJob as read from the API.
@@ -176,48 +232,40 @@ def trainjob_status(
     """
     meta = job.get("metadata") or {}
     name = f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"
-    nodes = pods or []
     condition = deciding_condition(job, TERMINAL_CONDITIONS)
-    node = node_status(job)
-    expected = int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
-    if (condition is None or condition.get("type") not in TERMINAL_CONDITIONS) and suspended(job):
-        why = condition_text(condition) if condition is not None and condition.get("type") == "Suspended" else ""
-        ctype = "" if condition is None else str(condition.get("type"))
-        return JobStatus(TaskExecution.QUEUED, f"suspended, waiting for admission: {why or 'spec.suspend'}", ctype)
+    read = _Read(job, name, pods or [], condition, node_status(job), errors)
+    if read.ctype not in TERMINAL_CONDITIONS and suspended(job):
+        why = condition_text(condition) if condition is not None and read.ctype == "Suspended" else ""
+        return JobStatus(TaskExecution.QUEUED, f"suspended, waiting for admission: {why or 'spec.suspend'}", read.ctype)
     if condition is not None:
-        ctype = str(condition.get("type"))
-        text = str(condition.get("message") or "")
-        reason = str(condition.get("reason") or "")
-        if ctype == "Failed":
-            headline = f"TrainJob {name} failed ({reason or 'Failed'}): {text or 'the JobSet failed'}"
-            return failed_job_status(headline, replica_failures(nodes, node_name), errors, condition=ctype)
-        if ctype == "Complete":
-            return JobStatus(TaskExecution.SUCCEEDED, text or "completed", ctype)
-        if ctype == "Suspended":
-            return JobStatus(TaskExecution.QUEUED, f"suspended, waiting for admission: {text or reason}", ctype)
-        logger.warning("TrainJob %s has unknown condition %r; reporting it as running", name, ctype)
-        return JobStatus(TaskExecution.RUNNING, f"running (unknown condition {ctype!r}: {text or reason})", ctype)
-    if not node:
+        return CONDITIONS.get(read.ctype, _unknown)(read)
+    if not read.node:
         return _not_picked_up(job, name, config, now)
-    stuck = fatal_waiting(nodes, job, config, now, node_name)
+    return _from_nodes(read, config, now)
+
+
+def _from_nodes(read: _Read, config: BackendConfig, now: datetime.datetime) -> JobStatus:
+    """A job with no true condition: its `jobsStatus` entry (`NODE_PHASES`), or its pods when they are stuck."""
+    stuck = fatal_waiting(read.nodes, read.job, config, now, node_name)
     if stuck is not None:
         return JobStatus(failure_phase(ran=False), stuck)
-    ready, active = int(node.get("ready") or 0), int(node.get("active") or 0)
+    expected = int(((read.job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
+    ready, active = int(read.node.get("ready") or 0), int(read.node.get("active") or 0)
     counts = f"{ready}/{expected} nodes ready, {active} active"
-    for key, phase in NODE_PHASES:
-        if int(node.get(key) or 0) > 0:
-            if phase == TaskExecution.INITIALIZING:
-                pending = pending_reason(nodes, node_name)
-                return JobStatus(phase, f"starting nodes ({counts}){'; ' + pending if pending else ''}")
-            return JobStatus(phase, f"running ({counts})")
-    return JobStatus(TaskExecution.QUEUED, f"waiting for nodes ({counts})")
+    phase = next((phase for key, phase in NODE_PHASES if int(read.node.get(key) or 0) > 0), TaskExecution.QUEUED)
+    if phase == TaskExecution.INITIALIZING:
+        pending = pending_reason(read.nodes, node_name)
+        return JobStatus(phase, f"starting nodes ({counts}){'; ' + pending if pending else ''}")
+    if phase == TaskExecution.QUEUED:  # no row matched
+        return JobStatus(phase, f"waiting for nodes ({counts})")
+    return JobStatus(phase, f"running ({counts})")
 
 
 def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:
     meta = job.get("metadata") or {}
     ns, job_name = meta.get("namespace", "?"), meta.get("name", "?")
     runtime = ((job.get("spec") or {}).get("runtimeRef") or {}).get("name", "?")
-    timeout = config.trainjob_pickup_timeout_s
+    timeout = config.kind(TrainJobSettings).pickup_timeout_s
     return not_picked_up(
         job,
         now,

@@ -1,4 +1,4 @@
-"""The TrainJob writer: `to_trainjob(spec, metadata, config)` -> a Kubeflow Trainer v2 TrainJob dict.
+"""The TrainJob writer: `write(plan)` -> a Kubeflow Trainer v2 TrainJob dict, from the job's `pods.PodPlan`.
 
 The second kind next to the PyTorchJob writer (`targets/pytorchjob/writer.py`), from the same `TaskSpec` and the
 same `pods.plan_pods` / `pods.replica_pod` pieces. A TrainJob names a training runtime (`spec.runtimeRef`, by default
@@ -12,10 +12,12 @@ the ClusterTrainingRuntime `torch-distributed`) and overrides only parts of it:
 - the TrainJob's own metadata: labels (Kueue reads its queue label there), annotations, owner references;
   `suspend`, `activeDeadlineSeconds` (the task timeout) and `managedBy`.
 
-What a TrainJob cannot express is refused with a `TemplateError` naming the setting and the alternative (the
-`pytorchjob` target): see `refusals`. Backend defaults that have no TrainJob equivalent are not the user's choice;
-they are reported by `dropped_defaults` (logged by the connector, printed by `pytorchjob render`) and dropped. The
-table of both is in docs/trainer-v2.md. Pure: no I/O, no clock.
+What a TrainJob cannot express is refused before anything is written, with a `TemplateError` naming the setting
+and the alternative (the `pytorchjob` target): `refusals` (the task) and `plan_problem` (its planned pod);
+`plan_trainjob` runs both around `pods.plan_pods`, and writing never raises. Backend defaults that have no TrainJob
+equivalent are not the user's choice; they are reported by `dropped_defaults` (logged by the connector, printed by
+`pytorchjob render`) and dropped. The table of both is in docs/trainer-v2.md. `to_trainjob(spec, metadata, config)`
+is the plan and the write in one call. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -23,11 +25,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from backend_plugin.config import BackendConfig
+from backend_plugin.config import BackendConfig, RunPolicyDefaults
 from backend_plugin.errors import TemplateError
-from backend_plugin.execution import ExecutionMetadata
-from backend_plugin.pods import plan_pods, replica_pod
+from backend_plugin.execution import ExecutionMetadata, job_namespace
+from backend_plugin.pods import PodPlan, plan_pods, replica_pod
 from backend_plugin.spec import TaskSpec
+from backend_plugin.targets.trainjob.declaration import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    NODE,
+    PLURAL,
+    VERSION,
+    TrainJobSettings,
+)
 from pytorch_contract.k8s_names import TRAINJOB_NODE_ENV
 from pytorch_contract.template_keys import PRIMARY_CONTAINER, RestartPolicy
 
@@ -41,20 +52,16 @@ __all__ = [
     "MANAGER",
     "RESERVED_ENV",
     "POD_PATCH_FIELDS",
-    "CONTAINER_PATCH_FIELDS",
     "to_trainjob",
+    "plan_trainjob",
+    "write",
     "refusals",
+    "plan_problem",
+    "patch_problem",
     "dropped_defaults",
     "trainjob_name",
     "max_name_length",
 ]
-
-GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "TrainJob"
-
-NODE = "node"
-"""The torch runtime's replicated job and its container: the only ones `spec.trainer` overrides."""
 
 MANAGER = "pytorch.flyte.org/flytekitplugins-pytorch"
 """`runtimePatches[].manager`: the webhook requires a domain-prefixed path; ours names the plugin."""
@@ -78,9 +85,6 @@ POD_PATCH_FIELDS = (
 )
 """The pod spec fields a runtime patch may set (Trainer v2.3 webhook)."""
 
-CONTAINER_PATCH_FIELDS = ("name", "env", "volumeMounts", "securityContext")
-"""The container fields a runtime patch may set (not env on the `node` container: that is `trainer.env`)."""
-
 _TRAINER_CONTAINER_FIELDS = ("name", "image", "command", "args", "env", "resources", "volumeMounts", "securityContext")
 # terminationMessagePolicy is ours (FallbackToLogsOnError, pods.TERMINATION_MESSAGE_POLICY) and cannot be patched:
 # on a TrainJob the node container keeps the runtime's (File), so failure messages carry no log tail.
@@ -90,7 +94,7 @@ _ALTERNATIVE = "remove it from the task, or run it on the PyTorchJob target (bac
 
 
 def to_trainjob(spec: TaskSpec, metadata: ExecutionMetadata, config: Optional[BackendConfig] = None) -> dict[str, Any]:
-    """Write the TrainJob for one execution of a task.
+    """Plan and write the TrainJob for one execution of a task.
 
     Args:
         spec: the task (`template.read_template`).
@@ -101,74 +105,142 @@ def to_trainjob(spec: TaskSpec, metadata: ExecutionMetadata, config: Optional[Ba
         A trainer.kubeflow.org/v1alpha1 TrainJob as a plain JSON-able dict with a stable key order.
 
     Raises:
-        TemplateError: the task asks for something a TrainJob cannot express (every such setting is listed, each
-            with the alternative), or what `pods.replica_pod` refuses (no image, bad resources, ...).
+        TemplateError: what `plan_trainjob` refuses.
     """
-    backend = config if config is not None else BackendConfig()
+    return write(plan_trainjob(spec, metadata, config if config is not None else BackendConfig()))
+
+
+def plan_trainjob(spec: TaskSpec, metadata: ExecutionMetadata, config: BackendConfig) -> PodPlan:
+    """The job's pod plan, once the task is known to run as a TrainJob.
+
+    Args:
+        spec: the task.
+        metadata: the execution.
+        config: the backend config.
+
+    Returns:
+        The plan `write` writes.
+
+    Raises:
+        TemplateError: the task asks for something a TrainJob cannot express (every such setting is listed, each
+            with the alternative: `refusals`, then `plan_problem`), or what `pods.plan_pods` refuses (no image, bad
+            resources, ...).
+    """
     problems = refusals(spec)
     if problems:
         raise TemplateError("cannot run as a Kubeflow Trainer v2 TrainJob: " + "; ".join(problems))
-    plan = plan_pods(spec, metadata, backend)
-    group = spec.replicas[0]  # every role is the same pod here (`refusals` checked it)
-    pod = replica_pod(group, plan)
+    plan = plan_pods(spec, metadata, config)
+    problem = plan_problem(plan)
+    if problem is not None:
+        raise TemplateError(problem)
+    return plan
+
+
+def write(plan: PodPlan) -> dict[str, Any]:
+    """Write the TrainJob of a planned job (never raises).
+
+    Args:
+        plan: `plan_trainjob`.
+
+    Returns:
+        A trainer.kubeflow.org/v1alpha1 TrainJob as a plain JSON-able dict with a stable key order.
+    """
+    spec, config = plan.spec, plan.config
+    own = config.kind(TrainJobSettings)
+    pod = replica_pod(plan.roles[0], plan)  # every role is the same pod here (`refusals` checked it)
     pod_spec = pod["spec"]
     containers = pod_spec.pop("containers")
     (container,) = [c for c in containers if c.get("name") == PRIMARY_CONTAINER]
-    num_nodes = spec.total_replicas
-
-    trainer: dict[str, Any] = {"image": container["image"]}
-    command, args = list(container.get("command") or []), list(container.get("args") or [])
-    # The torch runtime's node container has no command; Flyte's args start with the executable (pyflyte-execute),
-    # so they become the command and the TrainJob does not depend on the image's ENTRYPOINT.
-    trainer["command"] = command or args
-    if command and args:
-        trainer["args"] = args
-    env = container.get("env") or []
-    reserved = [e["name"] for e in env if e.get("name") in RESERVED_ENV]
-    if reserved:
-        raise TemplateError(
-            f"env {reserved} cannot be set on a TrainJob: the torch runtime sets {list(RESERVED_ENV)} in every node "
-            "and the Trainer webhook rejects them; rename the variables"
-        )
-    if env:
-        trainer["env"] = env
-    trainer["numNodes"] = num_nodes
-    resources = container.get("resources") or {}
-    nproc = num_proc_per_node(spec, resources, plan.gpu_resource, backend)
-    if nproc is not None:
-        trainer["numProcPerNode"] = nproc
-    if resources:
-        trainer["resourcesPerNode"] = resources
-
     job_spec: dict[str, Any] = {
-        "runtimeRef": {
-            "name": backend.trainjob_runtime_name,
-            "apiGroup": GROUP,
-            "kind": backend.trainjob_runtime_kind,
-        },
-        "trainer": trainer,
+        "runtimeRef": {"name": own.runtime_name, "apiGroup": GROUP, "kind": own.runtime_kind},
+        "trainer": trainer(container, plan),
     }
     patch = runtime_patch(pod["metadata"], pod_spec, container)
     if patch is not None:
         job_spec["runtimePatches"] = [patch]
     suspend = spec.scheduling.suspend
-    if backend.suspend if suspend is None else suspend:
+    if config.run_policy.suspend if suspend is None else suspend:
         job_spec["suspend"] = True
-    deadline = active_deadline_seconds(spec, backend)
+    deadline = active_deadline_seconds(spec, config.run_policy)
     if deadline is not None:
         job_spec["activeDeadlineSeconds"] = deadline
-    if backend.trainjob_managed_by is not None:
-        job_spec["managedBy"] = backend.trainjob_managed_by
+    if own.managed_by is not None:
+        job_spec["managedBy"] = own.managed_by
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": job_metadata(plan), "spec": job_spec}
 
-    meta: dict[str, Any] = {
-        "name": trainjob_name(metadata.job_name, num_nodes),
-        "namespace": metadata.namespace or backend.namespace,
-        "labels": dict(plan.labels),
-        "annotations": dict(plan.annotations),
-    }
+
+def trainer(container: Mapping[str, Any], plan: PodPlan) -> dict[str, Any]:
+    """`spec.trainer`: the node container's image, command, args and env, the node count, the processes and
+    resources per node.
+
+    Args:
+        container: the primary container of the planned pod.
+        plan: the job's plan.
+
+    Returns:
+        The trainer.
+    """
+    out: dict[str, Any] = {"image": container["image"]}
+    command, args = list(container.get("command") or []), list(container.get("args") or [])
+    # The torch runtime's node container has no command; Flyte's args start with the executable (pyflyte-execute),
+    # so they become the command and the TrainJob does not depend on the image's ENTRYPOINT.
+    out["command"] = command or args
+    if command and args:
+        out["args"] = args
+    if container.get("env"):
+        out["env"] = container["env"]
+    out["numNodes"] = plan.spec.total_replicas
+    resources = container.get("resources") or {}
+    nproc = num_proc_per_node(plan.spec, resources, plan.gpu_resource, plan.config)
+    if nproc is not None:
+        out["numProcPerNode"] = nproc
+    if resources:
+        out["resourcesPerNode"] = resources
+    return out
+
+
+def job_metadata(plan: PodPlan) -> dict[str, Any]:
+    """The TrainJob's `metadata`.
+
+    Args:
+        plan: the job's plan (name, namespace, labels, annotations, owner references).
+
+    Returns:
+        `{name[, namespace], labels, annotations[, ownerReferences]}`.
+    """
+    metadata = plan.metadata
+    meta: dict[str, Any] = {"name": trainjob_name(metadata.job_name, plan.spec.total_replicas)}
+    namespace = job_namespace(metadata, plan.config)
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(plan.labels)
+    meta["annotations"] = dict(plan.annotations)
     if metadata.owner_references:
         meta["ownerReferences"] = [dict(r) for r in metadata.owner_references]
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": job_spec}
+    return meta
+
+
+def plan_problem(plan: PodPlan) -> Optional[str]:
+    """What the planned node pod holds that a TrainJob cannot carry: an environment variable the torch runtime sets,
+    or a pod template field a runtime patch cannot set.
+
+    Args:
+        plan: the job's `pods.plan_pods`.
+
+    Returns:
+        The message naming what and the alternative, or None.
+    """
+    role = plan.roles[0]
+    container = next(c for c in role.source.spec["containers"] if c.get("name") == PRIMARY_CONTAINER)
+    names = [e.get("name") for layer in (plan.environment, container.get("env") or (), plan.execution_environment)
+             for e in layer]  # fmt: skip
+    reserved = [n for n in dict.fromkeys(names) if n in RESERVED_ENV]
+    if reserved:
+        return (
+            f"env {reserved} cannot be set on a TrainJob: the torch runtime sets {list(RESERVED_ENV)} in every node "
+            "and the Trainer webhook rejects them; rename the variables"
+        )
+    return patch_problem(role.source.spec, container)
 
 
 def refusals(spec: TaskSpec) -> list[str]:
@@ -177,7 +249,7 @@ def refusals(spec: TaskSpec) -> list[str]:
     Refused (the task's own choice, which would otherwise be silently dropped): an elastic task, roles whose
     image, resources or restart policy differ, a per-role pod template, a restart policy other than Never,
     `backoffLimit`, `ttlSecondsAfterFinished`, a clean-pod policy other than Running, gang scheduling,
-    `min_available` and a priority class. Pod template fields are checked by `runtime_patch` when the pod is built.
+    `min_available` and a priority class. The planned pod is checked by `plan_problem`.
 
     Args:
         spec: the task.
@@ -186,36 +258,50 @@ def refusals(spec: TaskSpec) -> list[str]:
         Messages naming the user's setting (`Worker(requests/limits=...)`, never a template path), why and the
         alternative.
     """
+    return [*_elastic_refusals(spec), *_role_refusals(spec), *_policy_refusals(spec), *_scheduling_refusals(spec)]
+
+
+def _elastic_refusals(spec: TaskSpec) -> list[str]:
+    e = spec.elastic
+    if e is None:
+        return []
+    return [
+        f"Elastic(nnodes='{e.min_replicas}:{e.max_replicas}', max_restarts={e.max_restarts}): "
+        "a TrainJob has a fixed node count and no elastic rendezvous; use PyTorch(...) with a fixed worker "
+        f"count, or {_ALTERNATIVE}"
+    ]
+
+
+def _role_refusals(spec: TaskSpec) -> list[str]:
+    """Roles that differ (image, resources), restart on their own, or have their own pod template."""
     out = []
-    if spec.elastic is not None:
-        e = spec.elastic
-        out.append(
-            f"Elastic(nnodes='{e.min_replicas}:{e.max_replicas}', max_restarts={e.max_restarts}): "
-            "a TrainJob has a fixed node count and no elastic rendezvous; use PyTorch(...) with a fixed worker "
-            f"count, or {_ALTERNATIVE}"
-        )
     first = spec.replicas[0]
     for group in spec.replicas[1:]:
-        for attr, what in (("image", "image"), ("resources", "resources")):
+        for attr, setting, field in (("image", "image", "image"), ("resources", "requests/limits", "resourcesPerNode")):
             if getattr(group, attr) != getattr(first, attr):
-                setting = "image" if what == "image" else "requests/limits"
                 out.append(
                     f"{group.role}({setting}=...) differs from {first.role}({setting}=...): a TrainJob runs one pod "
-                    f"spec on every node (trainer.{'image' if what == 'image' else 'resourcesPerNode'}); give "
-                    f"{first.role} and {group.role} the same {setting}, or {_ALTERNATIVE}"
+                    f"spec on every node (trainer.{field}); give {first.role} and {group.role} the same {setting}, "
+                    f"or {_ALTERNATIVE}"
                 )
-    for group in spec.replicas:
-        if group.restart_policy != RestartPolicy.NEVER.value:
-            out.append(
-                f"{group.role}(restart_policy={group.restart_policy!r}): a TrainJob's restarts are the training "
-                f"runtime's (its JobSet failure policy), not per role; use Never, or {_ALTERNATIVE}"
-            )
-    for group in spec.replicas:
-        if group.pod_template is not None:
-            out.append(
-                f"{group.role}(pod_template=...) gives the {group.role} its own pod template: a TrainJob runs one pod "
-                f"spec on every node and has no roles; put the settings on the task's pod template, or {_ALTERNATIVE}"
-            )
+    out += [
+        f"{group.role}(restart_policy={group.restart_policy!r}): a TrainJob's restarts are the training "
+        f"runtime's (its JobSet failure policy), not per role; use Never, or {_ALTERNATIVE}"
+        for group in spec.replicas
+        if group.restart_policy != RestartPolicy.NEVER.value
+    ]
+    out += [
+        f"{group.role}(pod_template=...) gives the {group.role} its own pod template: a TrainJob runs one pod "
+        f"spec on every node and has no roles; put the settings on the task's pod template, or {_ALTERNATIVE}"
+        for group in spec.replicas
+        if group.pod_template is not None
+    ]
+    return out
+
+
+def _policy_refusals(spec: TaskSpec) -> list[str]:
+    """The run policy a TrainJob has no field for."""
+    out = []
     policy = spec.run_policy
     if policy.backoff_limit is not None:
         out.append(
@@ -232,36 +318,41 @@ def refusals(spec: TaskSpec) -> list[str]:
             f"RunPolicy(clean_pod_policy={policy.clean_pod_policy!r}): a TrainJob stops running pods when it ends "
             f"and keeps finished ones (the default 'Running'); {_ALTERNATIVE}"
         )
-    sched = spec.scheduling
-    for key, value in (
-        ("gang_scheduling", sched.gang_scheduling or None),
-        ("min_available", sched.min_available),
-        ("priority_class", sched.priority_class),
-    ):
-        if value is not None:
-            out.append(
-                f"RunPolicy({key}={value!r}): gang scheduling and priority belong to the training runtime on "
-                f"Trainer v2 (its podGroupPolicy, or a runtime with a priority class); pick such a runtime with "
-                f"trainjob_runtime_name, or {_ALTERNATIVE}"
-            )
     return out
 
 
-_DEFAULT_TTL_S = BackendConfig.__dataclass_fields__["ttl_seconds_after_finished"].default
+def _scheduling_refusals(spec: TaskSpec) -> list[str]:
+    """Gang scheduling and priority, which belong to the training runtime on Trainer v2."""
+    sched = spec.scheduling
+    return [
+        f"RunPolicy({key}={value!r}): gang scheduling and priority belong to the training runtime on "
+        f"Trainer v2 (its podGroupPolicy, or a runtime with a priority class); pick such a runtime with "
+        f"trainjob_runtime_name, or {_ALTERNATIVE}"
+        for key, value in (
+            ("gang_scheduling", sched.gang_scheduling or None),
+            ("min_available", sched.min_available),
+            ("priority_class", sched.priority_class),
+        )
+        if value is not None
+    ]
+
+
+_DEFAULT_TTL_S = RunPolicyDefaults.__dataclass_fields__["ttl_seconds_after_finished"].default
 """Our default `ttl_seconds_after_finished`, read off the field (no config is built per job to learn it)."""
 
 
-def dropped_defaults(spec: TaskSpec, config: BackendConfig) -> list[str]:
+def dropped_defaults(spec: TaskSpec, backend: BackendConfig) -> list[str]:
     """Backend defaults that a TrainJob cannot express and that are dropped (not the task's choice).
 
     Args:
         spec: the task.
-        config: the backend config.
+        backend: the backend config.
 
     Returns:
         One message per dropped default (empty for the defaults of a TrainJob-only cluster).
     """
     out = []
+    config = backend.run_policy
     # Only what the config sets differently from our own default: a warning about a default nobody set is noise.
     if (
         config.ttl_seconds_after_finished not in (None, _DEFAULT_TTL_S)
@@ -305,22 +396,29 @@ def num_proc_per_node(
     if value.isdigit():
         return int(value)
     has_gpu = any(
-        (config.is_gpu_resource(k) or k == gpu_resource) and str(v) not in ("0", "")
-        for section in ("requests", "limits")
-        for k, v in (resources.get(section) or {}).items()
+        _is_gpu(k, v, gpu_resource, config) for s in ("requests", "limits") for k, v in _section(resources, s)
     )
     if value == "cpu":
         return 1 if has_gpu else None
     return None if has_gpu else 1
 
 
-def active_deadline_seconds(spec: TaskSpec, config: BackendConfig) -> Optional[int]:
+def _section(resources: Mapping[str, Any], name: str) -> Any:
+    return (resources.get(name) or {}).items()
+
+
+def _is_gpu(name: str, amount: Any, gpu_resource: str, config: BackendConfig) -> bool:
+    """A resource a node asks a non-zero amount of that counts as a GPU."""
+    return (config.gpu.is_gpu_resource(name) or name == gpu_resource) and str(amount) not in ("0", "")
+
+
+def active_deadline_seconds(spec: TaskSpec, config: RunPolicyDefaults) -> Optional[int]:
     """`spec.activeDeadlineSeconds`: the task's run policy, else its Flyte timeout, else the backend default (as
     `pytorchjob.run_policy`).
 
     Args:
         spec: the task.
-        config: supplies `active_deadline_seconds`, the backend default.
+        config: the backend config's run-policy defaults (`active_deadline_seconds`).
 
     Returns:
         Seconds, or None for no deadline.
@@ -330,11 +428,39 @@ def active_deadline_seconds(spec: TaskSpec, config: BackendConfig) -> Optional[i
     return value if value else deadline
 
 
+def patch_problem(pod_spec: Mapping[str, Any], container: Mapping[str, Any]) -> Optional[str]:
+    """Whether the task's node pod uses a pod field, a container field or an extra container that a runtime patch
+    cannot carry (the fields the writer adds are all allowed).
+
+    Args:
+        pod_spec: the pod spec the node starts from (the task's pod).
+        container: its primary container.
+
+    Returns:
+        The message naming each such field and the alternative, or None.
+    """
+    problems = [f"pod_template spec.{key}" for key in pod_spec if key not in POD_PATCH_FIELDS]
+    problems += [
+        f"pod_template primary container's {key}"
+        for key in container
+        if key not in _TRAINER_CONTAINER_FIELDS and key not in _DROPPED_CONTAINER_FIELDS
+    ]
+    if pod_spec.get("initContainers"):
+        problems.append("pod_template spec.initContainers (a runtime patch cannot add a container image)")
+    if not problems:
+        return None
+    return (
+        f"cannot run as a Kubeflow Trainer v2 TrainJob: {', '.join(problems)} cannot be set through a runtime "
+        f"patch (allowed pod fields: {list(POD_PATCH_FIELDS)}; container fields: image, command, args, env, "
+        f"resources, volumeMounts, securityContext); {_ALTERNATIVE}"
+    )
+
+
 def runtime_patch(
     pod_metadata: Mapping[str, Any], pod_spec: dict[str, Any], container: Mapping[str, Any]
 ) -> Optional[dict[str, Any]]:
     """The one `runtimePatches` entry: the node pod's metadata, placement and volumes, and the node container's
-    mounts and security context.
+    mounts and security context (what `patch_problem` refuses was refused before).
 
     Args:
         pod_metadata: `{labels, annotations}` of the node pod.
@@ -343,41 +469,18 @@ def runtime_patch(
 
     Returns:
         The patch, or None when there is nothing to patch.
-
-    Raises:
-        TemplateError: the pod template uses a pod field, a container field or an extra container that a runtime
-            patch cannot carry (named, with the alternative).
     """
-    problems = []
-    for key in pod_spec:
-        if key not in POD_PATCH_FIELDS:
-            problems.append(f"pod_template spec.{key}")
-    for key in container:
-        if key not in _TRAINER_CONTAINER_FIELDS and key not in _DROPPED_CONTAINER_FIELDS:
-            problems.append(f"pod_template primary container's {key}")
-    if pod_spec.get("initContainers"):
-        problems.append("pod_template spec.initContainers (a runtime patch cannot add a container image)")
-    if problems:
-        raise TemplateError(
-            f"cannot run as a Kubeflow Trainer v2 TrainJob: {', '.join(problems)} cannot be set through a runtime "
-            f"patch (allowed pod fields: {list(POD_PATCH_FIELDS)}; container fields: image, command, args, env, "
-            f"resources, volumeMounts, securityContext); {_ALTERNATIVE}"
-        )
-    node_container: dict[str, Any] = {"name": NODE}
-    for key in ("volumeMounts", "securityContext"):
-        if container.get(key):
-            node_container[key] = container[key]
+    node_container = {
+        "name": NODE,
+        **{k: container[k] for k in ("volumeMounts", "securityContext") if container.get(k)},
+    }
     spec: dict[str, Any] = {k: pod_spec[k] for k in POD_PATCH_FIELDS if pod_spec.get(k) and k != "containers"}
     if len(node_container) > 1:
         spec["containers"] = [node_container]
     metadata = {k: dict(v) for k, v in pod_metadata.items() if v}
-    if not spec and not metadata:
+    pod_template = {key: value for key, value in (("metadata", metadata), ("spec", spec)) if value}
+    if not pod_template:
         return None
-    pod_template: dict[str, Any] = {}
-    if metadata:
-        pod_template["metadata"] = metadata
-    if spec:
-        pod_template["spec"] = spec
     replicated_job = {"name": NODE, "template": {"spec": {"template": pod_template}}}
     return {
         "manager": MANAGER,

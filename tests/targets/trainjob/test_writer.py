@@ -2,23 +2,20 @@
 
 Every TrainJob built here passes `tests.kube_schema.assert_valid_trainjob` (the Trainer v2.3 CRD, the webhook's rules
 and the node pod the default runtime renders). Regenerate the golden files with
-`python -m pytest --update-golden tests/backend/test_trainjob.py` and review the diff.
+`python -m pytest --update-golden tests/targets/trainjob/test_writer.py` and review the diff.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import textwrap
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 import yaml
 
-from backend_plugin.cli import main
 from backend_plugin.config import BackendConfig
-from backend_plugin.errors import ConfigError, TemplateError
+from backend_plugin.errors import TemplateError
 from backend_plugin.targets.trainjob.writer import (
     MANAGER,
     dropped_defaults,
@@ -31,7 +28,7 @@ from tests import golden as golden_files
 from tests.helpers.jobs import GKE, META, SPOT, load
 from tests.kube_schema import DNS1035, assert_valid_trainjob, trainjob_webhook_errors
 
-GOLDEN_DIR = Path(__file__).resolve().parents[1] / "data" / "trainjobs"
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "data" / "trainjobs"
 
 
 def queue_suspend() -> dict:
@@ -117,10 +114,12 @@ def test_accelerator_affinity_and_mig_resource():
 def test_timeout_runtime_and_managed_by_from_config():
     t = load("hand_cpu")
     t.setdefault("metadata", {})["timeout"] = "600s"
-    config = BackendConfig(
-        trainjob_runtime_name="torch-nccl",
-        trainjob_runtime_kind="TrainingRuntime",
-        trainjob_managed_by="kueue.x-k8s.io/multikueue",
+    config = BackendConfig.from_dict(
+        dict(
+            trainjob_runtime_name="torch-nccl",
+            trainjob_runtime_kind="TrainingRuntime",
+            trainjob_managed_by="kueue.x-k8s.io/multikueue",
+        )
     )
     spec = build(t, config)["spec"]
     assert spec["activeDeadlineSeconds"] == 600
@@ -195,14 +194,14 @@ def test_pod_template_fields_a_patch_cannot_carry_are_refused():
 def test_backend_defaults_without_an_equivalent_are_warnings_not_errors():
     spec = read_template(load("sdk_seed_gpu"))
     assert dropped_defaults(spec, BackendConfig()) == []  # our own defaults: nobody set them, nothing to say
-    assert dropped_defaults(spec, BackendConfig(ttl_seconds_after_finished=3600)) == [
+    assert dropped_defaults(spec, BackendConfig.from_dict(dict(ttl_seconds_after_finished=3600))) == [
         "backend ttl_seconds_after_finished=3600 is not applied: a TrainJob has no TTL (the connector deletes the "
         "jobs it finalizes)"
     ]
-    config = BackendConfig(ttl_seconds_after_finished=None, backoff_limit=2, gang_scheduling=True)
+    config = BackendConfig.from_dict(dict(ttl_seconds_after_finished=None, backoff_limit=2, gang_scheduling=True))
     found = dropped_defaults(spec, config)
     assert [w.split("=")[0] for w in found] == ["backend backoff_limit", "backend gang_scheduling"]
-    assert dropped_defaults(spec, BackendConfig(ttl_seconds_after_finished=None)) == []
+    assert dropped_defaults(spec, BackendConfig.from_dict(dict(ttl_seconds_after_finished=None))) == []
     build(load("sdk_seed_gpu"), config)  # still written
 
 
@@ -271,56 +270,3 @@ def test_validator_rejects_what_the_webhook_rejects():
 
 # ---------------------------------------------------------------------------------------------------------------
 # config and render
-
-
-def test_target_config_from_yaml_and_env():
-    assert BackendConfig().target == "pytorchjob"
-    assert BackendConfig.from_yaml("target: trainjob\n").target == "trainjob"
-    assert BackendConfig.from_env(environ={"PYTORCHJOB_TARGET": "auto"}).target == "auto"
-    with pytest.raises(ConfigError, match="target='trainjobs' is not one of"):
-        BackendConfig(target="trainjobs")
-    with pytest.raises(ConfigError, match="trainjob_runtime_kind"):
-        BackendConfig(trainjob_runtime_kind="Runtime")
-    with pytest.raises(ConfigError, match="trainjob_managed_by"):
-        BackendConfig(trainjob_managed_by="me")
-
-
-SEED_FILE = textwrap.dedent(
-    """
-    from flytekitplugins_pytorch import pytorch_task
-
-
-    @pytorch_task(
-        workers_count=2,
-        per_replica_cpu_request="500m",
-        per_replica_memory_request="4Gi",
-        per_replica_memory_limit="8Gi",
-        per_replica_gpu_limit="1",
-    )
-    def train(batch_size: int, epochs: int, learning_rate: float) -> list[float]:
-        return [learning_rate] * epochs
-    """
-)
-
-
-def test_render_target_trainjob(tmp_path: Path, capsys):
-    source = tmp_path / "seed.py"
-    source.write_text(SEED_FILE)
-    config = tmp_path / "backend.yaml"
-    config.write_text("ttl_seconds_after_finished: null\n")
-    argv = ["render", "--target", "trainjob", "--config", str(config), str(source), "train", "--image", "img:1"]
-    code = main([*argv, "--output-prefix", "s3://b/run-1"])  # real paths: no placeholder warning
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    job = yaml.safe_load(out)
-    assert_valid_trainjob(job)
-    assert job["kind"] == "TrainJob" and job["spec"]["trainer"]["numNodes"] == 3
-    assert err == ""
-
-
-def test_render_template_target_trainjob_refuses_elastic(tmp_path: Path, capsys):
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(load("sdk_elastic")))
-    code = main(["render", "--target", "trainjob", "--template", str(path)])
-    _, err = capsys.readouterr()
-    assert code == 2 and "Elastic(nnodes=" in err and "target: pytorchjob" in err

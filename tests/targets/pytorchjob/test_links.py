@@ -42,7 +42,7 @@ STYLES = [
 
 @pytest.mark.parametrize(("template", "worker_1"), [s[1:] for s in STYLES], ids=[s[0] for s in STYLES])
 def test_links_for_master_and_two_workers(template, worker_1):
-    config = BackendConfig(log_links=({"name": "Logs", "template": template},))
+    config = BackendConfig.from_dict(dict(log_links=({"name": "Logs", "template": template},)))
     pods = [replica_pod(JOB, "Worker", 1, start_time=START)]
     links = log_links(JOB, pods, config, NOW)
     assert [link.name for link in links] == ["Logs master-0", "Logs worker-0", "Logs worker-1"]
@@ -51,7 +51,9 @@ def test_links_for_master_and_two_workers(template, worker_1):
 
 
 def test_replicas_without_pods_fall_back_to_job_start_time():
-    config = BackendConfig(log_links=({"name": "L", "template": "{{ .podRFC3339StartTime }}/{{ .replicaName }}"},))
+    config = BackendConfig.from_dict(
+        dict(log_links=({"name": "L", "template": "{{ .podRFC3339StartTime }}/{{ .replicaName }}"},))
+    )
     links = log_links(JOB, None, config, NOW)
     assert [link.uri for link in links] == [f"2025-01-01T00:00:05Z/{r}" for r in ("master-0", "worker-0", "worker-1")]
 
@@ -67,7 +69,7 @@ def test_no_templates_no_links():
 )
 def test_bad_templates_are_rejected(entry, error):
     with pytest.raises(ConfigError, match=error.replace("[", r"\[").replace("]", r"\]")):
-        log_links(JOB, None, BackendConfig(log_links=(entry,)), NOW)
+        log_links(JOB, None, BackendConfig.from_dict(dict(log_links=(entry,))), NOW)
 
 
 # --- dynamic links: `link_type` in the task config selects them, `{{ .taskConfig.<key> }}` is filled (flyte PR 6284)
@@ -78,7 +80,7 @@ STATIC = {"name": "Logs", "template": "https://logs/{{ .podName }}"}
 
 
 def uris(entries, task_config) -> list[tuple[str, str]]:
-    links = log_links(JOB, None, BackendConfig(log_links=tuple(entries)), NOW, task_config)
+    links = log_links(JOB, None, BackendConfig.from_dict(dict(log_links=tuple(entries))), NOW, task_config)
     return [(link.name, link.uri) for link in links]
 
 
@@ -126,5 +128,5 @@ def test_config_values_are_inserted_verbatim():
 )  # fmt: skip
 def test_bad_dynamic_entries_are_rejected_when_the_config_is_built(entry, error):
     with pytest.raises(ConfigError) as info:
-        BackendConfig(log_links=(entry,))
+        BackendConfig.from_dict(dict(log_links=(entry,)))
     assert error in str(info.value)

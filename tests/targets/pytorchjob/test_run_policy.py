@@ -27,13 +27,15 @@ SETTINGS = SerializationSettings(
 )
 META = ExecutionMetadata(namespace="ns", job_name="j-1")
 # Non-zero, non-None defaults everywhere: a task value that does not arrive is visible as the default.
-DEFAULTS = BackendConfig(
-    backoff_limit=5,
-    active_deadline_seconds=86400,
-    ttl_seconds_after_finished=604800,
-    clean_pod_policy="All",
-    suspend=False,
-    gang_scheduling=False,
+DEFAULTS = BackendConfig.from_dict(
+    dict(
+        backoff_limit=5,
+        active_deadline_seconds=86400,
+        ttl_seconds_after_finished=604800,
+        clean_pod_policy="All",
+        suspend=False,
+        gang_scheduling=False,
+    )
 )
 
 
@@ -91,7 +93,9 @@ def test_run_policy_value_arrives(keywords: dict[str, Any], expected: dict[str, 
 def test_suspend_false_is_the_backend_default_not_an_override() -> None:
     # A bool the SDK defaults to False cannot say "explicitly False": only True is written, the backend decides else.
     assert "suspend" not in run_policy(suspend=False)
-    assert job_of(pytorch_task(train), BackendConfig(suspend=True))["spec"]["runPolicy"]["suspend"] is True
+    assert (
+        job_of(pytorch_task(train), BackendConfig.from_dict(dict(suspend=True)))["spec"]["runPolicy"]["suspend"] is True
+    )
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 The template `flytekit_secrets_spot.json` is what flytekit serializes for `train_on_spot` below (regenerate with
 `--update-golden`); its golden job is `tests/data/jobs/secrets_timeout_spot.yaml` (see `GOLDEN` in
-test_builder.py).
+tests/targets/pytorchjob/test_writer.py).
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def test_timeout_sets_active_deadline(case: str):
     template["custom"].pop("runPolicy", None)
     if run_policy is not None:
         template["custom"]["runPolicy"] = {"activeDeadlineSeconds": run_policy}
-    job = build(template, BackendConfig(active_deadline_seconds=backend))
+    job = build(template, BackendConfig.from_dict(dict(active_deadline_seconds=backend)))
     assert job["spec"]["runPolicy"].get("activeDeadlineSeconds") == expected
 
 
@@ -298,7 +298,7 @@ BAD_SPOT_CONFIG = {
 def test_invalid_interruptible_config(case: str):
     fields, message = BAD_SPOT_CONFIG[case]
     with pytest.raises(ConfigError, match=message):
-        BackendConfig(**fields)
+        BackendConfig.from_dict(fields)
 
 
 def test_interruptible_config_from_yaml_and_not_from_env():

@@ -97,37 +97,3 @@ def test_failure_rule():
 
 
 # --- the contract's failure rule on a TrainJob: the task's own error document decides ----------------------------
-
-
-@pytest.mark.parametrize(
-    "document, phase, lead",
-    [
-        ("user", TaskExecution.FAILED, "failed: ValueError"),
-        ("recoverable_worker", TaskExecution.RETRYABLE_FAILED, "a recoverable error"),
-        (None, TaskExecution.RETRYABLE_FAILED, "no error document"),
-    ],
-    ids=["non-recoverable", "recoverable", "no-document"],
-)
-def test_failed_trainjob_follows_the_error_document(flytekit_errors, document, phase, lead):
-    from backend_plugin.targets.trainjob.status import needs_error_report
-    from backend_plugin.task_errors import ErrorReport, parse_error_document
-
-    failed = job([cond("Failed", reason="FailedJobs")])
-    assert needs_error_report(failed) and not needs_error_report(job(node={"name": "node", "active": 1, "ready": 1}))
-    errors = ErrorReport()
-    if document is not None:
-        path = flytekit_errors[document]
-        errors = ErrorReport((parse_error_document(path.read_bytes(), path.name),))
-    status = trainjob_status(failed, [], BackendConfig(), NOW, errors=errors)
-    assert status.phase == phase
-    assert lead in status.message and "(FailedJobs)" in status.message
-
-
-def test_a_trainjob_suspended_in_its_spec_is_queued_and_never_timed_out():
-    held = job(created="2025-01-01T00:00:00Z")
-    held["spec"]["suspend"] = True
-    late = NOW + datetime.timedelta(hours=2)  # past trainjob_pickup_timeout_s
-    status = trainjob_status(held, None, CONFIG, late)
-    assert status.phase == TaskExecution.QUEUED and "suspended" in status.message and not needs_pods(held)
-    held["status"]["conditions"] = [cond("Complete")]
-    assert trainjob_status(held, None, CONFIG, late).phase == TaskExecution.SUCCEEDED

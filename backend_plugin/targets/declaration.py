@@ -1,0 +1,168 @@
+"""What a job kind declares about itself, as plain facts the neutral rooms read: `Declaration`.
+
+Each kind's package (`backend_plugin/targets/<kind>/declaration.py`) fills one: its API coordinates, its vendored CRD
+and the upstream release it comes from, where its pod templates are in a job, which env lists it writes outside
+them and their limits, its section of the backend config, and how its own job paths are named in the user's terms.
+The admission model, the config, the connector, the CLI and the test API server take these facts as values and never
+name a kind. Declarations import no writer, status or connector code (the config reads them while it is built).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+from backend_plugin.sections import Section
+
+__all__ = ["Declaration", "Crd", "PodTemplates", "Limits", "ANY", "Path", "expand", "no_setting_names"]
+
+Path = tuple[Union[str, int], ...]
+"""A path into a job: mapping keys and list indexes."""
+
+ANY = "*"
+"""In a path pattern: every key of a mapping, or every index of a list, at that place."""
+
+
+@dataclass(frozen=True)
+class Crd:
+    """A kind's vendored CRD.
+
+    Attributes:
+        file: its file under `backend_plugin/crds/` (provenance in `PROVENANCE.md` there).
+        release: the upstream release it comes from, for messages (`kubeflow/trainer v2.3.0`).
+    """
+
+    file: str
+    release: str
+
+
+@dataclass(frozen=True)
+class PodTemplates:
+    """Where a kind's jobs hold pod templates.
+
+    Attributes:
+        pattern: the path of each template (the object holding `metadata` and `spec`), `ANY` where a role or an index
+            varies: `("spec", "pytorchReplicaSpecs", ANY, "template")`.
+        setting: the user's name for a template, `{0}`, `{1}`, ... standing for what `ANY` matched
+            (`"{0}.pod_template"` -> `Worker.pod_template`).
+    """
+
+    pattern: tuple[str, ...]
+    setting: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a kind's CRD limits beyond its schema's shape, and how its size adds up.
+
+    Attributes:
+        env_paths: env lists the kind's writer puts outside any pod template (`("spec", "trainer", "env")`).
+        env_max_items: `maxItems` of those lists (counting what the writer adds); None for no limit.
+        copies_note: said with a job too large that holds more than one pod template (why its values count more than
+            once); "" for none.
+    """
+
+    env_paths: tuple[tuple[str, ...], ...] = ()
+    env_max_items: Optional[int] = None
+    copies_note: str = ""
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """Everything the neutral rooms need to know about one job kind.
+
+    Attributes:
+        kind: the object's `kind`.
+        group: API group.
+        version: API version.
+        plural: resource name in URLs and RBAC.
+        config_name: its `BackendConfig.target` value, the key of its config section, and `render --target`.
+        description: the CRD and its controller, for messages (`<plural>.<group> (<controller>)`).
+        pod_label: the pod label whose value is the job's name.
+        status_keys: `status` fields copied into the connector's `custom_info`.
+        crd: its vendored CRD.
+        pod_templates: where its jobs hold pod templates.
+        primary_containers: names of the training container in those templates (its env is the task's
+            `environment`).
+        limits: what its CRD limits beyond the schema's shape.
+        settings: its section of the backend config (built with defaults when the config does not name it).
+        package: the kind's package, whose `target` module holds its `JobTarget` (`TARGET`).
+        setting_names: the user's setting that wrote a path of the kind's own (outside pod templates, metadata and
+            `limits.env_paths`), or None to leave it to the neutral naming; by default None for every path.
+    """
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    config_name: str
+    description: str
+    pod_label: str
+    status_keys: tuple[str, ...]
+    crd: Crd
+    pod_templates: tuple[PodTemplates, ...]
+    primary_containers: tuple[str, ...]
+    limits: Limits
+    settings: type[Section]
+    package: str
+    setting_names: Callable[[Path], Optional[str]] = field(default_factory=lambda: no_setting_names)
+
+    @property
+    def api_version(self) -> str:
+        """`<group>/<version>`."""
+        return f"{self.group}/{self.version}"
+
+    def pod_template_paths(self, job: Mapping[str, Any]) -> list[tuple[Path, str]]:
+        """Every embedded pod template of one of this kind's jobs, with the user's name for it.
+
+        Args:
+            job: a job of this kind.
+
+        Returns:
+            (path of the template, i.e. the object holding `metadata` and `spec`; its setting), in job order.
+        """
+        return [
+            (path, templates.setting.format(*matched))
+            for templates in self.pod_templates
+            for path, matched in expand(job, templates.pattern)
+        ]
+
+
+def no_setting_names(path: Path) -> Optional[str]:
+    """The default `Declaration.setting_names`: the kind names none of its own paths.
+
+    Args:
+        path: a path into a job.
+
+    Returns:
+        None.
+    """
+    return None
+
+
+def expand(obj: Any, pattern: tuple[str, ...]) -> Iterator[tuple[Path, tuple[Any, ...]]]:
+    """The concrete paths of `obj` that `pattern` matches, with what each `ANY` matched.
+
+    Args:
+        obj: a JSON-like object.
+        pattern: keys, `ANY` standing for every key of a mapping or every index of a list.
+
+    Yields:
+        (path, the keys or indexes `ANY` matched), in the object's order; a path that leads nowhere yields nothing.
+    """
+
+    def walk(value: Any, rest: tuple[str, ...], path: Path, matched: tuple[Any, ...]) -> Iterator:
+        if not rest:
+            yield path, matched
+            return
+        head, tail = rest[0], rest[1:]
+        if head != ANY:
+            if isinstance(value, Mapping) and head in value:
+                yield from walk(value[head], tail, (*path, head), matched)
+            return
+        items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            yield from walk(item, tail, (*path, key), (*matched, key))
+
+    yield from walk(obj, pattern, (), ())

@@ -1,0 +1,90 @@
+"""What the PyTorchJob kind declares: API coordinates, its CRD, where its pod templates are, its config section."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from backend_plugin.sections import Section, check_seconds
+from backend_plugin.targets.declaration import ANY, Crd, Declaration, Limits, Path, PodTemplates
+from pytorch_contract.k8s_names import JOB_NAME_LABEL
+from pytorch_contract.template_keys import PRIMARY_CONTAINER
+
+__all__ = ["DECLARATION", "PyTorchJobSettings", "GROUP", "VERSION", "PLURAL", "KIND", "API_VERSION"]
+
+GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "PyTorchJob"
+
+
+@dataclass
+class PyTorchJobSettings(Section):
+    """The backend config's `pytorchjob` section: how long the training operator may take.
+
+    Raises:
+        ConfigError: a timeout that is not a non-negative number of seconds.
+    """
+
+    KEYS = {"pickup_timeout_s": "operator_pickup_timeout_s", "start_timeout_s": "job_start_timeout_s"}
+
+    pickup_timeout_s: float = 300.0
+    """A job with no conditions this long after creation is failed with a message saying the Kubeflow training
+    operator may not be installed (or not watching the namespace). The operator adds `Created` within seconds;
+    five minutes tolerates an operator restart. Key: `operator_pickup_timeout_s`."""
+
+    start_timeout_s: Optional[float] = 600.0
+    """A job the operator has seen (it has a condition) but not started (no `status.startTime`) this long after
+    creation is failed, with the job's warning events (e.g. `FailedCreatePod: ... is invalid`) as the reason. The
+    operator sets `startTime` on its first reconcile that creates the pods; it stays unset while the API server
+    rejects them (an invalid pod spec, an exhausted ResourceQuota, an admission webhook's denial). The operator
+    retries with backoff and a webhook or quota blip heals within minutes, so ten minutes; a suspended job is never
+    counted, and a gang-scheduled one only when its events show a failure (it may wait for its PodGroup). None
+    turns the check off. Flyte's Go plugin has the same check (`kf-operator.timeout`, one minute). Key:
+    `job_start_timeout_s`."""
+
+    def __post_init__(self) -> None:
+        check_seconds(self.key("pickup_timeout_s"), self.pickup_timeout_s, positive=False)
+        check_seconds(self.key("start_timeout_s"), self.start_timeout_s, positive=False, optional=True)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+def setting_names(path: Path) -> Optional[str]:
+    """The user's setting behind a PyTorchJob path outside its pod templates: `Worker.restart_policy`,
+    `RunPolicy.backoff_limit`.
+
+    Args:
+        path: a path into a PyTorchJob.
+
+    Returns:
+        The setting, or None for a path the backend writes on its own.
+    """
+    if path[:2] == ("spec", "pytorchReplicaSpecs") and len(path) >= 4:
+        return f"{path[2]}.{_snake(str(path[3]))}"
+    if path[:2] == ("spec", "runPolicy") and len(path) >= 3:
+        return f"RunPolicy.{_snake(str(path[-1] if path[2] == 'schedulingPolicy' else path[2]))}"
+    return None
+
+
+DECLARATION = Declaration(
+    kind=KIND,
+    group=GROUP,
+    version=VERSION,
+    plural=PLURAL,
+    config_name="pytorchjob",
+    description="pytorchjobs.kubeflow.org (Kubeflow training operator)",
+    pod_label=JOB_NAME_LABEL,
+    status_keys=("conditions", "replicaStatuses", "startTime", "completionTime", "lastReconcileTime"),
+    crd=Crd("kubeflow.org_pytorchjobs.yaml", "kubeflow/trainer v1.9.4 (training operator)"),
+    pod_templates=(PodTemplates(("spec", "pytorchReplicaSpecs", ANY, "template"), "{0}.pod_template"),),
+    primary_containers=(PRIMARY_CONTAINER,),
+    # the container env has no maxItems; the pod template is written once per role
+    limits=Limits(copies_note="a PyTorchJob holds the pod template once per role, so its values count twice"),
+    settings=PyTorchJobSettings,
+    package=__name__.rpartition(".")[0],
+    setting_names=setting_names,
+)
+"""The PyTorchJob kind, as `backend_plugin.targets` registers it."""

@@ -1,0 +1,128 @@
+"""What the TrainJob kind declares: API coordinates, its CRD, where its pod templates are, its env limit, its config
+section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from backend_plugin.errors import ConfigError
+from backend_plugin.sections import Section, check_choice, check_seconds
+from backend_plugin.targets.declaration import ANY, Crd, Declaration, Limits, PodTemplates
+from pytorch_contract.job_limits import LIMITS
+from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, JOBSET_NAME_LABEL
+
+__all__ = [
+    "DECLARATION",
+    "TrainJobSettings",
+    "GROUP",
+    "VERSION",
+    "PLURAL",
+    "KIND",
+    "API_VERSION",
+    "NODE",
+    "ENV",
+    "RUNTIME_KINDS",
+    "MANAGED_BY",
+]
+
+GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TrainJob"
+
+NODE = "node"
+"""The torch runtime's replicated job and its container: the only ones `spec.trainer` overrides."""
+
+ENV = ("spec", "trainer", "env")
+"""The training container's environment, written outside the runtime patch's pod template."""
+
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+"""`spec.runtimeRef.kind` values a TrainJob accepts (Kubeflow Trainer v2.3)."""
+
+MANAGED_BY = ("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue")
+"""`spec.managedBy` values the TrainJob CRD allows."""
+
+
+@dataclass
+class TrainJobSettings(Section):
+    """The backend config's `trainjob` section: the runtime every TrainJob names, and how long its controller may
+    take.
+
+    Raises:
+        ConfigError: a runtime name that is not a DNS-1123 subdomain, a runtime kind or `managedBy` the CRD does not
+            accept, or a timeout that is not a non-negative number of seconds.
+    """
+
+    KEYS = {
+        "runtime_name": "trainjob_runtime_name",
+        "runtime_kind": "trainjob_runtime_kind",
+        "managed_by": "trainjob_managed_by",
+        "pickup_timeout_s": "trainjob_pickup_timeout_s",
+    }
+    VERBATIM = ("runtime_name",)
+
+    runtime_name: str = "torch-distributed"
+    """`spec.runtimeRef.name` of TrainJobs: the training runtime every node is rendered from. `torch-distributed`
+    is the ClusterTrainingRuntime that every Trainer v2 install ships for PyTorch. Key: `trainjob_runtime_name`."""
+
+    runtime_kind: str = "ClusterTrainingRuntime"
+    """`spec.runtimeRef.kind`: `ClusterTrainingRuntime` (cluster-wide, what the default install provides) or
+    `TrainingRuntime` (one in the job's namespace). Key: `trainjob_runtime_kind`."""
+
+    managed_by: Optional[str] = None
+    """`spec.managedBy` of TrainJobs; None leaves the CRD default (`trainer.kubeflow.org/trainjob-controller`).
+    Set `kueue.x-k8s.io/multikueue` to dispatch TrainJobs to worker clusters with MultiKueue. Key:
+    `trainjob_managed_by`."""
+
+    pickup_timeout_s: float = 300.0
+    """A TrainJob with no condition and no `jobsStatus` this long after creation is failed (permanently: it can
+    never run). The Trainer controller writes `jobsStatus` within seconds of creating the JobSet; when the runtime
+    is missing or the JobSet cannot be built it only records an Event, so without this the job would wait until
+    Flyte's timeout. Five minutes tolerates a controller restart, as `operator_pickup_timeout_s` does for
+    PyTorchJobs. Key: `trainjob_pickup_timeout_s`."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.runtime_name, str) or not DNS1123_SUBDOMAIN.match(self.runtime_name):
+            raise ConfigError(
+                f"{self.key('runtime_name')}={self.runtime_name!r} is not a DNS-1123 subdomain "
+                "(the name of a ClusterTrainingRuntime or TrainingRuntime, e.g. 'torch-distributed')"
+            )
+        check_choice(self.key("runtime_kind"), self.runtime_kind, RUNTIME_KINDS)
+        check_choice(self.key("managed_by"), self.managed_by, MANAGED_BY, optional=True)
+        check_seconds(self.key("pickup_timeout_s"), self.pickup_timeout_s, positive=False)
+
+
+DECLARATION = Declaration(
+    kind=KIND,
+    group=GROUP,
+    version=VERSION,
+    plural=PLURAL,
+    config_name="trainjob",
+    description="trainjobs.trainer.kubeflow.org (Kubeflow Trainer v2)",
+    pod_label=JOBSET_NAME_LABEL,
+    status_keys=("conditions", "jobsStatus"),
+    crd=Crd("trainer.kubeflow.org_trainjobs.yaml", "kubeflow/trainer v2.3.0"),
+    pod_templates=(
+        PodTemplates(
+            (
+                "spec",
+                "runtimePatches",
+                ANY,
+                "trainingRuntimeSpec",
+                "template",
+                "spec",
+                "replicatedJobs",
+                ANY,
+                "template",
+                "spec",
+                "template",
+            ),
+            "pod_template",
+        ),
+    ),  # fmt: skip
+    primary_containers=(NODE,),
+    limits=Limits(env_paths=(ENV,), env_max_items=LIMITS["trainjob"].env_max_items),
+    settings=TrainJobSettings,
+    package=__name__.rpartition(".")[0],
+)
+"""The TrainJob kind, as `backend_plugin.targets` registers it."""

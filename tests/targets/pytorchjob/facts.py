@@ -1,0 +1,22 @@
+"""What the tests of every kind (`tests/targets/test_every_kind.py`) need of the PyTorchJob kind: how its controller
+names its pods and says a job succeeded, and its validator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fakeapi.objects import replica_pod
+from tests.kube_schema import assert_valid_pytorchjob
+
+SUCCEEDED = "Succeeded"
+"""The condition type of a job that succeeded."""
+
+
+def pod(job: dict, index: int, phase: str = "Running", **state: Any) -> dict:
+    """Worker `index` of `job` as the training operator names and labels it."""
+    return replica_pod(job, "Worker", index, phase=phase, container_state=state or {"running": {}})
+
+
+def validate(job: dict) -> None:
+    """The PyTorchJob CRD, the operator's webhook rules and core/v1 pod validation."""
+    assert_valid_pytorchjob(job)

@@ -1,0 +1,22 @@
+"""What the tests of every kind (`tests/targets/test_every_kind.py`) need of the TrainJob kind: how its JobSet names
+its pods and how the Trainer says a job succeeded, and its validator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fakeapi.objects import node_pod
+from tests.kube_schema import assert_valid_trainjob
+
+SUCCEEDED = "Complete"
+"""The condition type of a job that succeeded."""
+
+
+def pod(job: dict, index: int, phase: str = "Running", **state: Any) -> dict:
+    """Node `index` of `job` as the JobSet names and labels it."""
+    return node_pod(job, index, phase, **state)
+
+
+def validate(job: dict) -> None:
+    """The TrainJob CRD, the Trainer webhook's rules and the node pod the default runtime renders."""
+    assert_valid_trainjob(job)
