@@ -123,6 +123,9 @@ setup(
         # `pytorchjob render FILE.py TASK` asks the front-end of a task's SDK to serialize it (named for that SDK's
         # top-level module), so the backend never imports a front-end
         "flytekitplugins_pytorch.frontends": ["flyte=flyte2_pytorch.template"],
+        # Where flyte-migrate runs flytekit code, the flytekit front-end hands it the Flyte 2 front-end's translation
+        # of its configs through this group, so neither front-end imports the other
+        "flytekitplugins_pytorch.migrations": ["flyte2=flyte2_pytorch.migrate:register"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -177,18 +177,29 @@ class _Flyte2TaskOfFlytekitConfig:
         )
 
 
+#: The entry-point group of translations to Flyte 2 (``flyte2_pytorch.migrate:register``, declared in setup.py): the
+#: flytekit front-end finds the Flyte 2 front-end's translation by name, so neither front-end imports the other.
+MIGRATIONS = "flytekitplugins_pytorch.migrations"
+
+
+def _register_translations() -> None:
+    """Run every registered translation's ``register()`` once (it hands the translation to ``flyte-migrate``)."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=MIGRATIONS):
+        point.load()()
+
+
 def point_flyte2_elsewhere() -> None:
     """Where Flyte 2 is loaded, register this package's configs with its task plugin registry, so that one passed
     to ``flyte.TaskEnvironment`` fails with a pointer to ``flyte2_pytorch`` (flyte is never imported here). Where
     ``flyte-migrate`` is loaded (``pyflyte-migrate run``, or code that imported ``flyte_migrate``), register this
-    project's translation with it (`flyte2_pytorch.migrate.register`), so that the config built now becomes a
-    ``flyte2_pytorch`` task instead of failing in flyte-migrate with "config type 'PyTorch' is not supported"."""
+    project's translation with it (the ``MIGRATIONS`` entry points: `flyte2_pytorch.migrate.register`), so that the
+    config built now becomes a ``flyte2_pytorch`` task instead of failing in flyte-migrate with "config type 'PyTorch' is not supported"."""
     if "flyte" not in sys.modules:
         return
     if "flyte_migrate" in sys.modules:
-        from flyte2_pytorch import migrate
-
-        migrate.register()
+        _register_translations()
     try:  # flyte's own small module of the registry (flyte.extend would load its image builders too)
         from flyte._task_plugins import TaskPluginRegistry as registry
     except ImportError:  # another flyte layout: flyte's own message stays
