@@ -195,7 +195,8 @@ def point_flyte2_elsewhere() -> None:
     to ``flyte.TaskEnvironment`` fails with a pointer to ``flyte2_pytorch`` (flyte is never imported here). Where
     ``flyte-migrate`` is loaded (``pyflyte-migrate run``, or code that imported ``flyte_migrate``), register this
     project's translation with it (the ``MIGRATIONS`` entry points: `flyte2_pytorch.migrate.register`), so that the
-    config built now becomes a ``flyte2_pytorch`` task instead of failing in flyte-migrate with "config type 'PyTorch' is not supported"."""
+    config built now becomes a ``flyte2_pytorch`` task instead of failing in flyte-migrate with "config type
+    'PyTorch' is not supported"."""
     if "flyte" not in sys.modules:
         return
     if "flyte_migrate" in sys.modules:
