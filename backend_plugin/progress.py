@@ -7,10 +7,12 @@ answer, on every kind ("running (3/3 replicas active); step 1,200/5,000 (24%), E
 is the bookkeeping, with no I/O of its own: the connector asks `claim` whether a read is due, reads the record through
 `blobs.read_progress_record` off the event loop, hands the bytes to `store`, and asks `message` for the line.
 
-- A read is due when the attempt was never read, when the last read started `interval_s` ago (a record found
-  missing, malformed or unreadable waits as long: a task that reports nothing costs one read per interval), or, once,
-  when the record held turns stale before then (so that "stale" is said of what rank 0 last wrote, never of an old
-  read). One read per attempt is under way at a time.
+- A read is due when the attempt was never read, when the last read started `interval_s` ago, plus a jitter of up
+  to `JITTER` of it drawn at each read (a record found missing, malformed or unreadable waits as long: a task that
+  reports nothing costs one read per interval), or, once, when the record held turns stale before then (so that
+  "stale" is said of what rank 0 last wrote, never of an old read). One read per attempt is under way at a time. The
+  jitter spreads the reads of attempts first read together (a connector that starts with thousands of running
+  tasks) instead of repeating their burst every interval, as client-go jitters its resyncs.
 - Between reads, a poll shows the record held, formatted at the poll's time (`pytorch_contract.progress
   .format_message`): its ETA counts down, and it is called stale as soon as rank 0's silence passes the record's
   `stale_after_s`. The record in storage is never older than the one held, so a record that reads fresh at a poll is
@@ -30,8 +32,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, Optional
 
 from pytorch_contract.progress import (
@@ -43,7 +47,7 @@ from pytorch_contract.progress import (
     parse_record,
 )
 
-__all__ = ["MAX_ATTEMPTS", "LiveProgress"]
+__all__ = ["JITTER", "MAX_ATTEMPTS", "LiveProgress"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +55,23 @@ MAX_ATTEMPTS = 100_000
 """The most attempts held at once (the least recently polled go first): ten times the 10,000 running tasks the
 connector is measured with, about 100 MiB at the most, so a connector that is never told a job ended stays bounded."""
 
+JITTER = 0.1
+"""The next read of an attempt is due `interval_s` times 1 to 1 + `JITTER` after the last one started: never sooner
+than the interval, at most 10% later (33 s at the default), which spreads reads begun in the same second over 3 s
+more at each interval."""
+
 
 class _Attempt:
     """One task attempt: the record held (None: none yet, or none found), when the last read started, whether one is
     under way, when a poll last asked."""
 
-    __slots__ = ("record", "read_at", "read_wall", "reading", "used_at", "claimed_at", "claimed_wall", "logged")
+    __slots__ = ("record", "read_at", "due_at", "read_wall", "reading", "used_at", "claimed_at", "claimed_wall",
+                 "logged")  # fmt: skip
 
     def __init__(self, used_at: float) -> None:
         self.record: Optional[ProgressRecord] = None
         self.read_at: Optional[float] = None
+        self.due_at = 0.0
         self.read_wall = 0.0
         self.reading = False
         self.used_at = used_at
@@ -76,18 +87,29 @@ class LiveProgress:
         interval_s: the least time between two reads of one attempt's record (`progress_read_interval_s`).
         idle_s: an attempt no poll asked for this long is forgotten (`watch_idle_s`: as a namespace's watch stops).
         max_attempts: the most attempts held; the least recently polled go first.
+        jitter: the next read is due `interval_s * (1 + jitter * draw())` after the last one started.
+        draw: a number in [0, 1) per read (`random.random`; tests pass a constant).
 
     Raises:
-        ValueError: `interval_s` or `idle_s` not positive, or `max_attempts` below 1.
+        ValueError: `interval_s` or `idle_s` not positive, `max_attempts` below 1, or `jitter` negative.
     """
 
-    def __init__(self, interval_s: float, idle_s: float, max_attempts: int = MAX_ATTEMPTS) -> None:
-        if not interval_s > 0 or not idle_s > 0 or max_attempts < 1:
+    def __init__(
+        self,
+        interval_s: float,
+        idle_s: float,
+        max_attempts: int = MAX_ATTEMPTS,
+        jitter: float = JITTER,
+        draw: Callable[[], float] = random.random,
+    ) -> None:
+        if not interval_s > 0 or not idle_s > 0 or max_attempts < 1 or not jitter >= 0:
             raise ValueError(f"interval_s={interval_s!r} and idle_s={idle_s!r} must be positive, "
-                             f"max_attempts={max_attempts!r} at least 1")  # fmt: skip
+                             f"max_attempts={max_attempts!r} at least 1, jitter={jitter!r} at least 0")  # fmt: skip
         self.interval_s = float(interval_s)
         self.idle_s = float(idle_s)
         self.max_attempts = max_attempts
+        self.jitter = float(jitter)
+        self._draw = draw
         self._attempts: OrderedDict[str, _Attempt] = OrderedDict()
         self._lock = threading.Lock()
         self._swept_at: Optional[float] = None
@@ -121,7 +143,7 @@ class LiveProgress:
             return True
 
     def _due(self, attempt: _Attempt, now: float, wall: float) -> bool:
-        if attempt.read_at is None or now - attempt.read_at >= self.interval_s or now < attempt.read_at:
+        if attempt.read_at is None or now >= attempt.due_at or now < attempt.read_at:
             return True
         record = attempt.record
         # The record held turned stale since it was read: read again before saying so.
@@ -162,6 +184,7 @@ class LiveProgress:
                 return  # forgotten (the job ended) while it was read
             attempt.reading = False
             attempt.read_at, attempt.read_wall = attempt.claimed_at, attempt.claimed_wall
+            attempt.due_at = attempt.claimed_at + self.interval_s * (1.0 + self.jitter * self._draw())
             if problem or malformed:
                 self._counts["failed" if problem else "malformed"] += 1
                 log, attempt.logged = not attempt.logged, True

@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import json
 import logging
+import random
 import threading
 import time
 from pathlib import Path
@@ -119,8 +120,8 @@ def test_polls_between_reads_count_the_eta_down_and_read_nothing(fake_api, kind,
     clock.advance(9.9)
     assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 2m36s, loss 0.124")
     assert reads(connector) == 1
-    clock.advance(0.1)  # 30 s after the first read
-    assert connector.get(meta).message.endswith("step 1,300/5,000 (26%), ETA 2m16s, loss 0.124")
+    clock.advance(3.1)  # 33 s after the first read: the interval and its jitter (at most 10%) have passed
+    assert connector.get(meta).message.endswith("step 1,300/5,000 (26%), ETA 2m13s, loss 0.124")
     assert reads(connector) == 2
 
 
@@ -131,8 +132,8 @@ def test_the_interval_is_the_configured_one(fake_api, kind, clock, tmp_path):
     put(meta, record(clock))
     clock.advance(4.9)
     assert "step" not in connector.get(meta).message
-    clock.advance(0.1)
-    assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 3m01s, loss 0.124")
+    clock.advance(0.7)  # 5 s and its jitter
+    assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 3m00s, loss 0.124")
     assert reads(connector) == 2
 
 
@@ -275,8 +276,8 @@ def test_a_missing_record_is_looked_for_once_per_interval(fake_api, kind, connec
     clock.advance(4.9)
     assert connector.get(meta).message == first.message
     assert connector.progress.stats() | {"attempts": 1, "reads": 1, "missing": 1} == connector.progress.stats()
-    clock.advance(0.1)
-    assert connector.get(meta).message == f"{first.message}; step 1,200/5,000 (24%), ETA 3m01s, loss 0.124"
+    clock.advance(3.1)  # the interval and its jitter
+    assert connector.get(meta).message == f"{first.message}; step 1,200/5,000 (24%), ETA 2m58s, loss 0.124"
     assert reads(connector) == 2
 
 
@@ -300,7 +301,7 @@ def test_a_malformed_record_shows_the_message_without_progress_logged_once(
     put(meta, content)
     with caplog.at_level(logging.WARNING, logger="backend_plugin.progress"):
         for _ in range(3):
-            clock.advance(30)
+            clock.advance(33)
             assert connector.get(meta).message == expected
     assert reads(connector) == 4
     warnings = [r.getMessage() for r in caplog.records if r.name == "backend_plugin.progress"]
@@ -313,9 +314,9 @@ def test_an_oversized_record_is_refused(fake_api, kind, connector, tmp_path, clo
     put(meta, valid[:-1] + b" " * (MAX_RECORD_BYTES - len(valid) + 1) + b"}")  # valid JSON, one byte too long
     message = connector.get(meta).message
     assert "step" not in message and connector.progress.stats()["malformed"] == 1
-    clock.advance(30)
+    clock.advance(33)
     put(meta, valid[:-1] + b" " * (MAX_RECORD_BYTES - len(valid)) + b"}")  # exactly the limit
-    assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 2m36s, loss 0.124")
+    assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 2m33s, loss 0.124")
 
 
 def test_the_read_is_bounded_whatever_the_file_holds(tmp_path):
@@ -336,15 +337,15 @@ def test_a_record_unreadable_after_a_good_one_keeps_the_one_held(fake_api, kind,
     meta = start(fake_api, connector, kind, tmp_path)
     put(meta, record(clock))
     assert connector.get(meta).message.endswith(LINE)
-    clock.advance(30)
+    clock.advance(33)
     put(meta, b'{"version": 1, "st')
-    assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 2m36s, loss 0.124")
-    clock.advance(30)
+    assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 2m33s, loss 0.124")
+    clock.advance(33)
     (Path(meta.output_prefix) / FILE_NAME).unlink()
     (Path(meta.output_prefix) / FILE_NAME).mkdir()
     with caplog.at_level(logging.WARNING, logger="backend_plugin.progress"):
         message = connector.get(meta).message
-    assert message.endswith("step 1,200/5,000 (24%), loss 0.124 (stale: rank 0 silent for 1m04s)")
+    assert message.endswith("step 1,200/5,000 (24%), loss 0.124 (stale: rank 0 silent for 1m10s)")
     assert connector.progress.stats() | {"malformed": 1, "failed": 1, "found": 1} == connector.progress.stats()
 
 
@@ -520,3 +521,22 @@ def test_only_the_metrics_the_line_shows_are_held() -> None:
 def test_the_bookkeeping_refuses_nonsense(bad) -> None:
     with pytest.raises(ValueError, match="must be positive"):
         LiveProgress(**{"interval_s": 30, "idle_s": 300, **bad})
+
+
+def test_a_read_is_due_after_the_interval_and_a_jitter_of_at_most_a_tenth() -> None:
+    progress = LiveProgress(30, 300, draw=lambda: 0.999)
+    assert progress.claim("a", 0.0, 0.0)
+    progress.store("a", None)
+    assert not progress.claim("a", 29.99, 0.0) and not progress.claim("a", 32.99, 0.0)
+    assert progress.claim("a", 33.0, 0.0)
+
+
+def test_reads_begun_together_come_due_spread_over_the_jitter() -> None:
+    progress = LiveProgress(30, 300, draw=random.Random(7).random)
+    keys = [f"attempt-{i}" for i in range(1000)]
+    for key in keys:
+        assert progress.claim(key, 0.0, 0.0)
+        progress.store(key, None)
+    due = {second: sum(progress.claim(key, second, 0.0) for key in keys) for second in (29.9, 30.5, 31.5, 32.5, 33.0)}
+    assert due[29.9] == 0 and sum(due.values()) == 1000
+    assert 100 < due[30.5] < 250 and 250 < due[31.5] < 420 and 250 < due[32.5] < 420, due  # about 1/6, 1/3, 1/3
