@@ -454,6 +454,9 @@ class JobConnector(AsyncConnectorBase):
     def progress(self) -> LiveProgress:
         """The progress records of the running task attempts this connector polls (`backend_plugin.progress`), read
         at most once per `progress_read_interval_s` each; built on first use."""
+        progress = self._progress
+        if progress is not None:
+            return progress  # no lock: the event loop asks on every poll, and `api` holds the lock while it builds
         with self._lock:
             if self._progress is None:
                 self._progress = LiveProgress(self.config.status.progress_read_interval_s, self.config.watch.idle_s)
@@ -479,10 +482,12 @@ class JobConnector(AsyncConnectorBase):
             return None
         if answer.phase != TaskExecution.RUNNING or not progress.claim(prefix, self._monotonic(), self._wall()):
             return None
-        with self._lock:
-            if self._progress_reads is None:
-                self._progress_reads = ThreadPoolExecutor(PROGRESS_READ_THREADS, "connector-progress")
-            pool = self._progress_reads
+        pool = self._progress_reads
+        if pool is None:
+            with self._lock:
+                if self._progress_reads is None:
+                    self._progress_reads = ThreadPoolExecutor(PROGRESS_READ_THREADS, "connector-progress")
+                pool = self._progress_reads
         try:
             return pool.submit(self._read_progress, prefix)
         except RuntimeError:  # the pool is shut down (the interpreter is exiting)
