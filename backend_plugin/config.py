@@ -728,8 +728,8 @@ class StatusSettings(Section):
     (`backend_plugin.progress`); the polls between two reads show the record last read, its ETA and staleness judged
     at each poll. A missing record is looked for again only after this long too. Each next read is due up to 10%
     later (jittered, so that tasks first polled together do not read together at every interval). 30 s: the record
-    shown is then at most about 45 s behind rank 0 (33 s between reads, plus the writer's 10 s), a healthy run is
-    never called stale between two reads (the writer allows 60 s of silence at least), and 10,000 running tasks cost
+    shown is then at most 33 s and one poll behind rank 0's last write (made every 10 s), a healthy run is never
+    called stale between two reads (the writer allows 60 s of silence at least), and 10,000 running tasks cost
     at most 333 small blob reads per second, whatever Flyte's poll rate. One more read is made when the record held
     turns stale before the next one is due, so that "stale" is said of what rank 0 last wrote, not of an old read."""
 

@@ -99,7 +99,7 @@ from backend_plugin.errors import (
     Unavailable,
 )
 from backend_plugin.execution import ExecutionMetadata, execution_metadata, identity_of
-from backend_plugin.progress import LiveProgress
+from backend_plugin.progress import LiveProgress, Read
 from backend_plugin.retry import Backoff, Deadline, retry
 from backend_plugin.status import failed_job_status
 from backend_plugin.targets.registry import DEFAULT, KINDS, JobTarget, Observed, target_for_config, target_for_kind
@@ -134,10 +134,10 @@ store never holds the threads API reads need: at 30 ms a read, 8 threads read 26
 turn in their queue (one per task attempt at most) while the polls show the record held."""
 
 PROGRESS_READ_WAIT_S = 0.5
-"""How long a poll that starts a read of the progress record waits for it before answering with the record held (off
-the event loop: the served `get` awaits it). A blob read takes milliseconds, so the poll that reads shows what it read;
-a slower store delays a poll by at most this, inside propeller's 15 s for a GetTask, and its read, once done, serves
-the next poll."""
+"""How long a poll waits for the progress read it starts when there is nothing to show before it (the attempt's first
+read) or the record held would be called stale (off the event loop: the served `get` awaits it); every other read runs
+in the background. A blob read takes milliseconds, so the poll that waits shows what it read; a slower store delays
+that poll by at most this, inside propeller's 15 s for a GetTask, and its read, once done, serves the next poll."""
 
 TERMINAL_PHASES = frozenset(
     {TaskExecution.SUCCEEDED, TaskExecution.FAILED, TaskExecution.RETRYABLE_FAILED, TaskExecution.ABORTED}
@@ -471,7 +471,8 @@ class JobConnector(AsyncConnectorBase):
             resource_meta: what `create` returned (its `output_prefix` is where the record is).
 
         Returns:
-            The read under way, or None when none was started.
+            The read this poll should wait for (the attempt's first, or the one before its record is called stale:
+            `progress.Read.AWAITED`), or None: no read is due, or one was started that the record held covers meanwhile.
         """
         prefix = resource_meta.output_prefix
         if not prefix:
@@ -480,7 +481,10 @@ class JobConnector(AsyncConnectorBase):
         if answer.phase in TERMINAL_PHASES:
             progress.forget(prefix)
             return None
-        if answer.phase != TaskExecution.RUNNING or not progress.claim(prefix, self._monotonic(), self._wall()):
+        if answer.phase != TaskExecution.RUNNING:
+            return None
+        due = progress.claim(prefix, self._monotonic(), self._wall())
+        if due is Read.NONE:
             return None
         pool = self._progress_reads
         if pool is None:
@@ -489,10 +493,11 @@ class JobConnector(AsyncConnectorBase):
                     self._progress_reads = ThreadPoolExecutor(PROGRESS_READ_THREADS, "connector-progress")
                 pool = self._progress_reads
         try:
-            return pool.submit(self._read_progress, prefix)
+            read = pool.submit(self._read_progress, prefix)
         except RuntimeError:  # the pool is shut down (the interpreter is exiting)
             progress.release(prefix)
             return None
+        return read if due is Read.AWAITED else None
 
     def _read_progress(self, prefix: str) -> None:
         """On the progress pool: read the record and hand it over (a claim is always settled)."""
@@ -781,7 +786,7 @@ class JobConnector(AsyncConnectorBase):
 
     def _progress_of(self, answer: Resource, resource_meta: JobMetadata) -> Resource:
         """`answer` with the attempt's progress line, after waiting (in this thread) up to `PROGRESS_READ_WAIT_S`
-        for the read this poll starts, if one is due."""
+        for the read this poll starts, if it is one to wait for (`start_progress_read`)."""
         read = self.start_progress_read(answer, resource_meta)
         if read is not None:
             try:
@@ -1000,10 +1005,10 @@ class ServedJobConnector(JobConnector):
 
     A poll the watch cache answers without I/O (`answer_from_cache`) is answered inline, in microseconds, with the
     progress record held; a poll that finds a read of the record due (one per task attempt every
-    `progress_read_interval_s`) starts it on the progress pool and awaits it for at most `PROGRESS_READ_WAIT_S`,
-    leaving the event loop free. Every other poll runs the sync `JobConnector.get` on a pool of `get_threads`
-    threads, whose API calls keep their deadline and retries. `create` and `delete` stay sync (flytekit runs them in
-    its default pool; they are rare).
+    `progress_read_interval_s`) starts it on the progress pool, and awaits it for at most `PROGRESS_READ_WAIT_S`,
+    leaving the event loop free, only when it is the attempt's first or a record held is about to be called stale.
+    Every other poll runs the sync `JobConnector.get` on a pool of `get_threads` threads, whose API calls keep their
+    deadline and retries. `create` and `delete` stay sync (flytekit runs them in its default pool; they are rare).
     """
 
     name = JobConnector.name

@@ -13,6 +13,9 @@ is the bookkeeping, with no I/O of its own: the connector asks `claim` whether a
   "stale" is said of what rank 0 last wrote, never of an old read). One read per attempt is under way at a time. The
   jitter spreads the reads of attempts first read together (a connector that starts with thousands of running
   tasks) instead of repeating their burst every interval, as client-go jitters its resyncs.
+- A poll waits for a read (bounded, off the event loop) only when it is the attempt's first or the one before a
+  record is called stale (`Read.AWAITED`); a read that refreshes a record held runs in the background, and the poll
+  that starts it shows the record held (`Read.BACKGROUND`), so a steady poll never waits on storage.
 - Between reads, a poll shows the record held, formatted at the poll's time (`pytorch_contract.progress
   .format_message`): its ETA counts down, and it is called stale as soon as rank 0's silence passes the record's
   `stale_after_s`. The record in storage is never older than the one held, so a record that reads fresh at a poll is
@@ -37,6 +40,7 @@ import random
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from enum import Enum
 from typing import Any, Optional
 
 from pytorch_contract.progress import (
@@ -48,13 +52,25 @@ from pytorch_contract.progress import (
     parse_record,
 )
 
-__all__ = ["JITTER", "MAX_ATTEMPTS", "LiveProgress"]
+__all__ = ["JITTER", "MAX_ATTEMPTS", "LiveProgress", "Read"]
 
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 100_000
 """The most attempts held at once (the least recently polled go first): ten times the 10,000 running tasks the
 connector is measured with, about 100 MB at the most, so a connector that is never told a job ended stays bounded."""
+
+
+class Read(Enum):
+    """What `LiveProgress.claim` tells a poll to do."""
+
+    NONE = "none"
+    """No read: the record held (or none) is what there is."""
+    BACKGROUND = "background"
+    """Read, without waiting: the record held serves this poll, the read the next ones."""
+    AWAITED = "awaited"
+    """Read, and wait for it (bounded): the attempt's first read, or the read before its record is called stale."""
+
 
 JITTER = 0.1
 """The next read of an attempt is due `interval_s` times 1 to 1 + `JITTER` after the last one started: never sooner
@@ -116,7 +132,7 @@ class LiveProgress:
         self._swept_at: Optional[float] = None
         self._counts = {"reads": 0, "records": 0, "missing": 0, "malformed": 0, "failed": 0, "dropped": 0}
 
-    def claim(self, key: str, now: float, wall: float) -> bool:
+    def claim(self, key: str, now: float, wall: float) -> Read:
         """A poll of a running attempt: whether a read of its record is due, and if so, mark it under way (the caller
         then reads and calls `store`, or `release` when it cannot start the read). No I/O.
 
@@ -126,7 +142,9 @@ class LiveProgress:
             wall: the reader's clock, seconds since the epoch (what staleness is judged on).
 
         Returns:
-            True when the caller must read the record now.
+            `Read.NONE` (no read now), `Read.BACKGROUND` (a read the record held covers while it runs) or
+            `Read.AWAITED` (a read the poll should wait for: the attempt's first, or the one before its record is
+            called stale).
         """
         with self._lock:
             attempt = self._attempts.get(key)
@@ -138,17 +156,20 @@ class LiveProgress:
             else:
                 self._attempts.move_to_end(key)
                 attempt.used_at = now
-            if attempt.reading or not self._due(attempt, now, wall):
-                return False
-            attempt.reading, attempt.claimed_at, attempt.claimed_wall = True, now, wall
-            return True
+            due = Read.NONE if attempt.reading else self._due(attempt, now, wall)
+            if due is not Read.NONE:
+                attempt.reading, attempt.claimed_at, attempt.claimed_wall = True, now, wall
+            return due
 
-    def _due(self, attempt: _Attempt, now: float, wall: float) -> bool:
-        if attempt.read_at is None or now >= attempt.due_at or now < attempt.read_at:
-            return True
+    def _due(self, attempt: _Attempt, now: float, wall: float) -> Read:
+        if attempt.read_at is None:
+            return Read.AWAITED  # nothing to show before it
         record = attempt.record
-        # The record held turned stale since it was read: read again before saying so.
-        return record is not None and is_stale(record, wall) and not is_stale(record, attempt.read_wall)
+        if record is not None and is_stale(record, wall) and not is_stale(record, attempt.read_wall):
+            return Read.AWAITED  # the record held turned stale since it was read: read again before saying so
+        if now >= attempt.due_at or now < attempt.read_at:
+            return Read.BACKGROUND
+        return Read.NONE
 
     def release(self, key: str) -> None:
         """A claimed read that could not be started: the next poll may claim it again.

@@ -22,8 +22,9 @@ import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin import blobs
+from backend_plugin import connector as connector_module
 from backend_plugin.connector import PROGRESS_READ_WAIT_S, JobConnector, JobMetadata
-from backend_plugin.progress import LiveProgress
+from backend_plugin.progress import LiveProgress, Read
 from backend_plugin.targets.registry import KINDS
 from pytorch_contract.progress import FILE_NAME, MAX_RECORD_BYTES, ProgressRecord, stale_after
 from tests.connector.helpers import NOW, Propeller, execution_metadata, load_template, make_connector
@@ -96,6 +97,21 @@ def reads(connector: JobConnector) -> int:
     return connector.progress.stats()["reads"]
 
 
+def settled(connector: JobConnector) -> None:
+    """Wait until no read of a record is under way (a refresh runs in the background)."""
+    deadline = time.monotonic() + 10
+    while connector.progress.stats()["reading"]:
+        assert time.monotonic() < deadline, "a progress read never ended"
+        time.sleep(0.005)
+
+
+def poll(connector: JobConnector, meta: JobMetadata) -> str:
+    """One poll's message, once the read it may have started in the background is done."""
+    message = connector.get(meta).message
+    settled(connector)
+    return message
+
+
 # --- the message -----------------------------------------------------------------------------------------------------
 
 
@@ -121,6 +137,8 @@ def test_polls_between_reads_count_the_eta_down_and_read_nothing(fake_api, kind,
     assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 2m36s, loss 0.124")
     assert reads(connector) == 1
     clock.advance(3.1)  # 33 s after the first read: the interval and its jitter (at most 10%) have passed
+    # the poll that starts the refresh shows the record held; the next one what was read
+    assert poll(connector, meta).endswith("step 1,200/5,000 (24%), ETA 2m33s, loss 0.124")
     assert connector.get(meta).message.endswith("step 1,300/5,000 (26%), ETA 2m13s, loss 0.124")
     assert reads(connector) == 2
 
@@ -133,6 +151,7 @@ def test_the_interval_is_the_configured_one(fake_api, kind, clock, tmp_path):
     clock.advance(4.9)
     assert "step" not in connector.get(meta).message
     clock.advance(0.7)  # 5 s and its jitter
+    assert "step" not in poll(connector, meta)
     assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 3m00s, loss 0.124")
     assert reads(connector) == 2
 
@@ -233,7 +252,7 @@ def test_a_healthy_run_is_never_called_stale_and_is_read_once_per_interval(
     for _ in range(int(600 / poll_s)):
         clock.advance(poll_s)
         rank0.catch_up()
-        message = connector.get(meta).message
+        message = poll(connector, meta)
         polls += 1
         assert "stale" not in message and "step" in message, (polls, message)
     if read_s == 30:
@@ -254,7 +273,7 @@ def test_a_silent_rank_zero_is_called_stale_at_the_first_poll_past_its_allowance
     for _ in range(30):
         clock.advance(5)
         rank0.catch_up()
-        message = connector.get(meta).message
+        message = poll(connector, meta)
         # what rank 0 last wrote decides, never an older read
         silent = clock().timestamp() - json.loads((Path(meta.output_prefix) / FILE_NAME).read_bytes())["reported_at"]
         assert ("(stale: rank 0 silent for" in message) == (silent > 60), (silent, message)
@@ -277,6 +296,7 @@ def test_a_missing_record_is_looked_for_once_per_interval(fake_api, kind, connec
     assert connector.get(meta).message == first.message
     assert connector.progress.stats() | {"attempts": 1, "reads": 1, "missing": 1} == connector.progress.stats()
     clock.advance(3.1)  # the interval and its jitter
+    assert poll(connector, meta) == first.message
     assert connector.get(meta).message == f"{first.message}; step 1,200/5,000 (24%), ETA 2m58s, loss 0.124"
     assert reads(connector) == 2
 
@@ -302,7 +322,7 @@ def test_a_malformed_record_shows_the_message_without_progress_logged_once(
     with caplog.at_level(logging.WARNING, logger="backend_plugin.progress"):
         for _ in range(3):
             clock.advance(33)
-            assert connector.get(meta).message == expected
+            assert poll(connector, meta) == expected
     assert reads(connector) == 4
     warnings = [r.getMessage() for r in caplog.records if r.name == "backend_plugin.progress"]
     assert len(warnings) == 1 and "is not a progress record" in warnings[0], warnings
@@ -316,6 +336,7 @@ def test_an_oversized_record_is_refused(fake_api, kind, connector, tmp_path, clo
     assert "step" not in message and connector.progress.stats()["malformed"] == 1
     clock.advance(33)
     put(meta, valid[:-1] + b" " * (MAX_RECORD_BYTES - len(valid)) + b"}")  # exactly the limit
+    assert "step" not in poll(connector, meta)
     assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 2m33s, loss 0.124")
 
 
@@ -339,6 +360,7 @@ def test_a_record_unreadable_after_a_good_one_keeps_the_one_held(fake_api, kind,
     assert connector.get(meta).message.endswith(LINE)
     clock.advance(33)
     put(meta, b'{"version": 1, "st')
+    assert poll(connector, meta).endswith("step 1,200/5,000 (24%), ETA 2m33s, loss 0.124")
     assert connector.get(meta).message.endswith("step 1,200/5,000 (24%), ETA 2m33s, loss 0.124")
     clock.advance(33)
     (Path(meta.output_prefix) / FILE_NAME).unlink()
@@ -468,6 +490,30 @@ def test_a_slow_store_delays_a_poll_by_the_wait_at_most_and_its_read_serves_the_
     assert reads(served) == before + 1
 
 
+def test_a_refresh_never_holds_a_poll_the_record_held_answers_it(fake_api, kind, served, clock, tmp_path, monkeypatch):
+    meta = start(fake_api, served, kind, tmp_path)
+    put(meta, record(clock))
+    asyncio.run(served.get(meta))
+    cached(served, meta)
+    assert asyncio.run(served.get(meta)).message.endswith(LINE)
+    release = threading.Event()
+    real_read = blobs.read_progress_record
+
+    def stuck(prefix: str) -> blobs.RecordRead:
+        assert release.wait(60)
+        return real_read(prefix)
+
+    monkeypatch.setattr(blobs, "read_progress_record", stuck)
+    monkeypatch.setattr(connector_module, "PROGRESS_READ_WAIT_S", 60.0)  # were it waited for, the poll would hang
+    clock.advance(33)
+    started = time.monotonic()
+    answer = asyncio.run(asyncio.wait_for(served.get(meta), 30))
+    assert time.monotonic() - started < 30 and served.progress.stats()["reading"] == 1
+    assert answer.message.endswith("step 1,200/5,000 (24%), ETA 2m33s, loss 0.124")
+    release.set()
+    settled(served)
+
+
 # --- the bookkeeping alone -------------------------------------------------------------------------------------------
 
 
@@ -476,16 +522,16 @@ def test_attempts_are_bounded_and_the_least_recently_polled_go_first() -> None:
     for key in ("a", "b", "a", "c"):
         progress.claim(key, 0.0, 0.0)
     assert progress.stats()["attempts"] == 2 and progress.stats()["dropped"] == 1
-    assert not progress.claim("a", 1.0, 0.0)  # still held: under way
-    assert progress.claim("b", 1.0, 0.0)  # dropped, so new
+    assert progress.claim("a", 1.0, 0.0) is Read.NONE  # still held: its first read under way
+    assert progress.claim("b", 1.0, 0.0) is Read.AWAITED  # dropped, so new
 
 
 def test_attempts_nobody_polls_are_swept() -> None:
     progress = LiveProgress(30, 300)
-    assert progress.claim("idle", 0.0, 0.0) and progress.claim("busy", 0.0, 0.0)
+    assert progress.claim("idle", 0.0, 0.0) is progress.claim("busy", 0.0, 0.0) is Read.AWAITED
     progress.store("idle", None)
     progress.store("busy", None)
-    assert progress.claim("busy", 290.0, 0.0)
+    assert progress.claim("busy", 290.0, 0.0) is Read.BACKGROUND
     progress.store("busy", None, now=301.0)  # the sweep runs with a store
     assert progress.stats() | {"attempts": 1, "dropped": 1} == progress.stats()
     assert progress.message("idle", 0.0) is None
@@ -493,7 +539,7 @@ def test_attempts_nobody_polls_are_swept() -> None:
 
 def test_a_read_under_way_for_a_forgotten_attempt_is_discarded() -> None:
     progress = LiveProgress(30, 300)
-    assert progress.claim("a", 0.0, 1000.0)
+    assert progress.claim("a", 0.0, 1000.0) is Read.AWAITED
     progress.forget("a")
     progress.store("a", record(Clock()))
     assert progress.message("a", 1000.0) is None and progress.stats()["attempts"] == 0
@@ -501,16 +547,31 @@ def test_a_read_under_way_for_a_forgotten_attempt_is_discarded() -> None:
 
 def test_a_released_claim_may_be_claimed_again() -> None:
     progress = LiveProgress(30, 300)
-    assert progress.claim("a", 0.0, 0.0) and not progress.claim("a", 0.0, 0.0)
+    assert progress.claim("a", 0.0, 0.0) is Read.AWAITED and progress.claim("a", 0.0, 0.0) is Read.NONE
     progress.release("a")
-    assert progress.claim("a", 0.0, 0.0)
+    assert progress.claim("a", 0.0, 0.0) is Read.AWAITED
+
+
+def test_only_the_first_read_and_the_one_before_stale_are_awaited() -> None:
+    clock = Clock()
+    wall = clock().timestamp()
+    progress = LiveProgress(30, 300, draw=lambda: 0.0)
+    assert progress.claim("a", 0.0, wall) is Read.AWAITED
+    progress.store("a", record(clock, age_s=10))
+    assert progress.claim("a", 29.0, wall + 29) is Read.NONE
+    assert progress.claim("a", 30.0, wall + 30) is Read.BACKGROUND  # a refresh: the record held serves meanwhile
+    progress.store("a", record(clock, age_s=10))  # rank 0 went silent at wall - 10
+    assert progress.claim("a", 49.0, wall + 49) is Read.NONE  # 59 s of silence: allowed
+    assert progress.claim("a", 51.0, wall + 51) is Read.AWAITED  # 61 s: read before saying so
+    progress.store("a", record(clock, age_s=10))
+    assert progress.claim("a", 52.0, wall + 52) is Read.NONE  # stale when read: the interval again
 
 
 def test_only_the_metrics_the_line_shows_are_held() -> None:
     progress = LiveProgress(30, 300)
     clock = Clock()
     metrics = {f"m{i}": float(i) for i in range(16)}
-    progress.claim("a", 0.0, clock().timestamp())
+    assert progress.claim("a", 0.0, clock().timestamp()) is Read.AWAITED
     progress.store("a", record(clock, metrics=metrics))
     held = progress._attempts["a"].record
     assert held is not None and list(held.metrics) == ["m0", "m1", "m2"]
@@ -525,18 +586,21 @@ def test_the_bookkeeping_refuses_nonsense(bad) -> None:
 
 def test_a_read_is_due_after_the_interval_and_a_jitter_of_at_most_a_tenth() -> None:
     progress = LiveProgress(30, 300, draw=lambda: 0.999)
-    assert progress.claim("a", 0.0, 0.0)
+    assert progress.claim("a", 0.0, 0.0) is Read.AWAITED
     progress.store("a", None)
-    assert not progress.claim("a", 29.99, 0.0) and not progress.claim("a", 32.99, 0.0)
-    assert progress.claim("a", 33.0, 0.0)
+    assert progress.claim("a", 29.99, 0.0) is progress.claim("a", 32.99, 0.0) is Read.NONE
+    assert progress.claim("a", 33.0, 0.0) is Read.BACKGROUND
 
 
 def test_reads_begun_together_come_due_spread_over_the_jitter() -> None:
     progress = LiveProgress(30, 300, draw=random.Random(7).random)
     keys = [f"attempt-{i}" for i in range(1000)]
     for key in keys:
-        assert progress.claim(key, 0.0, 0.0)
+        assert progress.claim(key, 0.0, 0.0) is Read.AWAITED
         progress.store(key, None)
-    due = {second: sum(progress.claim(key, second, 0.0) for key in keys) for second in (29.9, 30.5, 31.5, 32.5, 33.0)}
+    due = {
+        second: sum(progress.claim(key, second, 0.0) is Read.BACKGROUND for key in keys)
+        for second in (29.9, 30.5, 31.5, 32.5, 33.0)
+    }
     assert due[29.9] == 0 and sum(due.values()) == 1000
     assert 100 < due[30.5] < 250 and 250 < due[31.5] < 420 and 250 < due[32.5] < 420, due  # about 1/6, 1/3, 1/3
