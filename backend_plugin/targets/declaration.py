@@ -15,13 +15,28 @@ from typing import Any, Optional, Union
 
 from backend_plugin.sections import Section
 
-__all__ = ["Declaration", "Crd", "PodTemplates", "Limits", "ANY", "Path", "expand", "no_setting_names"]
+__all__ = [
+    "Declaration",
+    "Crd",
+    "PodTemplates",
+    "Limits",
+    "ANY",
+    "Path",
+    "GeneratedName",
+    "expand",
+    "no_setting_names",
+    "no_generated_names",
+]
 
 Path = tuple[Union[str, int], ...]
 """A path into a job: mapping keys and list indexes."""
 
 ANY = "*"
 """In a path pattern: every key of a mapping, or every index of a list, at that place."""
+
+GeneratedName = tuple[str, str]
+"""A name a kind's controllers derive from a job's name, and what they give it to: (`<job>-worker-3`, `Worker pod and
+Service`)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,9 @@ class Declaration:
         package: the kind's package, whose `target` module holds its `JobTarget` (`TARGET`).
         setting_names: the user's setting that wrote a path of the kind's own (outside pod templates, metadata and
             `limits.env_paths`), or None to leave it to the neutral naming; by default None for every path.
+        generated_names: the longest name of each kind of object the kind's controllers name after one of its jobs
+            (pods, Services, Jobs), as the webhook or API server that checks it spells it; each must be a DNS-1035
+            label of at most 63 characters, so they bound the job's own name (`render --name`). By default none.
     """
 
     kind: str
@@ -107,6 +125,9 @@ class Declaration:
     settings: type[Section]
     package: str
     setting_names: Callable[[Path], Optional[str]] = field(default_factory=lambda: no_setting_names)
+    generated_names: Callable[[Mapping[str, Any]], tuple[GeneratedName, ...]] = field(
+        default_factory=lambda: no_generated_names
+    )
 
     @property
     def api_version(self) -> str:
@@ -139,6 +160,18 @@ def no_setting_names(path: Path) -> Optional[str]:
         None.
     """
     return None
+
+
+def no_generated_names(job: Mapping[str, Any]) -> tuple[GeneratedName, ...]:
+    """The default `Declaration.generated_names`: the kind's controllers name nothing after the job.
+
+    Args:
+        job: a job of the kind.
+
+    Returns:
+        No names.
+    """
+    return ()
 
 
 def expand(obj: Any, pattern: tuple[str, ...]) -> Iterator[tuple[Path, tuple[Any, ...]]]:
