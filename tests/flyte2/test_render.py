@@ -25,6 +25,7 @@ import yaml
 from flyteidl2.task import common_pb2
 
 from backend_plugin.cli import main
+from pytorch_contract.install import install_hint
 from tests.flyte2.served import repo_env
 from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
 
@@ -259,6 +260,7 @@ class NotInstalled(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, NotInstalled())
 from backend_plugin.cli import main
+from pytorch_contract.install import install_hint
 
 codes = [main(["render", path, "train", "--inputs", "s3://b/i.pb", "--output-prefix", "s3://b/o"])
          for path in sys.argv[1:]]
@@ -281,9 +283,7 @@ def test_without_flyte_a_flytekit_file_renders_and_a_flyte2_file_names_the_extra
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"codes": [0, 3], "loaded": []}
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "pytorchjob render: needs 'flyte': pip install \"flytekitplugins-pytorch[flyte2]\""
-    )
+    assert proc.stderr.strip().splitlines()[-1] == f"pytorchjob render: needs 'flyte': {install_hint('flyte2')}"
     assert yaml.safe_load(proc.stdout.split('{"codes"')[0])["kind"] == "PyTorchJob"
 
 
