@@ -67,6 +67,7 @@ __all__ = [
     "check_admission",
     "prepare",
     "job_size",
+    "is_integer_resource",
     "REJECTED",
     "PRUNED",
     "UNSTARTABLE",
@@ -210,17 +211,23 @@ def prepare() -> None:
 
 def _dedup(problems: list[Problem]) -> list[Problem]:
     """Each message once; and no second verdict on a value the create already rejects (a quantity the CRD's pattern
-    refuses needs no pod-validation verdict too)."""
-    rejected = {p.path for p in problems if p.verdict == REJECTED and p.path}
+    refuses, a container list whose names the CRD's list-map keys refuse, need no pod-validation verdict too)."""
+    rejected = [p.path for p in problems if p.verdict == REJECTED and p.path]
     seen: set[str] = set()
     out = []
     for p in problems:
-        if p.verdict == UNSTARTABLE and p.path in rejected:
+        if p.verdict == UNSTARTABLE and any(_overlap(p.path, r) for r in rejected):
             continue
         if p.message not in seen:
             seen.add(p.message)
             out.append(p)
     return out
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether one formatted path is the other or lies inside it."""
+    short, long = sorted((a, b), key=len)
+    return bool(short) and (long == short or long.startswith((f"{short}.", f"{short}[")))
 
 
 _UNDECLARED_ADVICE = (
@@ -374,7 +381,7 @@ def is_integer_resource(name: str) -> bool:
     return QUALIFIED_NAME.match(f"requests.{name}") is not None
 
 
-def _resource_problems(job: Mapping[str, Any], path: Path, resources: Any) -> list[Problem]:
+def _resource_problems(job: Mapping[str, Any], path: Path, resources: Any, where: str = "") -> list[Problem]:
     """A container's requests and limits, as the API server validates a pod's (`ValidateResourceRequirements`): each a
     quantity `ParseQuantity` reads (the CRD's pattern also takes `1e1.5`, which it cannot), never negative
     (`ValidateNonnegativeQuantity`), whole for an extended resource (`ValidateResourceQuantityValue`)."""
@@ -391,16 +398,16 @@ def _resource_problems(job: Mapping[str, Any], path: Path, resources: Any) -> li
             problem = quantity_problem(value, whole=is_integer_resource(str(name)))
             if problem is not None:
                 at = (*path, section, str(name))
-                where = setting_for(job, at)
-                message = f"{where}: {section}[{name!r}]={value!r} is {problem}"
-                out.append(Problem(UNSTARTABLE, format_path(at), where, _pods_fail(message)))
+                setting = where or setting_for(job, at)
+                message = f"{setting}: {section}[{name!r}]={value!r} is {problem}"
+                out.append(Problem(UNSTARTABLE, format_path(at), setting, _pods_fail(message)))
     return out
 
 
 def _env_list_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
-    """The env lists a kind writes outside its pod templates: their names (as in a pod template), and a note when the
-    list fits the kind's `maxItems` (the CRD's schema judges the list as it is) but the same task's job in a Flyte
-    execution, which holds all of the writer's entries, would not."""
+    """The env lists and resources a kind writes outside its pod templates: the env names and the quantities as in a
+    pod template, and a note when an env list fits the kind's `maxItems` (the CRD's schema judges the list as it is)
+    but the same task's job in a Flyte execution, which holds all of the writer's entries, would not."""
     out = []
     for path in declaration.limits.env_paths:
         env = get_path(job, path)
@@ -417,6 +424,8 @@ def _env_list_problems(job: Mapping[str, Any], declaration: Declaration) -> list
             message = _env_execution_note(job, path, limit, declaration)
             if message:
                 out.append(Problem(NOTE, where, "environment", message))
+    for path in declaration.limits.resource_paths:
+        out += _resource_problems(job, path, get_path(job, path), where="resources")
     return out
 
 

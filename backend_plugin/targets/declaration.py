@@ -76,11 +76,14 @@ class Limits:
         env_max_items: `maxItems` of those lists (counting what the writer adds); None for no limit.
         copies_note: said with a job too large that holds more than one pod template (why its values count more than
             once); "" for none.
+        resource_paths: `ResourceRequirements` the kind's writer puts outside any pod template, which its controller
+            gives the training container (`("spec", "trainer", "resourcesPerNode")`).
     """
 
     env_paths: tuple[tuple[str, ...], ...] = ()
     env_max_items: Optional[int] = None
     copies_note: str = ""
+    resource_paths: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,11 @@ DECLARATION = Declaration(
         ),
     ),  # fmt: skip
     primary_containers=(NODE,),
-    limits=Limits(env_paths=(ENV,), env_max_items=LIMITS["trainjob"].env_max_items),
+    limits=Limits(
+        env_paths=(ENV,),
+        env_max_items=LIMITS["trainjob"].env_max_items,
+        resource_paths=(("spec", "trainer", "resourcesPerNode"),),
+    ),
     settings=TrainJobSettings,
     package=__name__.rpartition(".")[0],
     generated_names=generated_names,
