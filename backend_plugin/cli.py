@@ -70,7 +70,7 @@ from pytorch_contract import template_keys as keys
 from pytorch_contract.install import install_hint
 from pytorch_contract.k8s_metadata import ANNOTATIONS_TOTAL_MAX_BYTES
 from pytorch_contract.k8s_names import DNS1035_LABEL, image_reference_problem
-from pytorch_contract.template_keys import CONFIG_PREFIX, CONNECTOR_TASK_TYPE, TASK_TYPE
+from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE, TASK_TYPE
 
 __all__ = [
     "main",
@@ -88,6 +88,11 @@ __all__ = [
     "user_output_to_stderr",
     "unfilled_placeholder_warnings",
     "check_report",
+    "refused_report",
+    "flytekit_image",
+    "generated_name_problem",
+    "native_plugin_warnings",
+    "client_side_apply_note",
 ]
 
 DEFAULT_BUCKET = f"s3://my-s3-bucket/{PROGRAM}-render"
@@ -185,7 +190,7 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
     from flytekit.tools.translator import get_serializable
 
     if image:
-        image_config = ImageConfig(default_image=_flytekit_image(Image, image))
+        image_config = ImageConfig(default_image=flytekit_image(Image, image))
     else:
         image_config = ImageConfig.auto_default_image()
     settings = SerializationSettings(image_config=image_config)  # like `pyflyte package`: no project/domain yet
@@ -200,7 +205,7 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
     return template_to_dict(task_spec.template)
 
 
-def _flytekit_image(image_class: Any, image: str) -> Any:
+def flytekit_image(image_class: Any, image: str) -> Any:
     """flytekit's default `Image` for `--image`, without flytekit's parser (`Image.look_up_image_info`, which asserts
     a tag and reads a file of that name as an ImageSpec). A reference without a tag or digest (`ubuntu`,
     `localhost:5000/x`) is the kubelet's `:latest` (distribution/reference's default tag), as the decorator's
@@ -768,14 +773,16 @@ NATIVE_PLUGIN_IGNORES = {
 `DistributedPyTorchTrainingTask` message alone; docs/flyte2.md lists them), with the user's name for each."""
 
 
-def native_plugin_warnings(template: dict[str, Any]) -> list[str]:
+def native_plugin_warnings(template: dict[str, Any], flyte2: bool = False) -> list[str]:
     """One warning for a Flyte 2 task of type `pytorch`, which Flyte 2 runs with its native PyTorchJob plugin, naming
     the settings of this job that plugin ignores (`NATIVE_PLUGIN_IGNORES`): render shows the job this project's
     connector would create, which applies them. Flyte 2 keeps a task's `pytorch.*` keys in its container's config
-    (flytekit, in the template's own `config`), which is how its templates are told apart.
+    (flytekit, in the template's own `config`), which tells a Flyte 2 template apart; a task of a pod template has no
+    container, and its front-end puts them in the template's `config` (`flyte2`: the task came from it).
 
     Args:
         template: the TaskTemplate dict.
+        flyte2: whether the template is a Flyte 2 task's, as its front-end serialized it.
 
     Returns:
         No line, or one naming the ignored settings and what to use instead.
@@ -783,7 +790,9 @@ def native_plugin_warnings(template: dict[str, Any]) -> list[str]:
     if template.get("type") != TASK_TYPE:
         return []
     entries = (template.get("container") or {}).get("config") or []
-    given = {str(e.get("key")) for e in entries if isinstance(e, dict) and str(e.get("key")).startswith(CONFIG_PREFIX)}
+    given = {str(e.get("key")) for e in entries if isinstance(e, dict)}
+    if flyte2:
+        given |= {str(k) for k in template.get("config") or {}}
     ignored = [label for key, label in NATIVE_PLUGIN_IGNORES.items() if key in given]
     if not ignored:
         return []
@@ -854,7 +863,7 @@ def render_job(template: dict[str, Any], args: argparse.Namespace, config: Backe
         print(f"{PROGRAM} render: warning: {warning}", file=sys.stderr)
     job = built.job
     lines = default_image_warnings(job, built.kind) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)
-    for line in lines + native_plugin_warnings(template):
+    for line in lines:
         print(f"{PROGRAM} render: {line}", file=sys.stderr)
     note = client_side_apply_note(job)
     if note is not None:
@@ -1082,6 +1091,9 @@ def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if given and not (args.inputs_to or args.output_prefix):
         raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")
     template, entity = _template_of(parser, args)
+    flyte2 = entity is not None and _frontend_of(entity) is not None
+    for line in native_plugin_warnings(template, flyte2):
+        print(f"{PROGRAM} render: {line}", file=sys.stderr)
     if given:
         args.inputs = args.inputs or _write_given_inputs(template, entity, given, args)
     if args.check:
