@@ -769,12 +769,12 @@ NATIVE_PLUGIN_IGNORES = {
     keys.MASTER_POD_TEMPLATE: "the Master's pod template",
     keys.WORKER_POD_TEMPLATE: "the Worker's pod template",
 }
-"""The `pytorch.*` keys Flyte 2's native kfoperators plugin never reads (it builds its PyTorchJob from the
+"""The `pytorch.*` keys Flyte 2's native kfoperators plugin never reads (it builds its job from the
 `DistributedPyTorchTrainingTask` message alone; docs/flyte2.md lists them), with the user's name for each."""
 
 
 def native_plugin_warnings(template: dict[str, Any], flyte2: bool = False) -> list[str]:
-    """One warning for a Flyte 2 task of type `pytorch`, which Flyte 2 runs with its native PyTorchJob plugin, naming
+    """One warning for a Flyte 2 task of type `pytorch`, which Flyte 2 runs with its native kfoperators plugin, naming
     the settings of this job that plugin ignores (`NATIVE_PLUGIN_IGNORES`): render shows the job this project's
     connector would create, which applies them. Flyte 2 keeps a task's `pytorch.*` keys in its container's config
     (flytekit, in the template's own `config`), which tells a Flyte 2 template apart; a task of a pod template has no
@@ -798,7 +798,7 @@ def native_plugin_warnings(template: dict[str, Any], flyte2: bool = False) -> li
         return []
     name = str((template.get("id") or {}).get("name") or "this task").rsplit(".", 1)[-1]
     return [
-        f"warning: {name} is a Flyte 2 task of type {TASK_TYPE!r}, which Flyte 2 runs with its native PyTorchJob "
+        f"warning: {name} is a Flyte 2 task of type {TASK_TYPE!r}, which Flyte 2 runs with its native kfoperators "
         f"plugin: it reads only the DistributedPyTorchTrainingTask message, so {', '.join(ignored)} of this job "
         "are ignored on that path; to have them applied, wrap the config in flyte2_pytorch.Connector(...) (task type "
         f"{CONNECTOR_TASK_TYPE!r}, served by this project's connector)"

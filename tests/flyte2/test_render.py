@@ -317,14 +317,14 @@ def test_a_native_plugin_task_is_told_which_settings_that_path_ignores(
     flytekit_file, flyte2_file = write_twins(tmp_path, case)
     code, _, err = run(["render", str(flyte2_file), "train", "--target", CASES[case][3], *PATHS], capsys)
     assert code == 0, err
-    warned = [line for line in err.splitlines() if "native PyTorchJob plugin" in line]
+    warned = [line for line in err.splitlines() if "native kfoperators plugin" in line]
     if ignored is None:
         assert warned == []
     else:
         (line,) = warned
         assert f"so {ignored} of this job are ignored on that path" in line and "flyte2_pytorch.Connector(" in line
     code, _, err = run(["render", str(flytekit_file), "train", "--target", CASES[case][3], *PATHS], capsys)
-    assert code == 0 and "native PyTorchJob plugin" not in err
+    assert code == 0 and "native kfoperators plugin" not in err
 
 
 def test_the_flyte2_page_lists_what_the_native_plugin_ignores() -> None:
