@@ -1091,11 +1091,11 @@ def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if given and not (args.inputs_to or args.output_prefix):
         raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")
     template, entity = _template_of(parser, args)
+    if given:
+        args.inputs = args.inputs or _write_given_inputs(template, entity, given, args)
     flyte2 = entity is not None and _frontend_of(entity) is not None
     for line in native_plugin_warnings(template, flyte2):
         print(f"{PROGRAM} render: {line}", file=sys.stderr)
-    if given:
-        args.inputs = args.inputs or _write_given_inputs(template, entity, given, args)
     if args.check:
         try:
             built = render_job(template, args, config)
