@@ -461,8 +461,10 @@ def _env_execution_note(job: Mapping[str, Any], path: Path, limit: int, declarat
     )
 
 
+_UNLIMITED = [d.config_name for d in DECLARED if d.limits.env_max_items is None]
 _ENV_ADVICE = (
-    "group settings into one JSON value, or mount a ConfigMap or Secret (envFrom in the pod template does not count)"
+    "group settings into one JSON value, mount a ConfigMap or Secret (envFrom in the pod template does not count)"
+    + (f", or use target {' or '.join(repr(n) for n in _UNLIMITED)}, whose env has no such limit" if _UNLIMITED else "")
 )
 
 
