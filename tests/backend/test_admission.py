@@ -154,7 +154,7 @@ RULES: dict[str, tuple[Callable[[dict], None], dict[str, Optional[str]], str]] =
         {"pytorchjob": None, "trainjob": REJECTED},
         "more than the 128 spec.trainer.env admits (maxItems)",
     ),
-    "env-fits-in-render-but-not-in-an-execution": (
+    "env-over-the-limit-in-an-executions-job": (
         env(128 - WRITER_ENV_ENTRIES + 1),
         {"pytorchjob": None, "trainjob": REJECTED},
         f"keep at most {128 - WRITER_ENV_ENTRIES}",
