@@ -15,13 +15,28 @@ from typing import Any, Optional, Union
 
 from backend_plugin.sections import Section
 
-__all__ = ["Declaration", "Crd", "PodTemplates", "Limits", "ANY", "Path", "expand", "no_setting_names"]
+__all__ = [
+    "Declaration",
+    "Crd",
+    "PodTemplates",
+    "Limits",
+    "ANY",
+    "Path",
+    "GeneratedName",
+    "expand",
+    "no_setting_names",
+    "no_generated_names",
+]
 
 Path = tuple[Union[str, int], ...]
 """A path into a job: mapping keys and list indexes."""
 
 ANY = "*"
 """In a path pattern: every key of a mapping, or every index of a list, at that place."""
+
+GeneratedName = tuple[str, str]
+"""A name a kind's controllers derive from a job's name, and what they give it to: (`<job>-worker-3`, `Worker pod and
+Service`)."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +76,14 @@ class Limits:
         env_max_items: `maxItems` of those lists (counting what the writer adds); None for no limit.
         copies_note: said with a job too large that holds more than one pod template (why its values count more than
             once); "" for none.
+        resource_paths: `ResourceRequirements` the kind's writer puts outside any pod template, which its controller
+            gives the training container (`("spec", "trainer", "resourcesPerNode")`).
     """
 
     env_paths: tuple[tuple[str, ...], ...] = ()
     env_max_items: Optional[int] = None
     copies_note: str = ""
+    resource_paths: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +108,9 @@ class Declaration:
         package: the kind's package, whose `target` module holds its `JobTarget` (`TARGET`).
         setting_names: the user's setting that wrote a path of the kind's own (outside pod templates, metadata and
             `limits.env_paths`), or None to leave it to the neutral naming; by default None for every path.
+        generated_names: the longest name of each kind of object the kind's controllers name after one of its jobs
+            (pods, Services, Jobs), as the webhook or API server that checks it spells it; each must be a DNS-1035
+            label of at most 63 characters, so they bound the job's own name (`render --name`). By default none.
     """
 
     kind: str
@@ -107,6 +128,9 @@ class Declaration:
     settings: type[Section]
     package: str
     setting_names: Callable[[Path], Optional[str]] = field(default_factory=lambda: no_setting_names)
+    generated_names: Callable[[Mapping[str, Any]], tuple[GeneratedName, ...]] = field(
+        default_factory=lambda: no_generated_names
+    )
 
     @property
     def api_version(self) -> str:
@@ -139,6 +163,18 @@ def no_setting_names(path: Path) -> Optional[str]:
         None.
     """
     return None
+
+
+def no_generated_names(job: Mapping[str, Any]) -> tuple[GeneratedName, ...]:
+    """The default `Declaration.generated_names`: the kind's controllers name nothing after the job.
+
+    Args:
+        job: a job of the kind.
+
+    Returns:
+        No names.
+    """
+    return ()
 
 
 def expand(obj: Any, pattern: tuple[str, ...]) -> Iterator[tuple[Path, tuple[Any, ...]]]:
