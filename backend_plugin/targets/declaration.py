@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from backend_plugin.sections import Section
 
-__all__ = ["Declaration", "Crd", "PodTemplates", "Limits", "ANY", "Path", "expand", "no_setting_names"]
+__all__ = [
+    "Declaration",
+    "Crd",
+    "PodTemplates",
+    "Limits",
+    "KindCheck",
+    "ANY",
+    "Path",
+    "expand",
+    "no_setting_names",
+    "no_checks",
+]
 
 Path = tuple[Union[str, int], ...]
 """A path into a job: mapping keys and list indexes."""
@@ -45,11 +56,24 @@ class PodTemplates:
         pattern: the path of each template (the object holding `metadata` and `spec`), `ANY` where a role or an index
             varies: `("spec", "pytorchReplicaSpecs", ANY, "template")`.
         setting: the user's name for a template, `{0}`, `{1}`, ... standing for what `ANY` matched
-            (`"{0}.pod_template"` -> `Worker.pod_template`).
+            (`"{0}.pod_template"` -> `Worker.pod_template`); or, where what `ANY` matched is a list index that does
+            not name the role, a function of the job and what `ANY` matched that returns the name.
     """
 
     pattern: tuple[str, ...]
-    setting: str
+    setting: Union[str, Callable[[Mapping[str, Any], tuple[Any, ...]], str]]
+
+    def name(self, job: Mapping[str, Any], matched: tuple[Any, ...]) -> str:
+        """The user's name for the template that `pattern` matched in `job` with `matched`.
+
+        Args:
+            job: the job.
+            matched: what each `ANY` of `pattern` matched.
+
+        Returns:
+            The setting's name.
+        """
+        return self.setting(job, matched) if callable(self.setting) else self.setting.format(*matched)
 
 
 @dataclass(frozen=True)
@@ -66,6 +90,23 @@ class Limits:
     env_paths: tuple[tuple[str, ...], ...] = ()
     env_max_items: Optional[int] = None
     copies_note: str = ""
+
+
+class KindCheck(NamedTuple):
+    """One finding of a kind's own admission rules: what its validating webhook refuses beyond the CRD's schema, or
+    what the API server refuses in the objects its controller creates from the job.
+
+    Attributes:
+        path: where in the job (the user's setting is named from it).
+        message: what is wrong and what to do.
+        verdict: `rejected` (the create fails), `unstartable` (the job is created but its controller cannot create
+            what it needs from it: no pod ever runs) or `note` (said, not refused: a rule that depends on how the
+            cluster is configured).
+    """
+
+    path: Path
+    message: str
+    verdict: str = "rejected"
 
 
 @dataclass(frozen=True)
@@ -90,6 +131,8 @@ class Declaration:
         package: the kind's package, whose `target` module holds its `JobTarget` (`TARGET`).
         setting_names: the user's setting that wrote a path of the kind's own (outside pod templates, metadata and
             `limits.env_paths`), or None to leave it to the neutral naming; by default None for every path.
+        checks: the kind's own admission rules beyond its CRD (its webhook's, the rules of the objects its controller
+            creates), run by the admission model on every job of the kind; by default none.
     """
 
     kind: str
@@ -107,6 +150,7 @@ class Declaration:
     settings: type[Section]
     package: str
     setting_names: Callable[[Path], Optional[str]] = field(default_factory=lambda: no_setting_names)
+    checks: Callable[[Mapping[str, Any]], list[KindCheck]] = field(default_factory=lambda: no_checks)
 
     @property
     def api_version(self) -> str:
@@ -123,7 +167,7 @@ class Declaration:
             (path of the template, i.e. the object holding `metadata` and `spec`; its setting), in job order.
         """
         return [
-            (path, templates.setting.format(*matched))
+            (path, templates.name(job, matched))
             for templates in self.pod_templates
             for path, matched in expand(job, templates.pattern)
         ]
@@ -139,6 +183,18 @@ def no_setting_names(path: Path) -> Optional[str]:
         None.
     """
     return None
+
+
+def no_checks(job: Mapping[str, Any]) -> list[KindCheck]:
+    """The default `Declaration.checks`: the kind has no admission rules beyond its CRD.
+
+    Args:
+        job: a job of the kind.
+
+    Returns:
+        No finding.
+    """
+    return []
 
 
 def expand(obj: Any, pattern: tuple[str, ...]) -> Iterator[tuple[Path, tuple[Any, ...]]]:
