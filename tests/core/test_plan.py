@@ -329,7 +329,7 @@ def test_the_plan_is_frozen() -> None:
         plan.world_size = 9  # type: ignore[misc]
 
 
-# --- a JobSet pod: RANK from the role's offset plus the completion index -----------------------------------------------
+# --- a JobSet pod: RANK from the role's offset plus the completion index ----------------------------------------------
 
 JOBSET_POD = {"WORLD_SIZE": "3", "MASTER_ADDR": "j-master-0-0.j", "MASTER_PORT": "23456", "PET_NNODES": "3"}
 
