@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.targets.jobset.schema import assert_valid_jobset
-
 SUCCEEDED = "Completed"
 """The condition type of a job that succeeded."""
 
@@ -71,4 +69,6 @@ def pod(job: dict, index: int, phase: str = "Running", role: str = "worker", att
 
 def validate(job: dict) -> None:
     """The JobSet CRD, the typed models, the webhook's rules and the child Jobs."""
+    from tests.targets.jobset.schema import assert_valid_jobset  # jsonschema and the models: the test extra only
+
     assert_valid_jobset(job)
