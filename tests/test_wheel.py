@@ -159,6 +159,10 @@ def test_installed_wheel_runs_the_example_render_and_the_connector(wheel: Path, 
     assert code == 0, output[-3000:]
     job = yaml.safe_load(output[output.index("apiVersion:") :])
     assert job["kind"] == "PyTorchJob" and job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    # every kind's CRD ships in the wheel: the admission model of the last kind reads its own
+    code, output = run("pytorchjob", "render", "example.py", "all_reduce", "--image", "registry.example.com/t:1",
+                       "--target", "jobset", "--check")  # fmt: skip
+    assert code == 0 and "JobSet all-reduce-" in output and "admitted intact" in output, output[-3000:]
 
     pod_template = str(ROOT / "tests" / "data" / "templates" / "official_pod_template.json")
     code, output = run("pytorchjob", "render", "--template", pod_template)

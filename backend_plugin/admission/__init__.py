@@ -8,6 +8,8 @@ What it checks (docs/admission.md has the table):
 - the vendored CRD's structural schema (`backend_plugin/crds/`): an undeclared field (the CRDs' embedded pod schema
   is older than the `kubernetes` client), types, `required`, `enum`, lengths, `maxItems`, list-map keys, patterns;
 - the CRD's `x-kubernetes-validations` CEL rules, evaluated as written (`cel-python`);
+- the kind's own rules beyond its CRD, as its declaration states them (`Declaration.checks`: what its validating
+  webhook refuses, what the API server would refuse in the objects its controller creates from the job);
 - the object size: 1.5 MiB stored (etcd), 3 MiB per request;
 - metadata of the job and of every embedded pod template: label keys and values, annotation keys, the 256 KiB
   annotation total (`pytorch_contract.k8s_metadata`);
@@ -153,7 +155,8 @@ def admit(job: Mapping[str, Any]) -> list[Problem]:
         job: a job of a registered kind, as its writer wrote it.
 
     Returns:
-        Problems in a stable order (schema, CEL, metadata, pod rules, size); empty when it is admitted intact.
+        Problems in a stable order (schema, CEL, the kind's own rules, metadata, pod rules, size); empty when it is
+        admitted intact.
 
     Raises:
         KeyError: no vendored CRD serves the job's apiVersion and kind.
@@ -169,8 +172,11 @@ def admit(job: Mapping[str, Any]) -> list[Problem]:
         if e.name != "celpy":
             raise
         out.append(Problem(NOTE, "", CEL_UNAVAILABLE, f"the CRD's CEL rules were not evaluated: {CEL_UNAVAILABLE}"))
+    kind_problems = _kind_problems(job, declaration)
+    out += kind_problems
     out += _metadata_problems(job, declaration)
-    out += _generated_name_problems(job, declaration)
+    if not any(p.path == "metadata.name" for p in kind_problems):  # a kind's webhook that judges them said it
+        out += _generated_name_problems(job, declaration)
     out += _pod_problems(job, declaration)
     out += _env_list_problems(job, declaration)
     out += _size_problems(job, declaration)
@@ -252,6 +258,18 @@ def _cel_problem(job: Mapping[str, Any], f: structural.Finding) -> Problem:
     where = setting_for(job, f.path) if f.path else "job"
     verdict = REJECTED if f.verdict == REJECTED else NOTE
     return Problem(verdict, format_path(f.path), where, f"{where}: {f.detail}")
+
+
+_KIND_VERDICTS = {REJECTED: REJECTED, UNSTARTABLE: UNSTARTABLE, NOTE: NOTE}
+
+
+def _kind_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
+    """The kind's own rules (`Declaration.checks`), each named by the user's setting."""
+    out = []
+    for check in declaration.checks(job):
+        where = setting_for(job, check.path) if check.path else "job"
+        out.append(Problem(_KIND_VERDICTS[check.verdict], format_path(check.path), where, f"{where}: {check.message}"))
+    return out
 
 
 _METADATA_RULES = (("labels", label_problems), ("annotations", annotation_problems))

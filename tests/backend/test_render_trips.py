@@ -106,6 +106,11 @@ NAMES = [
     ("trainjob", 2, 49, False),
     ("trainjob", 11, 47, True),
     ("trainjob", 11, 48, False),
+    # a JobSet's pods: <name>-<replicated job>-0-<i>-xxxxx (its webhook refuses the job; one verdict, not two)
+    ("jobset", 2, 46, True),
+    ("jobset", 2, 47, False),
+    ("jobset", 11, 45, True),
+    ("jobset", 11, 46, False),
 ]
 
 

@@ -28,6 +28,7 @@ from backend_plugin.cli import main
 from pytorch_contract.install import install_hint
 from tests.flyte2.served import repo_env
 from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
+from tests.targets.jobset.schema import assert_valid_jobset
 
 IMAGE = "ghcr.io/example/train:1.0"
 PATHS = ["--inputs", "s3://b/run-1/inputs.pb", "--output-prefix", "s3://b/run-1"]
@@ -77,6 +78,13 @@ ROLES = (
     'shm_size="1Gi")'
 )
 TRAINJOB = 'PyTorch(worker=Worker(replicas=2), nproc_per_node=2, run_policy=RunPolicy(queue="team-a"))'
+JOBSET = (
+    'PyTorch(master=Master(image="ghcr.io/example/master:2", requests=R(cpu="1", memory="2Gi"), '
+    'restart_policy="ExitCode"), worker=Worker(replicas=3, requests=R(cpu="2", memory="4Gi"), '
+    'restart_policy="OnFailure"), run_policy=RunPolicy(backoff_limit=2, queue="team-a", priority_class="high"), '
+    'nproc_per_node=2, shm_size="1Gi")'
+)
+VALIDATE = {"pytorchjob": assert_valid_pytorchjob, "trainjob": assert_valid_trainjob, "jobset": assert_valid_jobset}
 
 #: name -> (flytekit config, Flyte 2 config (None: the same text), pod template, target)
 CASES: dict[str, tuple[str, Any, bool, str]] = {
@@ -85,6 +93,7 @@ CASES: dict[str, tuple[str, Any, bool, str]] = {
     "pod_template": (ROLES, None, True, "pytorchjob"),
     "trainjob": (TRAINJOB, None, True, "trainjob"),
     "trainjob_connector": (TRAINJOB, f"Connector({TRAINJOB})", True, "trainjob"),
+    "jobset_connector": (JOBSET, f"Connector({JOBSET})", True, "jobset"),
 }
 
 
@@ -117,6 +126,8 @@ def containers(job: dict[str, Any]) -> list[dict[str, Any]]:
     spec = job["spec"]
     if "pytorchReplicaSpecs" in spec:
         return [role["template"]["spec"]["containers"][0] for role in spec["pytorchReplicaSpecs"].values()]
+    if "replicatedJobs" in spec:
+        return [rjob["template"]["spec"]["template"]["spec"]["containers"][0] for rjob in spec["replicatedJobs"]]
     return [spec["trainer"]]
 
 
@@ -149,7 +160,7 @@ def test_the_flyte2_twin_renders_the_flytekit_tasks_job(case: str, tmp_path: Pat
         assert code == 0, err
         jobs.append((out, yaml.safe_load(out)))
     (flytekit_text, flytekit_job), (flyte2_text, flyte2_job) = jobs
-    (assert_valid_trainjob if target == "trainjob" else assert_valid_pytorchjob)(flyte2_job)
+    VALIDATE[target](flyte2_job)
     assert flyte2_text != flytekit_text
 
     same_flytekit, flytekit_argv, flytekit_versions = without_sdk_differences(flytekit_job)
