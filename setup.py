@@ -99,6 +99,9 @@ setup(
             "matplotlib>=3.9",
             "jsonschema>=4.17",
             "kubernetes-validate>=1.37",  # tests/kube_schema.py validates against Kubernetes 1.37
+            # the pydantic models of JobSet v1alpha2 that Kubeflow Trainer generates: the JobSet tests' typed oracle
+            # (tests/targets/jobset/schema.py); 2.3.0 is the release tested (its only dependency is pydantic).
+            "kubeflow-trainer-api>=2.3.0",
             # flytekit's official plugin: only to prove our backend runs the templates it writes.
             "flytekitplugins-kfpytorch>=1.16.2",
             "hypothesis>=6.100",

@@ -54,6 +54,23 @@ class BuiltJob:
         """The findings the cluster would reject, silently prune or never start."""
         return [p for p in self.problems if p.refuses]
 
+    def reads(self, path: str) -> bool:
+        """Whether the job hands `path` to its containers (in an argument, a command or a variable's value).
+
+        The connector writes the task's inputs at the execution's `input_path` only when the job reads them there:
+        a template whose container arguments Flyte's connector plugin rendered before `CreateTask` (`{{.input}}`
+        already the run's own inputs file) points its pods elsewhere, and a file written at `input_path` would never
+        be read; a pod template's arguments arrive with their placeholders, which the backend fills with
+        `input_path`.
+
+        Args:
+            path: e.g. the execution's `input_path`.
+
+        Returns:
+            True when some string of the job holds `path`.
+        """
+        return bool(path) and _holds(self.job, path)
+
     def admitted(self) -> dict[str, Any]:
         """The job, when the cluster would admit it intact.
 
@@ -67,6 +84,16 @@ class BuiltJob:
         if refusing:
             raise JobNotAdmitted(str(self.job.get("kind")), refusing)
         return self.job
+
+
+def _holds(value: Any, text: str) -> bool:
+    if isinstance(value, str):
+        return text in value
+    if isinstance(value, Mapping):
+        return any(_holds(v, text) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds(v, text) for v in value)
+    return False
 
 
 def build_job(

@@ -58,14 +58,18 @@ from typing import Any, Optional
 
 import yaml
 
-from backend_plugin.admission import CEL_UNAVAILABLE, Problem
+from backend_plugin.admission import CEL_UNAVAILABLE, NOTE, Problem, job_size
 from backend_plugin.build import BuiltJob, build_job
 from backend_plugin.config import ENV_PREFIX, PROGRAM, BackendConfig, load_config
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execution_metadata, job_name
+from backend_plugin.targets import declaration_for
 from backend_plugin.targets.registry import BY_CONFIG, JobTarget, target_for_config
 from backend_plugin.template import template_to_dict
-from pytorch_contract.k8s_names import DNS1035_LABEL, JOB_NAME_MAX_LENGTH, image_reference_problem
+from pytorch_contract import template_keys as keys
+from pytorch_contract.install import install_hint
+from pytorch_contract.k8s_metadata import ANNOTATIONS_TOTAL_MAX_BYTES
+from pytorch_contract.k8s_names import DNS1035_LABEL, image_reference_problem
 from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE, TASK_TYPE
 
 __all__ = [
@@ -84,6 +88,11 @@ __all__ = [
     "user_output_to_stderr",
     "unfilled_placeholder_warnings",
     "check_report",
+    "refused_report",
+    "flytekit_image",
+    "generated_name_problem",
+    "native_plugin_warnings",
+    "client_side_apply_note",
 ]
 
 DEFAULT_BUCKET = f"s3://my-s3-bucket/{PROGRAM}-render"
@@ -181,7 +190,7 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
     from flytekit.tools.translator import get_serializable
 
     if image:
-        image_config = ImageConfig(default_image=Image.look_up_image_info("default", image))
+        image_config = ImageConfig(default_image=flytekit_image(Image, image))
     else:
         image_config = ImageConfig.auto_default_image()
     settings = SerializationSettings(image_config=image_config)  # like `pyflyte package`: no project/domain yet
@@ -194,6 +203,36 @@ def serialize_task(entity: Any, image: Optional[str] = None) -> dict[str, Any]:
             name = getattr(entity, "name", "the task")
             raise RenderError(f"{name}: cannot be serialized: {type(e).__name__}: {e}") from None
     return template_to_dict(task_spec.template)
+
+
+def flytekit_image(image_class: Any, image: str) -> Any:
+    """flytekit's default `Image` for `--image`, without flytekit's parser (`Image.look_up_image_info`, which asserts
+    a tag and reads a file of that name as an ImageSpec). A reference without a tag or digest (`ubuntu`,
+    `localhost:5000/x`) is the kubelet's `:latest` (distribution/reference's default tag), as the decorator's
+    `container_image="ubuntu"` is; the job keeps the reference as given (`ExecutionMetadata.image_override`).
+
+    Args:
+        image_class: `flytekit.configuration.Image`.
+        image: the checked reference (`check_job_options`).
+
+    Returns:
+        The `Image`.
+
+    Raises:
+        RenderError: flytekit refuses it (one line).
+    """
+    fqn, at, digest = image.rpartition("@")
+    tag = None
+    if not at:  # no digest: a tag after the last '/', else the kubelet's default
+        fqn, digest = image, ""
+        head, colon, tail = image.rpartition(":")
+        if colon and "/" not in tail:
+            fqn, tag = head, tail
+        tag = tag or "latest"
+    try:
+        return image_class(name="default", fqn=fqn, tag=tag, digest=digest or None)
+    except Exception as e:  # flytekit raises ValueError, AssertionError, ...: one line, no traceback
+        raise RenderError(f"--image {image!r}: flytekit cannot serialize with it: {type(e).__name__}: {e}") from None
 
 
 def _frontend_of(entity: Any) -> Any:
@@ -598,10 +637,10 @@ def placeholder_warnings(meta: ExecutionMetadata) -> list[str]:
 def check_job_options(args: argparse.Namespace, config: BackendConfig) -> BackendConfig:
     """Check `--name`, `--image` and `--namespace` with the rules the backend and the SDK apply to the same fields.
 
-    `--name` is a DNS-1035 label of at most `JOB_NAME_MAX_LENGTH` characters, the rule the connector's job names
-    follow (the operator names the job's pods and Services `<name>-worker-<i>`); `--image` is an image reference
-    the kubelet accepts (the SDK's `container_image` check); `--namespace` is checked by `BackendConfig`, as the
-    config's own `namespace` is.
+    `--name` is a DNS-1035 label of at most 63 characters, what the job kinds' webhooks and CRDs accept (the names
+    the kind's controllers derive from it, `<name>-worker-<i>`, are checked once the job is built:
+    `generated_name_problem`); `--image` is an image reference the kubelet accepts (the SDK's `container_image`
+    check; no tag is `:latest`); `--namespace` is checked by `BackendConfig`, as the config's own `namespace` is.
 
     Args:
         args: parsed arguments.
@@ -614,10 +653,11 @@ def check_job_options(args: argparse.Namespace, config: BackendConfig) -> Backen
         RenderError: a value no cluster would accept; the message names the flag and the value.
     """
     name = args.name
-    if name is not None and (not DNS1035_LABEL.match(name) or len(name) > JOB_NAME_MAX_LENGTH):
+    if name is not None and not DNS1035_LABEL.match(name):
         raise RenderError(
-            f"--name {name!r} is not a job name Kubernetes accepts: use at most {JOB_NAME_MAX_LENGTH} lower-case "
-            "letters, digits and '-', starting with a letter and ending with a letter or digit, e.g. 'mnist-1'"
+            f"--name {name!r} ({len(name)} characters) is not a job name Kubernetes accepts: use at most 63 "
+            "lower-case letters, digits and "
+            "'-', starting with a letter and ending with a letter or digit, e.g. 'mnist-1'"
         )
     if args.image is not None:
         problem = image_reference_problem(args.image)
@@ -632,6 +672,30 @@ def check_job_options(args: argparse.Namespace, config: BackendConfig) -> Backen
         except ConfigError as e:
             raise RenderError(f"--namespace {args.namespace!r}: {e}") from e
     return config
+
+
+def generated_name_problem(job: dict[str, Any], name: str) -> Optional[str]:
+    """Whether the names the job's kind derives from `name` (its pods, Services, Jobs: `Declaration.generated_names`)
+    fit the 63 characters of a DNS-1035 label, for `--name`: the limit depends on the kind and on the replica count
+    (`<name>-worker-<i>` of a PyTorchJob, `<name>-node-0-<i>-xxxxx` of a TrainJob's pods).
+
+    Args:
+        job: the built job (its kind and replica counts; its own name may have been shortened by the writer).
+        name: the `--name` given.
+
+    Returns:
+        A message naming the longest generated name and the longest `--name` that fits, or None.
+    """
+    renamed = {**job, "metadata": {**(job.get("metadata") or {}), "name": name}}
+    for generated, what in declaration_for(job).generated_names(renamed):
+        if len(generated) > 63:
+            room = 63 - (len(generated) - len(name))
+            return (
+                f"--name {name!r} ({len(name)} characters): this {job.get('kind')}'s {what} would be named "
+                f"{generated!r}, {len(generated)} characters, over the 63 Kubernetes allows; use at most {room} "
+                "characters"
+            )
+    return None
 
 
 _UNFILLED = re.compile(r"\{\{\s*[.$]?\s*(\w+)\s*\}\}")
@@ -691,6 +755,82 @@ def _not_a_pytorch_task(template: dict[str, Any]) -> Optional[str]:
     )
 
 
+NATIVE_PLUGIN_IGNORES = {
+    keys.QUEUE: "queue",
+    keys.PRIORITY_CLASS: "priority class",
+    keys.GANG_SCHEDULING: "gang scheduling",
+    keys.MIN_AVAILABLE: "min_available",
+    keys.SUSPEND: "suspend",
+    keys.SHM_SIZE: "/dev/shm size (shm_size)",
+    keys.ACCELERATOR: "accelerator",
+    keys.GPU_RESOURCE: "gpu_resource",
+    keys.MASTER_RESTART_POLICY: "the Master's restart policy ExitCode",
+    keys.WORKER_RESTART_POLICY: "the Worker's restart policy ExitCode",
+    keys.MASTER_POD_TEMPLATE: "the Master's pod template",
+    keys.WORKER_POD_TEMPLATE: "the Worker's pod template",
+}
+"""The `pytorch.*` keys Flyte 2's native kfoperators plugin never reads (it builds its job from the
+`DistributedPyTorchTrainingTask` message alone; docs/flyte2.md lists them), with the user's name for each."""
+
+
+def native_plugin_warnings(template: dict[str, Any], flyte2: bool = False) -> list[str]:
+    """One warning for a Flyte 2 task of type `pytorch`, which Flyte 2 runs with its native kfoperators plugin, naming
+    the settings of this job that plugin ignores (`NATIVE_PLUGIN_IGNORES`): render shows the job this project's
+    connector would create, which applies them. Flyte 2 keeps a task's `pytorch.*` keys in its container's config
+    (flytekit, in the template's own `config`), which tells a Flyte 2 template apart; a task of a pod template has no
+    container, and its front-end puts them in the template's `config` (`flyte2`: the task came from it).
+
+    Args:
+        template: the TaskTemplate dict.
+        flyte2: whether the template is a Flyte 2 task's, as its front-end serialized it.
+
+    Returns:
+        No line, or one naming the ignored settings and what to use instead.
+    """
+    if template.get("type") != TASK_TYPE:
+        return []
+    entries = (template.get("container") or {}).get("config") or []
+    given = {str(e.get("key")) for e in entries if isinstance(e, dict)}
+    if flyte2:
+        given |= {str(k) for k in template.get("config") or {}}
+    ignored = [label for key, label in NATIVE_PLUGIN_IGNORES.items() if key in given]
+    if not ignored:
+        return []
+    name = str((template.get("id") or {}).get("name") or "this task").rsplit(".", 1)[-1]
+    return [
+        f"warning: {name} is a Flyte 2 task of type {TASK_TYPE!r}, which Flyte 2 runs with its native kfoperators "
+        f"plugin: it reads only the DistributedPyTorchTrainingTask message, so {', '.join(ignored)} of this job "
+        "are ignored on that path; to have them applied, wrap the config in flyte2_pytorch.Connector(...) (task type "
+        f"{CONNECTOR_TASK_TYPE!r}, served by this project's connector)"
+    ]
+
+
+def client_side_apply_note(job: dict[str, Any]) -> Optional[Problem]:
+    """A note when plain `kubectl apply` would fail on the job: client-side apply copies the whole object into its
+    `kubectl.kubernetes.io/last-applied-configuration` annotation, and a job's annotations may hold at most
+    `ANNOTATIONS_TOTAL_MAX_BYTES` (256 KiB, `ValidateAnnotationsSize`) in total. The API server stores such a job:
+    `kubectl create -f` and `kubectl apply --server-side` keep no copy.
+
+    Args:
+        job: the rendered job.
+
+    Returns:
+        The note, or None when the copy fits.
+    """
+    annotation = "kubectl.kubernetes.io/last-applied-configuration"
+    own = (job.get("metadata") or {}).get("annotations") or {}
+    total = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in own.items())
+    total += len(annotation) + job_size(job)
+    if total <= ANNOTATIONS_TOTAL_MAX_BYTES:
+        return None
+    message = (
+        f"kubectl apply: the {job.get('kind')} is {job_size(job):,} bytes; plain `kubectl apply` (client-side) copies "
+        f"it into the {annotation} annotation, over the {ANNOTATIONS_TOTAL_MAX_BYTES:,} bytes (256 KiB) a job's "
+        "annotations may hold, and fails; `kubectl create -f` and `kubectl apply --server-side` work"
+    )
+    return Problem(NOTE, "", "kubectl apply", message)
+
+
 def render_job(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> BuiltJob:
     """Build the job for `template` with the command-line's metadata (`build.build_job`; warnings on stderr).
 
@@ -715,12 +855,19 @@ def render_job(template: dict[str, Any], args: argparse.Namespace, config: Backe
         raise RenderError(problem)
     meta = render_metadata(template, args, config)
     built = build_job(template, meta, config, _render_target(args, config))
+    if args.name:
+        problem = generated_name_problem(built.job, args.name)
+        if problem:
+            raise RenderError(problem)
     for warning in built.warnings:
         print(f"{PROGRAM} render: warning: {warning}", file=sys.stderr)
     job = built.job
     lines = default_image_warnings(job, built.kind) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)
     for line in lines:
         print(f"{PROGRAM} render: {line}", file=sys.stderr)
+    note = client_side_apply_note(job)
+    if note is not None:
+        built = dataclasses.replace(built, problems=(*built.problems, note))
     return built
 
 
@@ -806,8 +953,6 @@ def check_report(job: dict[str, Any], problems: list[Problem]) -> str:
     Returns:
         The report text.
     """
-    from backend_plugin.admission import job_size
-
     kind, name = job.get("kind"), (job.get("metadata") or {}).get("name")
     lines = [f"{p.verdict} {p.path or '-'}: {p.message}" for p in problems]
     refusing = [p for p in problems if p.refuses]
@@ -817,6 +962,25 @@ def check_report(job: dict[str, Any], problems: list[Problem]) -> str:
         notes = f", {len(problems)} note(s)" if problems else ""
         lines.append(f"{kind} {name}: admitted intact ({job_size(job):,} bytes{notes})")
     return "\n".join(lines) + "\n"
+
+
+REFUSED = "refused"
+"""`--check`'s verdict for a setting the backend refuses before it writes a job (what the kind cannot express, a
+webhook rule its writer checks, a template the reader cannot run)."""
+
+
+def refused_report(kind: str, name: str, error: TemplateError) -> str:
+    """The `--check` report of a task the backend refuses before a job is written: one line, then the verdict.
+
+    Args:
+        kind: the job kind render was asked for.
+        name: the job's name.
+        error: what the reader, the plan or the writer refused.
+
+    Returns:
+        The report text.
+    """
+    return f"{REFUSED} -: {error}\n{kind} {name}: refused (1 problem(s)); nothing would be sent\n"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -916,7 +1080,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if extra is None:
             raise
         module = (e.name or "").partition(".")[0]
-        print(f'{PROGRAM} render: needs {module!r}: pip install "flytekitplugins-pytorch[{extra}]"', file=sys.stderr)
+        print(f"{PROGRAM} render: needs {module!r}: {install_hint(extra)}", file=sys.stderr)
         return 3
 
 
@@ -929,8 +1093,16 @@ def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     template, entity = _template_of(parser, args)
     if given:
         args.inputs = args.inputs or _write_given_inputs(template, entity, given, args)
+    flyte2 = entity is not None and _frontend_of(entity) is not None
+    for line in native_plugin_warnings(template, flyte2):
+        print(f"{PROGRAM} render: {line}", file=sys.stderr)
     if args.check:
-        built = render_job(template, args, config)
+        try:
+            built = render_job(template, args, config)
+        except TemplateError as e:  # refused before a job is written: still the report, exit 1
+            target = _render_target(args, config)
+            sys.stdout.write(refused_report(target.kind, render_metadata(template, args, config).job_name, e))
+            return 1
         sys.stdout.write(check_report(built.job, list(built.problems)))
         return 1 if built.refusals else 0
     sys.stdout.write(render(template, args, config))

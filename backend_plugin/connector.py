@@ -557,11 +557,14 @@ class JobConnector(AsyncConnectorBase):
         task_execution_metadata: Optional[TaskExecutionMetadata] = None,
         **kwargs: Any,
     ) -> JobMetadata:
-        """Write the inputs, build the job and create it (or adopt the identical job that already exists).
+        """Build the job, write the inputs where it reads them, and create it (or adopt the identical job that already
+        exists). The inputs are written at the execution's `input_path` only when the job reads them there
+        (`BuiltJob.reads`): Flyte's connector plugin renders a container task's arguments before it calls
+        `CreateTask`, so such a job reads the run's own inputs file.
 
         Args:
             task_template: the task's template.
-            output_prefix: the execution's output prefix (inputs.pb is written under it).
+            output_prefix: the execution's output prefix (inputs.pb is written under it when the job reads it there).
             inputs: the task's inputs, written by `write_inputs` (an empty map when None: pyflyte-execute always
                 reads one).
             task_execution_metadata: execution identity, namespace, labels, annotations, env, service account.
@@ -605,7 +608,8 @@ class JobConnector(AsyncConnectorBase):
             return replace(base, error=f"the task template cannot run: {e}")
         for warning in built.warnings:
             logger.warning("%s %s/%s: %s", target.kind, job["metadata"]["namespace"], job["metadata"]["name"], warning)
-        self.write_inputs(inputs, meta.input_path)
+        if built.reads(meta.input_path):  # not when Flyte rendered `{{.input}}` to the run's own inputs file
+            self.write_inputs(inputs, meta.input_path)
         try:
             created = self.create_job(job, deadline)
         except Rejected as e:

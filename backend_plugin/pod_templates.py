@@ -185,7 +185,10 @@ def whole_numbers_as_ints(value: Any) -> Any:
 
 def check_pod_spec(spec: Any, path: str) -> dict[str, Any]:
     """Check a pod spec against the core/v1 PodSpec model of the `kubernetes` client: types, required fields,
-    no unknown fields, no nulls.
+    no unknown fields. A `null` field is left out, as the API server reads it (JSON `null` leaves a Go field unset,
+    and a CRD's structural schema drops a non-nullable `null`, `PruneNonNullableNullsWithoutDefaults`): the pod is
+    the same as without it. A `null` list item is refused: decoded, it is an empty object the API server rejects
+    (an empty toleration, a container without a name), and a CRD's schema refuses it outright.
 
     Args:
         spec: the pod spec dict (numbers already turned into ints where whole).
@@ -201,7 +204,7 @@ def check_pod_spec(spec: Any, path: str) -> dict[str, Any]:
 
     if not isinstance(spec, Mapping):
         raise TemplateError(f"{path}={spec!r}: must be a core/v1 PodSpec dict")
-    spec = _quantities_as_strings(dict(spec))
+    spec = _quantities_as_strings(_without_nulls(spec, path))
     try:
         parsed = V1PodSpec.from_dict(spec)
     except (ValueError, TypeError, AttributeError, KeyError) as e:  # pydantic's ValidationError is a ValueError
@@ -211,6 +214,21 @@ def check_pod_spec(spec: Any, path: str) -> dict[str, Any]:
         raise TemplateError(f"{path}={spec!r}: must be a core/v1 PodSpec dict")
     _unknown_keys(spec, parsed.to_dict(serialize=True), path)
     return spec
+
+
+def _without_nulls(value: Any, path: str) -> Any:
+    """A copy of `value` without its `null` map values; a `null` list item is a TemplateError naming its place."""
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v, f"{path}.{k}") for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if item is None:
+                raise TemplateError(
+                    f"{path}[{i}]=None: a null list item is not a value Kubernetes accepts (it reads as an empty "
+                    "object); remove it"
+                )
+        return [_without_nulls(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    return value
 
 
 def _quantities_as_strings(spec: dict[str, Any]) -> dict[str, Any]:

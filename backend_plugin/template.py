@@ -61,9 +61,9 @@ from pytorch_contract.k8s_names import (
     EXTENDED_RESOURCE_NAME,
     LABEL_VALUE,
     MAX_REPLICAS_PER_ROLE,
-    env_var_name_problem,
     image_reference_problem,
 )
+from pytorch_contract.pod_rules import env_name_problems
 from pytorch_contract.quantity import is_quantity, parse_quantity
 
 logger = logging.getLogger(__name__)
@@ -642,14 +642,13 @@ def _pod_from_container(template: Mapping[str, Any]) -> PodTemplateSpec:
 
 
 def _env_var(i: int, entry: Mapping[str, Any]) -> dict[str, str]:
-    """One `container.env` key-value pair as a core/v1 EnvVar, its name checked."""
-    problem = env_var_name_problem(entry.get("key"))
-    if problem is not None:
-        raise _err(
-            f"container.env[{i}].key",
-            entry.get("key"),
-            f"{problem}; use letters, digits, '_', '-', '.', not starting with a digit",
-        )
+    """One `container.env` key-value pair as a core/v1 EnvVar, its name checked with the rule of every other path a
+    name takes (`pod_rules.env_name_problems`: `IsRelaxedEnvVarName`, refusing only what no Kubernetes version
+    accepts); a name clusters before 1.32 refuse is the admission model's note (`env_name_warnings`), as in a pod
+    template's env."""
+    where = f"container.env[{i}].key"
+    for problem in env_name_problems([entry.get("key")], where):
+        raise TemplateError(problem)
     return {"name": entry["key"], "value": entry.get("value") or ""}
 
 

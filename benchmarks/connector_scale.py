@@ -32,7 +32,11 @@ Usage::
 
     python benchmarks/connector_scale.py [--jobs 2000] [--pollers 32] [--latency-ms 20] [--seconds 35]
                                          [--executor-threads N] [--get-threads N] [--cache off|on]
-                                         [--progress off|on|both] [--json PATH]
+                                         [--progress off|on|both] [--kind pytorchjob|jobset] [--json PATH]
+
+``--kind`` picks the job kind the connector tracks (PyTorchJobs by default): JobSets are our golden CPU JobSet, Running
+as the JobSet controller reports it (every child Job ready, no condition), and the Created job a JobSet whose worker
+Job has 1,000 pods starting.
 
 ``--cache on|off`` sets the connector's watch-cache setting (``PYTORCHJOB_<SETTING>=true|false``, the setting named by
 ``--cache-setting``) in the connector's environment; it stops with an error while the connector has no such setting.
@@ -81,6 +85,11 @@ BIG_JOB = "big-created"
 STALE_JOB = "job-00000"
 PROGRESS_LINE = "; step 1,200/5,000 (24%)"
 """What the message of a job with a record carries (`write_records`)."""
+KINDS = ("pytorchjob", "jobset")
+"""The job kinds `--kind` can track (a kind's golden job, its Running status and its starting job are below)."""
+GOLDEN_JOBSET = ROOT / "tests" / "targets" / "jobset" / "golden" / "cpu_only.yaml"
+_META_KIND: dict[str, str] = {}
+"""The `kind` every GetTask's resource meta names (set from `--kind`; none for the default kind, as Flyte stores it)."""
 
 
 # --------------------------------------------------------------------------------------------- the fake API process
@@ -90,13 +99,61 @@ def _condition(ctype: str) -> dict:
             "lastTransitionTime": stamp, "lastUpdateTime": stamp}  # fmt: skip
 
 
-def _serve_api(jobs: int, big_workers: int, latency_ms: float) -> None:
+def _jobset_status(conditions: list[str]) -> dict:
+    """A JobSet's status as its controller writes it: Running (every child Job ready, no condition), or Completed."""
+    ready = [{"name": n, "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0} for n in ("master",
+             "worker")]  # fmt: skip
+    stamp = "2025-01-01T00:00:00Z"
+    done = [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "lastTransitionTime": stamp,
+             "message": "jobset completed successfully"}] if "Succeeded" in conditions else []  # fmt: skip
+    return {"conditions": done, "replicatedJobsStatus": ready, "restarts": 0}
+
+
+def _serve_jobset_api(jobs: int, big_workers: int, latency_ms: float) -> Any:
+    """The fake API of `_serve_api` with JobSets: `jobs` Running ones, and a starting one with `big_workers` pods."""
+    import yaml
+
+    from tests.fakeapi.server import FakeKubeApi
+    from tests.targets.jobset.facts import pod
+
+    base = yaml.safe_load(GOLDEN_JOBSET.read_text())
+    base["metadata"]["labels"] = {**(base["metadata"].get("labels") or {}), **MANAGED_BY}
+    api = FakeKubeApi(history_limit=10_000).start()
+    for namespace, count in ((NAMESPACE, jobs), (WARMUP_NAMESPACE, 64)):
+        for i in range(count):
+            job = copy.deepcopy(base)
+            job["metadata"].update(name=f"job-{i:05d}", namespace=namespace)
+            job["status"] = _jobset_status([])
+            api.put_job(job)
+    if big_workers:
+        big = copy.deepcopy(base)
+        big["metadata"].update(name=BIG_JOB, namespace=NAMESPACE, creationTimestamp="2025-01-01T00:00:00Z")
+        worker = big["spec"]["replicatedJobs"][1]["template"]["spec"]
+        worker["completions"] = worker["parallelism"] = big_workers
+        status = _jobset_status([])
+        for entry in status["replicatedJobsStatus"]:
+            entry["ready"] = 0
+        big["status"] = status
+        stored = api.put_job(big)
+        starting = {"waiting": {"reason": "ContainerCreating"}}
+        api.put_pod(pod(stored, 0, "Pending", role="master", **starting))
+        for i in range(big_workers):
+            api.put_pod(pod(stored, i, "Pending", **starting))
+    if latency_ms:
+        api.delay(latency_ms / 1000, times=None, before=True)
+    return api
+
+
+def _serve_api(jobs: int, big_workers: int, latency_ms: float, kind: str = "pytorchjob") -> None:
     """Child process: run the fake API with `jobs` Running jobs, answer control commands on stdin (JSON lines)."""
     import yaml
 
     from tests.fakeapi.objects import replica_pod
     from tests.fakeapi.server import FakeKubeApi
 
+    if kind == "jobset":
+        _answer(_serve_jobset_api(jobs, big_workers, latency_ms), kind)
+        return
     base = yaml.safe_load(GOLDEN_JOB.read_text())
     base["metadata"]["labels"] = {**(base["metadata"].get("labels") or {}), **MANAGED_BY}
     api = FakeKubeApi(history_limit=10_000).start()
@@ -120,6 +177,12 @@ def _serve_api(jobs: int, big_workers: int, latency_ms: float) -> None:
             api.put_pod(replica_pod(stored, "Worker", i, phase="Pending", start_time=None))
     if latency_ms:
         api.delay(latency_ms / 1000, times=None, before=True)
+    _answer(api, kind)
+
+
+def _answer(api: Any, kind: str) -> None:
+    """Print the API's address, then answer the driver's commands until it quits."""
+    jobset = kind == "jobset"
     print(json.dumps({"host": api.host}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -139,10 +202,13 @@ def _serve_api(jobs: int, big_workers: int, latency_ms: float) -> None:
         elif cmd["cmd"] == "unstall_watches":
             api.unstall_watches()
         elif cmd["cmd"] == "watch_answers_a_list":  # a proxy answering the next watch with a LIST body
-            body = json.dumps({"kind": "PyTorchJobList", "apiVersion": "kubeflow.org/v1", "items": [],
+            body = json.dumps({"kind": "JobSetList" if jobset else "PyTorchJobList", "items": [],
+                               "apiVersion": "jobset.x-k8s.io/v1alpha2" if jobset else "kubeflow.org/v1",
                                "metadata": {"resourceVersion": api.resource_version}}).encode()  # fmt: skip
             api.answer_raw(200, body, times=1, verb="watch")
             out["dropped"] = api.drop_watches()
+        elif cmd["cmd"] == "set_conditions" and jobset:
+            api.set_job_status(NAMESPACE, cmd["name"], _jobset_status(cmd["conditions"]), "jobsets")
         elif cmd["cmd"] == "set_conditions":
             api.set_job_status(NAMESPACE, cmd["name"], {"conditions": [_condition(c) for c in cmd["conditions"]]})
         elif cmd["cmd"] == "quit":
@@ -261,7 +327,9 @@ def _prefix(name: str, namespace: str) -> str:
 def _request(name: str, namespace: str = NAMESPACE) -> Any:
     from flyteidl.admin import agent_pb2
 
-    meta = json.dumps({"namespace": namespace, "name": name, "uid": "", "output_prefix": _prefix(name, namespace)})
+    meta = json.dumps(
+        {"namespace": namespace, "name": name, "uid": "", "output_prefix": _prefix(name, namespace), **_META_KIND}
+    )
     return agent_pb2.GetTaskRequest(
         task_category=agent_pb2.TaskCategory(name="pytorch", version=1), resource_meta=meta.encode()
     )
@@ -421,7 +489,8 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
         api.ask("unstall_watches")
         # The job reads the cache itself makes (GET, LIST, WATCH of the jobs); the staleness job's pod lists are what
         # its status needs on every poll, stall or not.
-        job_reads = sum(n for key, n in stall_counts.items() if key.endswith(" pytorchjobs"))
+        plural = "jobsets" if args.kind == "jobset" else "pytorchjobs"
+        job_reads = sum(n for key, n in stall_counts.items() if key.endswith(f" {plural}"))
         figures["api_requests_per_s_during_stall"] = round(job_reads / max(stall_s, 1.0), 3)
         figures["api_requests_during_stall"] = stall_counts
         figures["staleness_after_stall_again_s"] = await _staleness(stub, api)
@@ -519,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         "--progress", choices=("off", "on", "both"), default="off",
         help="a progress record beside every job's outputs (on), none (off), or one run of each (both)",
     )  # fmt: skip
+    parser.add_argument("--kind", choices=KINDS, default="pytorchjob", help="the job kind tracked (default pytorchjob)")
     parser.add_argument(
         "--json", metavar="PATH", help="also write the figures to PATH as JSON (--progress both: {off: ..., on: ...})"
     )
@@ -531,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.executor_threads < 0:
         parser.error(f"--executor-threads={args.executor_threads} must be 0 (asyncio's default) or more")
     if args.role == "api":
-        _serve_api(args.jobs, args.big_workers, args.latency_ms)
+        _serve_api(args.jobs, args.big_workers, args.latency_ms, args.kind)
         return 0
     if args.role == "connector":
         _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads, args.sync_get)
@@ -562,12 +632,14 @@ def run(args: argparse.Namespace, progress: str) -> dict[str, Any]:
     print(f"progress {progress}: load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
           f"{os.cpu_count()} CPUs", flush=True)  # fmt: skip
     common = ["--jobs", str(args.jobs), "--big-workers", str(args.big_workers), "--latency-ms", str(args.latency_ms)]
+    if args.kind != "pytorchjob":
+        _META_KIND["kind"] = "JobSet"
     with tempfile.TemporaryDirectory(prefix="connector-scale-blobs-") as blobs:
         BLOBS = Path(blobs)
         if progress == "on":
             write_records([f"job-{i:05d}" for i in range(args.jobs)], NAMESPACE)
             write_records([f"job-{i:05d}" for i in range(64)], WARMUP_NAMESPACE)
-        api = _Child(["--role", "api", *common])
+        api = _Child(["--role", "api", *common, "--kind", args.kind])
         conn = None
         try:
             env = {f"PYTORCHJOB_{args.cache_setting.upper()}": "true" if args.cache == "on" else "false"}
@@ -589,7 +661,7 @@ def run(args: argparse.Namespace, progress: str) -> dict[str, Any]:
     after = os.getloadavg()
     result = {
         "jobs": args.jobs, "pollers": args.pollers, "latency_ms": args.latency_ms, "seconds": args.seconds,
-        "cache": args.cache, "progress": progress, "cpus": conn.hello["cpus"] if conn else None,
+        "kind": args.kind, "cache": args.cache, "progress": progress, "cpus": conn.hello["cpus"] if conn else None,
         "executor_threads": conn.hello["executor_threads"] if conn else None, "sync_get": args.sync_get,
         "get_threads": args.get_threads or None,
         "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in after], **figures,

@@ -15,7 +15,11 @@ differs is only the envelope:
 - the inputs the pods read (``{{.input}}``) are Flyte 2's ``flyteidl2.task.Inputs``, the message Flyte 2's entrypoint
   (``a0 --inputs``) parses, not Flyte 1's ``LiteralMap``: `Flyte2Jobs` overrides the backend's ``write_inputs`` hook.
   They are written as the request sent them when served by `serve` (flyte's own server hands a connector only native
-  values, which are written back as literals of the types flyte guesses from them);
+  values, which are written back as literals of the types flyte guesses from them). They are written only where the
+  job reads them (`backend_plugin.build.BuiltJob.reads`): Flyte 2's connector plugin renders a container task's
+  arguments (``template.Render`` on ``container.args``) before it calls ``CreateTask``, so ``{{.input}}`` arrives as
+  the run's own inputs file, which Flyte 2 wrote and the job reads; only a pod template's arguments arrive with the
+  placeholder, which the backend fills with ``<output prefix>/inputs.pb``, the file written here;
 - the answer is flyte's ``Resource``: the same phase (the enums agree), message, log links and job status.
 
 Serve it with ``python -m flyte2_backend --port 8000`` (the ``flyte2-backend`` extra). flytekit's

@@ -129,6 +129,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("usage: python -m flyte2_pytorch.template FILE.py TASK", file=sys.stderr)
         return 2
     path, name = Path(args[0]).resolve(), args[1]
+    if not path.is_file():
+        print(f"{args[0]}: no such file", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     if spec is None or spec.loader is None:
@@ -136,13 +139,37 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:  # one line naming the file and line, as `pytorchjob render` says it
+        where = f"{e.filename or path}:{e.lineno}" if e.lineno else str(e.filename or path)
+        print(f"{where}: syntax error: {e.msg}", file=sys.stderr)
+        return 2
+    except Exception as e:  # the user's module raised while it was imported: one line, no traceback
+        print(f"{_user_line(e, path)}: {type(e).__name__} while importing it: {e}", file=sys.stderr)
+        return 2
     task = getattr(module, name, None)
     if task is None or not hasattr(task, "plugin_config"):
         print(f"{path}: no Flyte 2 pytorch task named {name!r}", file=sys.stderr)
         return 2
-    print(json.dumps(task_template(task, root_dir=path.parent), indent=2, sort_keys=True))
+    try:
+        template = task_template(task, root_dir=path.parent)
+    except Exception as e:  # flyte's serializer and the user's code raise anything here: one line
+        print(f"{name}: cannot be serialized: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(template, indent=2, sort_keys=True))
     return 0
+
+
+def _user_line(error: BaseException, file: Path) -> str:
+    """`<file>:<line>` of the deepest frame of `error`'s traceback in `file` (the file alone if none)."""
+    import traceback
+
+    line = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if frame.filename and Path(frame.filename).resolve() == file:
+            line = frame.lineno
+    return f"{file}:{line}" if line else str(file)
 
 
 if __name__ == "__main__":

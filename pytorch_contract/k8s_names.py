@@ -34,7 +34,11 @@ __all__ = [
     "JOB_NAME_LABEL",
     "COMPLETION_INDEX_LABEL",
     "JOBSET_NAME_LABEL",
+    "JOBSET_REPLICATED_JOB_LABEL",
+    "JOBSET_RESTART_ATTEMPT_LABEL",
     "TRAINJOB_NODE_ENV",
+    "COMPLETION_INDEX_ENV",
+    "NODE_RANK_OFFSET_ENV",
 ]
 
 NVIDIA_GPU = "nvidia.com/gpu"
@@ -288,7 +292,14 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 """The training operator's label on a PyTorchJob pod: its index within the replica type."""
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-"""JobSet's label on every pod of the JobSet a TrainJob creates (the JobSet is named after the TrainJob)."""
+"""JobSet's label on every pod of a JobSet: the JobSet's name (a TrainJob's JobSet is named after the TrainJob)."""
+
+JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+"""JobSet's label on every pod of a JobSet: the replicated job it belongs to (`master`, `worker`, a TrainJob's
+`node`)."""
+
+JOBSET_RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+"""JobSet's label on every child Job and pod: the JobSet restart it was created for (`status.restarts` then)."""
 
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 """An Indexed Job's label (and annotation) on a pod: its completion index, the TrainJob node's index."""
@@ -296,3 +307,12 @@ COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 TRAINJOB_NODE_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 """Set by Kubeflow Trainer's torch runtime in every node of a TrainJob: the launcher in a pod plans from them, and the
 Trainer webhook rejects a TrainJob whose `trainer.env` names one."""
+
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
+"""Set by Kubernetes' Job controller in every container of an Indexed Job's pod: the pod's completion index."""
+
+NODE_RANK_OFFSET_ENV = "FLYTE_PYTORCH_NODE_RANK_OFFSET"
+"""Written by the backend into the training container of every JobSet pod: the node rank of its role's first pod (0
+for the master, 1 for the workers). One pod template serves every pod of a role, so the pod's own rank cannot be
+written into it; the launcher in the pod adds `COMPLETION_INDEX_ENV` to this offset and gives the task `RANK` and
+`PET_NODE_RANK` as the training operator gives them to a PyTorchJob replica."""

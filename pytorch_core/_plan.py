@@ -23,6 +23,10 @@ No process is started, no torch is imported and nothing is read but the argument
   agent (``CLUSTER_FANOUT``, even for one process: nothing else sets ``RANK``/``WORLD_SIZE``) with
   ``PET_NPROC_PER_NODE`` ranks (``auto`` = visible GPUs, 1 without CUDA) and a static rendezvous at
   ``PET_MASTER_ADDR:PET_MASTER_PORT`` (see :func:`plan_trainjob_node`).
+- **JobSet pod**: the backend writes the PyTorchJob replica's variables into the pod template of each role, all but
+  the pod's own rank, which one template for every pod of a role cannot hold; :func:`indexed_pod_env` derives
+  ``RANK`` and ``PET_NODE_RANK`` from the role's offset and the pod's completion index, and the launcher sets them
+  before planning, so the pod is then a cluster replica as above.
 
 Every default comes from the config dataclasses (``config.py``); the only values stated here are the launcher's
 own (the local monitor interval, the operator's fallback ports), each with its reason.
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Optional, Union
 
-from pytorch_contract.k8s_names import TRAINJOB_NODE_ENV
+from pytorch_contract.k8s_names import COMPLETION_INDEX_ENV, NODE_RANK_OFFSET_ENV, TRAINJOB_NODE_ENV
 from pytorch_contract.template_keys import DEFAULT_RDZV_BACKEND, NPROC_PER_NODE_ALLOWED, nproc_per_node_message
 from pytorch_core.config import Elastic, PyTorch
 
@@ -215,6 +219,42 @@ def cluster_role(environ: Mapping[str, str]) -> Optional[ExecutionKind]:
     if all(environ.get(name) for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
         return ExecutionKind.CLUSTER_DIRECT
     return None
+
+
+def indexed_pod_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``RANK`` and ``PET_NODE_RANK`` of a pod whose rank is its role's offset plus its completion index (a JobSet
+    pod: ``NODE_RANK_OFFSET_ENV`` written by the backend, ``COMPLETION_INDEX_ENV`` set by Kubernetes' Job controller).
+
+    The training operator gives a PyTorchJob replica ``RANK`` = ``PET_NODE_RANK`` = its node rank (the master 0, the
+    workers 1 + their index); this is the same number for a JobSet pod.
+
+    Args:
+        environ: the pod's environment.
+
+    Returns:
+        dict[str, str]: ``{"RANK": r, "PET_NODE_RANK": r}``; empty when ``NODE_RANK_OFFSET_ENV`` is not set.
+
+    Raises:
+        ValueError: the offset or the completion index is not a whole number, the index is missing, or the rank is
+            not below ``PET_NNODES`` (the message names the variables).
+    """
+    offset = _env_int(environ, NODE_RANK_OFFSET_ENV, minimum=0)
+    if offset is None:
+        return {}
+    index = _env_int(environ, COMPLETION_INDEX_ENV, minimum=0)
+    if index is None:
+        raise ValueError(
+            f"{NODE_RANK_OFFSET_ENV}={offset} is set but {COMPLETION_INDEX_ENV} is not: the pod's rank is its offset "
+            "plus its completion index, which Kubernetes sets only in the pods of an Indexed Job"
+        )
+    rank = offset + index
+    nnodes = _env_int(environ, "PET_NNODES", minimum=1)
+    if nnodes is not None and rank >= nnodes:
+        raise ValueError(
+            f"{NODE_RANK_OFFSET_ENV}={offset} + {COMPLETION_INDEX_ENV}={index} is not a node rank below "
+            f"PET_NNODES={nnodes}"
+        )
+    return {"RANK": str(rank), "PET_NODE_RANK": str(rank)}
 
 
 def is_trainjob_node(environ: Mapping[str, str]) -> bool:

@@ -79,6 +79,7 @@ from pytorch_core._plan import (
     TaskConfig,
     cluster_role,
     direct_view,
+    indexed_pod_env,
     plan_launch,
     resolve_nproc,
 )
@@ -145,8 +146,15 @@ def run_distributed(task: DistributedTask, kwargs: dict[str, Any], frontend: Fro
             task's module calls its workflow at import (see ``_nested.py``).
     """
     chosen = frontend if frontend is not None else getattr(task, "pytorch_frontend", None) or current()
-    with using(chosen):
+    with using(chosen), EnvPatch(_pod_rank_env(chosen)):
         return _run(task, kwargs, chosen)
+
+
+def _pod_rank_env(frontend: FrontEnd) -> dict[str, str]:
+    """In a pod whose rank comes from its completion index (a JobSet pod), ``RANK`` and ``PET_NODE_RANK``, set for the
+    launch so that the task and its ranks see what a PyTorchJob replica sees (``_plan.indexed_pod_env``); nothing
+    locally or elsewhere."""
+    return {} if frontend.is_local() else indexed_pod_env(os.environ)
 
 
 def _run(task: DistributedTask, kwargs: dict[str, Any], frontend: FrontEnd) -> Any:

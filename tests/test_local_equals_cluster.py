@@ -5,7 +5,9 @@ cluster, never from the launcher:
 
 - what the Kubeflow training operator (v1.9, ``pkg/controller.v1/pytorch/envvar.go``, ``elastic.go``,
   ``master.go``) adds to a PyTorchJob replica's container, or what the Trainer's torch plugin adds to a TrainJob
-  node's (``pkg/runtime/framework/plugins/torch/torch.go``);
+  node's (``pkg/runtime/framework/plugins/torch/torch.go``), or what a JobSet's pod template holds plus its
+  completion index (Kubernetes' Job controller) and the rank the contract derives from them (the role's offset plus
+  the index, ``pytorch_contract.k8s_names.NODE_RANK_OFFSET_ENV``);
 - what torchrun's agent then gives each rank it starts from those ``PET_*`` variables
   (``torch/distributed/elastic/agent/server/local_elastic_agent.py``): a static rendezvous at
   ``PET_MASTER_ADDR:PET_MASTER_PORT`` without ``PET_RDZV_ENDPOINT``, global rank = node rank x nproc + local rank.
@@ -33,10 +35,13 @@ from hypothesis import strategies as st
 
 from backend_plugin.errors import TemplateError
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.targets.jobset.writer import to_jobset
 from backend_plugin.targets.trainjob.writer import to_trainjob
 from backend_plugin.template import read_template
 from flytekitplugins_pytorch import Master, PyTorch, Worker
+from pytorch_contract.k8s_names import COMPLETION_INDEX_ENV, NODE_RANK_OFFSET_ENV
 from pytorch_contract.quantity import parse_quantity
+from pytorch_core._plan import indexed_pod_env
 from tests.helpers.jobs import build_pytorchjob
 from tests.helpers.serialization import SETTINGS
 from tests.sdk import env_tasks
@@ -175,6 +180,43 @@ def trainjob_pods(job: dict) -> list[dict[str, Expected]]:
     ]
 
 
+_JOBSET_WRITTEN = ("PYTHONUNBUFFERED", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+                   "PET_NNODES", "PET_NPROC_PER_NODE")  # fmt: skip
+
+
+def _jobset_pod_templates(job: dict) -> list[tuple[dict[str, str], int]]:
+    """(the training container's literal variables, pods) of each replicated job, in order."""
+    out = []
+    for rjob in job["spec"]["replicatedJobs"]:
+        spec = rjob["template"]["spec"]
+        (container,) = [c for c in spec["template"]["spec"]["containers"] if c["name"] == "pytorch"]
+        env = {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+        out.append((env, int(spec["completions"])))
+    return out
+
+
+def _as_expected(env: dict[str, str], name: str) -> dict[str, Expected]:
+    master = Addr(f"{name}-master-0-0.{name}")
+    port = Port("master", int(env["MASTER_PORT"]))
+    out: dict[str, Expected] = {k: env[k] for k in _JOBSET_WRITTEN if k in env}
+    for key in ("MASTER_ADDR", "PET_MASTER_ADDR"):
+        assert env[key] == master.cluster, env[key]
+        out[key] = master
+    out["MASTER_PORT"] = out["PET_MASTER_PORT"] = port
+    return out
+
+
+def jobset_pods(job: dict) -> list[dict[str, Expected]]:
+    """Every pod's env, master first: its pod template's variables, and the rank the contract gives the pod from its
+    role's offset and the completion index Kubernetes sets (`RANK` = `PET_NODE_RANK` = offset + index)."""
+    pods = []
+    for env, count in _jobset_pod_templates(job):
+        for index in range(count):
+            rank = str(int(env[NODE_RANK_OFFSET_ENV]) + index)
+            pods.append({**_as_expected(env, job["metadata"]["name"]), "RANK": rank, "PET_NODE_RANK": rank})
+    return pods
+
+
 def torchrun_ranks(pods: list[dict[str, Expected]]) -> list[dict[str, Expected]]:
     """What torchrun's agent in each pod gives each of its ranks; in global rank order.
 
@@ -292,6 +334,38 @@ def test_local_ranks_see_what_a_trainjob_gives_them(form: str, local_views) -> N
     assert mismatches(expected, local_views[form]) == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("form", sorted(set(FORMS) - {"Elastic"}))
+def test_local_ranks_see_what_a_jobset_gives_them(form: str, local_views) -> None:
+    job = to_jobset(read_template(template_of(FORMS[form])), META, None)
+    expected = torchrun_ranks(jobset_pods(job))
+    assert mismatches(expected, local_views[form]) == []
+
+
+@pytest.mark.parametrize("form", sorted(set(FORMS) - {"Elastic"}))
+def test_a_jobset_pod_sees_what_the_operator_gives_a_pytorchjob_replica(form: str) -> None:
+    """The pod side, through the launcher's own derivation (`_plan.indexed_pod_env`): every JobSet pod has exactly the
+    variables the training operator gives the PyTorchJob replica of the same rank (addresses aside: each kind names
+    its master its own way)."""
+    template = template_of(FORMS[form])
+    pytorchjob = pytorchjob_pods(build_pytorchjob(copy.deepcopy(template), META))
+    job = to_jobset(read_template(template), META, None)
+    pods = []
+    for env, count in _jobset_pod_templates(job):
+        for index in range(count):
+            derived = indexed_pod_env({**env, COMPLETION_INDEX_ENV: str(index)})
+            pods.append({**_as_expected(env, job["metadata"]["name"]), **derived})
+    assert len(pods) == len(pytorchjob)
+    for mine, theirs in zip(pods, pytorchjob, strict=True):
+        assert set(mine) == set(theirs)
+        for key, value in theirs.items():
+            assert type(mine[key]) is type(value), key
+            if not isinstance(value, (Addr, Port)):
+                assert mine[key] == value, (key, mine[key], value)
+            elif isinstance(value, Port):
+                assert mine[key] == value, key  # the operator's port, 23456, on both
+
+
 def test_an_elastic_task_is_refused_by_the_trainjob_target() -> None:
     """So there is no TrainJob env to compare for ``Elastic(...)``: the writer refuses it and says why."""
     with pytest.raises(TemplateError, match="elastic"):
@@ -299,7 +373,7 @@ def test_an_elastic_task_is_refused_by_the_trainjob_target() -> None:
 
 
 # -------------------------------------------------------------------------------------------------------------------
-# Property: both renderings of a task give every rank the same world size, rank and resources.
+# Property: every rendering of a task gives every rank the same world size, rank and resources.
 
 
 def _resources(requirements: dict) -> dict[str, dict[str, Decimal]]:
@@ -330,6 +404,18 @@ def trainjob_rank_table(job: dict) -> list[tuple[str, str, dict]]:
     return [(r["RANK"], r["WORLD_SIZE"], per_node) for r in torchrun_ranks(trainjob_pods(job))]  # type: ignore[misc]
 
 
+def jobset_rank_table(job: dict) -> list[tuple[str, str, dict]]:
+    """(rank, world size, the rank's pod resources) per global rank of a JobSet."""
+    resources = []
+    for rjob in job["spec"]["replicatedJobs"]:
+        spec = rjob["template"]["spec"]
+        (container,) = [c for c in spec["template"]["spec"]["containers"] if c["name"] == "pytorch"]
+        resources += [_resources(container.get("resources") or {})] * int(spec["completions"])
+    ranks = torchrun_ranks(jobset_pods(job))
+    nproc = len(ranks) // len(resources)
+    return [(r["RANK"], r["WORLD_SIZE"], resources[i // nproc]) for i, r in enumerate(ranks)]  # type: ignore[misc]
+
+
 #: Requests below every limit (Kubernetes requires limits >= requests); a GPU only as a limit (requests must equal it).
 REQUESTS = {"cpu": st.sampled_from(["250m", "1"]), "mem": st.sampled_from(["512Mi", "1Gi"])}
 LIMITS = {"cpu": st.sampled_from(["2", "3500m"]), "mem": st.sampled_from(["4Gi"]), "gpu": st.sampled_from(["1", "2"])}
@@ -353,7 +439,7 @@ def resources(draw: st.DrawFn, choices: dict) -> Union[Resources, None]:
     requests=resources(REQUESTS),
     limits=resources(LIMITS),
 )
-def test_both_targets_give_every_rank_the_same_world_rank_and_resources(workers, nproc, requests, limits) -> None:
+def test_every_kind_gives_every_rank_the_same_world_rank_and_resources(workers, nproc, requests, limits) -> None:
     config = PyTorch(
         master=Master(requests=requests, limits=limits),
         worker=Worker(replicas=workers, requests=requests, limits=limits),
@@ -367,5 +453,7 @@ def test_both_targets_give_every_rank_the_same_world_rank_and_resources(workers,
     template = template_of(shaped)
     pytorchjob = pytorchjob_rank_table(build_pytorchjob(copy.deepcopy(template), META))
     trainjob = trainjob_rank_table(to_trainjob(read_template(template), META, None))
+    jobset = jobset_rank_table(to_jobset(read_template(template), META, None))
     assert len(pytorchjob) == (1 + workers) * nproc
     assert json.dumps(pytorchjob, default=str) == json.dumps(trainjob, default=str)
+    assert json.dumps(pytorchjob, default=str) == json.dumps(jobset, default=str)

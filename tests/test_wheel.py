@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pytorch_contract.install import install_hint
 from tests.docs.markdown_blocks import print_claims
 from tests.sdk.guarded_run import group_members, run_guarded
 from tests.test_images import torch_requirement
@@ -158,13 +159,14 @@ def test_installed_wheel_runs_the_example_render_and_the_connector(wheel: Path, 
     assert code == 0, output[-3000:]
     job = yaml.safe_load(output[output.index("apiVersion:") :])
     assert job["kind"] == "PyTorchJob" and job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    # every kind's CRD ships in the wheel: the admission model of the last kind reads its own
+    code, output = run("pytorchjob", "render", "example.py", "all_reduce", "--image", "registry.example.com/t:1",
+                       "--target", "jobset", "--check")  # fmt: skip
+    assert code == 0 and "JobSet all-reduce-" in output and "admitted intact" in output, output[-3000:]
 
     pod_template = str(ROOT / "tests" / "data" / "templates" / "official_pod_template.json")
     code, output = run("pytorchjob", "render", "--template", pod_template)
-    assert (code, output) == (
-        3,
-        "pytorchjob render: needs 'kubernetes': pip install \"flytekitplugins-pytorch[backend]\"\n",
-    )
+    assert (code, output) == (3, f"pytorchjob render: needs 'kubernetes': {install_hint('backend')}\n")
 
     # 2. the backend extra: the same render works, and the connector serves
     install(f"flytekitplugins-pytorch[backend] @ {wheel.as_uri()}")

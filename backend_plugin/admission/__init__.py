@@ -8,12 +8,20 @@ What it checks (docs/admission.md has the table):
 - the vendored CRD's structural schema (`backend_plugin/crds/`): an undeclared field (the CRDs' embedded pod schema
   is older than the `kubernetes` client), types, `required`, `enum`, lengths, `maxItems`, list-map keys, patterns;
 - the CRD's `x-kubernetes-validations` CEL rules, evaluated as written (`cel-python`);
+- the kind's own rules beyond its CRD, as its declaration states them (`Declaration.checks`: what its validating
+  webhook refuses, what the API server would refuse in the objects its controller creates from the job);
 - the object size: 1.5 MiB stored (etcd), 3 MiB per request;
 - metadata of the job and of every embedded pod template: label keys and values, annotation keys, the 256 KiB
   annotation total (`pytorch_contract.k8s_metadata`);
-- the pod-spec rules of every embedded pod template: tolerations, `nodeSelector`, environment names, and for an env
-  list a kind writes outside its pod templates, its names and its count against the kind's `maxItems`, counting what
-  the writer adds in an execution (`pytorch_contract.pod_rules`, `pytorch_contract.job_limits`).
+- the pod-spec rules of every embedded pod template (`pytorch_contract.pod_rules`): tolerations, `nodeSelector`,
+  container names, environment names, resource quantities; and for an env list a kind writes outside its pod
+  templates, its names;
+- the names the kind's controllers derive from the job's name (`Declaration.generated_names`: pods, Services).
+
+Each verdict is about the object as it is (the one `render` prints and the connector sends). What a Flyte execution
+would add to it (the writer's environment entries, the size they take) and what only some Kubernetes versions or
+feature gates accept are notes that name the headroom or the version, never refusals. The upstream function each
+rule follows is named in its docstring (and in `pytorch_contract` for the shared rules).
 
 Where a kind holds its pod templates and env lists, which CRD serves it and what its limits are, is the kind's own
 declaration (`backend_plugin.targets.<kind>.declaration`); this module never names a kind.
@@ -31,18 +39,28 @@ from typing import Any
 from backend_plugin.admission import cel, crds, structural
 from backend_plugin.admission.identity import SPEC_DIGEST_ANNOTATION, is_our_job, spec_digest, stamp
 from backend_plugin.admission.settings import get_path, setting_for
-from backend_plugin.admission.structural import PRUNED, REJECTED, Path, format_path
+from backend_plugin.admission.structural import NOTE, PRUNED, REJECTED, Path, format_path
 from backend_plugin.errors import TemplateError
 from backend_plugin.targets import DECLARED, Declaration, declaration_for
+from pytorch_contract.install import install_hint
 from pytorch_contract.job_limits import (
     LARGE_VALUE_ADVICE,
     REQUEST_MAX_BYTES,
     STORED_MAX_BYTES,
+    WRITER_ENV_ENTRIES,
     WRITER_ENV_NAMES,
-    env_items_problem,
 )
 from pytorch_contract.k8s_metadata import annotation_problems, label_problems
-from pytorch_contract.pod_rules import env_name_problems, node_selector_problems, toleration_problems
+from pytorch_contract.k8s_names import DNS1035_LABEL, QUALIFIED_NAME
+from pytorch_contract.pod_rules import (
+    container_name_problems,
+    env_name_problems,
+    env_name_warnings,
+    node_selector_problems,
+    toleration_problems,
+    toleration_warnings,
+)
+from pytorch_contract.quantity import quantity_problem
 
 __all__ = [
     "Problem",
@@ -51,6 +69,7 @@ __all__ = [
     "check_admission",
     "prepare",
     "job_size",
+    "is_integer_resource",
     "REJECTED",
     "PRUNED",
     "UNSTARTABLE",
@@ -65,10 +84,7 @@ __all__ = [
 UNSTARTABLE = "unstartable"
 """The job is admitted, but the API server refuses every pod its controller creates from it."""
 
-NOTE = "note"
-"""Said, not refused: a rule this model could not evaluate, or a job close to a limit."""
-
-CEL_UNAVAILABLE = 'cel-python is not installed (pip install "flytekitplugins-pytorch[backend]")'
+CEL_UNAVAILABLE = f"cel-python is not installed ({install_hint('backend')})"
 """The note's setting when the CEL rules could not be evaluated (a base install renders without the extra)."""
 
 _REFUSING = (REJECTED, PRUNED, UNSTARTABLE)
@@ -139,7 +155,8 @@ def admit(job: Mapping[str, Any]) -> list[Problem]:
         job: a job of a registered kind, as its writer wrote it.
 
     Returns:
-        Problems in a stable order (schema, CEL, metadata, pod rules, size); empty when it is admitted intact.
+        Problems in a stable order (schema, CEL, the kind's own rules, metadata, pod rules, size); empty when it is
+        admitted intact.
 
     Raises:
         KeyError: no vendored CRD serves the job's apiVersion and kind.
@@ -155,7 +172,11 @@ def admit(job: Mapping[str, Any]) -> list[Problem]:
         if e.name != "celpy":
             raise
         out.append(Problem(NOTE, "", CEL_UNAVAILABLE, f"the CRD's CEL rules were not evaluated: {CEL_UNAVAILABLE}"))
+    kind_problems = _kind_problems(job, declaration)
+    out += kind_problems
     out += _metadata_problems(job, declaration)
+    if not any(p.path == "metadata.name" for p in kind_problems):  # a kind's webhook that judges them said it
+        out += _generated_name_problems(job, declaration)
     out += _pod_problems(job, declaration)
     out += _env_list_problems(job, declaration)
     out += _size_problems(job, declaration)
@@ -195,13 +216,24 @@ def prepare() -> None:
 
 
 def _dedup(problems: list[Problem]) -> list[Problem]:
+    """Each message once; and no second verdict on a value the create already rejects (a quantity the CRD's pattern
+    refuses, a container list whose names the CRD's list-map keys refuse, need no pod-validation verdict too)."""
+    rejected = [p.path for p in problems if p.verdict == REJECTED and p.path]
     seen: set[str] = set()
     out = []
     for p in problems:
+        if p.verdict == UNSTARTABLE and any(_overlap(p.path, r) for r in rejected):
+            continue
         if p.message not in seen:
             seen.add(p.message)
             out.append(p)
     return out
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether one formatted path is the other or lies inside it."""
+    short, long = sorted((a, b), key=len)
+    return bool(short) and (long == short or long.startswith((f"{short}.", f"{short}[")))
 
 
 _UNDECLARED_ADVICE = (
@@ -215,7 +247,7 @@ def _schema_problem(job: Mapping[str, Any], f: structural.Finding, declaration: 
     path = format_path(f.path)
     limit = declaration.limits.env_max_items
     if f.path in declaration.limits.env_paths and "maxItems" in f.detail and limit is not None:
-        return Problem(REJECTED, path, where, _env_count_message(job, f.path, declaration) or f"{where}: {f.detail}")
+        return Problem(REJECTED, path, where, _env_over_limit(job, f.path, limit, declaration))
     if f.verdict == PRUNED and "not declared" in f.detail:
         advice = _UNDECLARED_ADVICE.format(source=declaration.crd.release)
         return Problem(PRUNED, path, where, f"{where}: field {path!r}: " + advice)
@@ -226,6 +258,18 @@ def _cel_problem(job: Mapping[str, Any], f: structural.Finding) -> Problem:
     where = setting_for(job, f.path) if f.path else "job"
     verdict = REJECTED if f.verdict == REJECTED else NOTE
     return Problem(verdict, format_path(f.path), where, f"{where}: {f.detail}")
+
+
+_KIND_VERDICTS = {REJECTED: REJECTED, UNSTARTABLE: UNSTARTABLE, NOTE: NOTE}
+
+
+def _kind_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
+    """The kind's own rules (`Declaration.checks`), each named by the user's setting."""
+    out = []
+    for check in declaration.checks(job):
+        where = setting_for(job, check.path) if check.path else "job"
+        out.append(Problem(_KIND_VERDICTS[check.verdict], format_path(check.path), where, f"{where}: {check.message}"))
+    return out
 
 
 _METADATA_RULES = (("labels", label_problems), ("annotations", annotation_problems))
@@ -244,6 +288,27 @@ def _metadata_problems(job: Mapping[str, Any], declaration: Declaration) -> list
             mapping = get_path(job, (*prefix, "metadata", key))
             if isinstance(mapping, Mapping):
                 out += _unstartable(job, (*prefix, "metadata", key), check, mapping)
+    return out
+
+
+def _generated_name_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
+    """The names the kind's controllers give the job's pods and Services (`Declaration.generated_names`): each a
+    DNS-1035 label of at most 63 characters (`validation.IsDNS1035Label`, as `ValidateServiceName` and JobSet's
+    webhook apply it). The job is admitted, and its controller cannot create what it names: unstartable."""
+    name = (job.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or not DNS1035_LABEL.match(name):
+        return []  # the job's own name: the API server's and the webhook's business
+    out = []
+    where = setting_for(job, ("metadata", "name"))
+    for generated, what in declaration.generated_names(job):
+        if len(generated) > 63 or not DNS1035_LABEL.match(generated):
+            room = 63 - (len(generated) - len(name))
+            message = (
+                f"{where}: {name!r} ({len(name)} characters) makes the {what} name {generated!r} "
+                f"{len(generated)} characters, over the 63 of a DNS-1035 label: use a job name of at most {room} "
+                "characters"
+            )
+            out.append(Problem(UNSTARTABLE, "metadata.name", where, _pods_fail(message)))
     return out
 
 
@@ -270,21 +335,37 @@ def _pod_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Prob
 
 
 def _pod_spec_problems(job: Mapping[str, Any], prefix: Path, pod_spec: Mapping[str, Any]) -> list[Problem]:
-    """The pod-spec rules of one embedded pod template: tolerations, node selector, environment names."""
+    """The pod-spec rules of one embedded pod template (`ValidatePodSpec`'s, which the API server applies to every pod
+    the controller creates from it): tolerations (`ValidateTolerations`; operators only a feature gate admits are
+    notes), node selector (`ValidateLabels`), container names (`validateContainers`, `validateInitContainers`),
+    environment names (`IsRelaxedEnvVarName`; names clusters before 1.32 refuse are notes), resource quantities
+    (`ParseQuantity`, `ValidateResourceQuantityValue`)."""
     out = []
     tolerations = pod_spec.get("tolerations")
     if isinstance(tolerations, list):
         items = [t for t in tolerations if isinstance(t, Mapping)]
         out += _unstartable(job, (*prefix, "spec", "tolerations"), toleration_problems, items)
+        out += _notes(job, (*prefix, "spec", "tolerations"), toleration_warnings, items)
     selector = pod_spec.get("nodeSelector")
     if isinstance(selector, Mapping):
         out += _unstartable(job, (*prefix, "spec", "nodeSelector"), node_selector_problems, selector)
+    names = {kind: [c.get("name") for c in pod_spec.get(kind) or [] if isinstance(c, Mapping)] for kind in _KINDS}
+    where = setting_for(job, prefix)
+    out += [
+        Problem(UNSTARTABLE, format_path((*prefix, "spec", "containers")), where, _pods_fail(m))
+        for m in container_name_problems(names["containers"], names["initContainers"], where)
+    ]
     for kind, i, container in _containers(pod_spec):
         env = container.get("env")
         if isinstance(env, list):
-            names = [e.get("name") for e in env if isinstance(e, Mapping)]
-            out += _unstartable(job, (*prefix, "spec", kind, i, "env"), env_name_problems, names)
+            env_names = [e.get("name") for e in env if isinstance(e, Mapping)]
+            out += _unstartable(job, (*prefix, "spec", kind, i, "env"), env_name_problems, env_names)
+            out += _notes(job, (*prefix, "spec", kind, i, "env"), env_name_warnings, env_names)
+        out += _resource_problems(job, (*prefix, "spec", kind, i, "resources"), container.get("resources"))
     return out
+
+
+_KINDS = ("containers", "initContainers")
 
 
 def _unstartable(
@@ -295,8 +376,56 @@ def _unstartable(
     return [Problem(UNSTARTABLE, format_path(path), where, _pods_fail(m)) for m in rule(value, where)]
 
 
+def _notes(job: Mapping[str, Any], path: Path, rule: Callable[[Any, str], list[str]], value: Any) -> list[Problem]:
+    """One `NOTE` per message a pod rule's warnings (what some versions or feature gates refuse) have for the value."""
+    where = setting_for(job, path)
+    return [Problem(NOTE, format_path(path), where, m) for m in rule(value, where)]
+
+
+def is_integer_resource(name: str) -> bool:
+    """Whether a container resource counts whole units: `helper.IsIntegerResourceName`, which for a container's
+    resources is `IsExtendedResourceName` (a name with a domain outside `kubernetes.io`, not `requests.`-prefixed,
+    that makes a qualified name under `requests.`), e.g. `nvidia.com/gpu`; `cpu`, `memory`, `ephemeral-storage` and
+    `hugepages-*` take fractions.
+
+    Args:
+        name: the resource name.
+
+    Returns:
+        True for an extended resource.
+    """
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    return QUALIFIED_NAME.match(f"requests.{name}") is not None
+
+
+def _resource_problems(job: Mapping[str, Any], path: Path, resources: Any, where: str = "") -> list[Problem]:
+    """A container's requests and limits, as the API server validates a pod's (`ValidateResourceRequirements`): each a
+    quantity `ParseQuantity` reads (the CRD's pattern also takes `1e1.5`, which it cannot), never negative
+    (`ValidateNonnegativeQuantity`), whole for an extended resource (`ValidateResourceQuantityValue`)."""
+    if not isinstance(resources, Mapping):
+        return []
+    out = []
+    for section in ("requests", "limits"):
+        amounts = resources.get(section)
+        if not isinstance(amounts, Mapping):
+            continue
+        for name, value in amounts.items():
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                continue  # not a quantity's type: the CRD's schema refuses it
+            problem = quantity_problem(value, whole=is_integer_resource(str(name)))
+            if problem is not None:
+                at = (*path, section, str(name))
+                setting = where or setting_for(job, at)
+                message = f"{setting}: {section}[{name!r}]={value!r} is {problem}"
+                out.append(Problem(UNSTARTABLE, format_path(at), setting, _pods_fail(message)))
+    return out
+
+
 def _env_list_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
-    """The env lists a kind writes outside its pod templates: their names, and their count against its limit."""
+    """The env lists and resources a kind writes outside its pod templates: the env names and the quantities as in a
+    pod template, and a note when an env list fits the kind's `maxItems` (the CRD's schema judges the list as it is)
+    but the same task's job in a Flyte execution, which holds all of the writer's entries, would not."""
     out = []
     for path in declaration.limits.env_paths:
         env = get_path(job, path)
@@ -307,16 +436,54 @@ def _env_list_problems(job: Mapping[str, Any], declaration: Declaration) -> list
         out += [
             Problem(UNSTARTABLE, where, "environment", _pods_fail(m)) for m in env_name_problems(names, "environment")
         ]
-        message = _env_count_message(job, path, declaration)
-        if message:
-            out.append(Problem(REJECTED, where, "environment", message))
+        out += [Problem(NOTE, where, "environment", m) for m in env_name_warnings(names, "environment")]
+        limit = declaration.limits.env_max_items
+        if limit is not None and len(env) <= limit:
+            message = _env_execution_note(job, path, limit, declaration)
+            if message:
+                out.append(Problem(NOTE, where, "environment", message))
+    for path in declaration.limits.resource_paths:
+        out += _resource_problems(job, path, get_path(job, path), where="resources")
     return out
 
 
-def _env_count_message(job: Mapping[str, Any], path: Path, declaration: Declaration) -> str | None:
-    env = get_path(job, path) or []
-    own = [e for e in env if isinstance(e, Mapping) and e.get("name") not in WRITER_ENV_NAMES]
-    return env_items_problem(len(own), declaration.limits.env_max_items, declaration.config_name, "environment")
+def _env_entries(job: Mapping[str, Any], path: Path) -> tuple[int, int]:
+    """(entries of the task's own, entries the writer wrote) in the env list at `path`."""
+    env = [e for e in get_path(job, path) or [] if isinstance(e, Mapping)]
+    writer = sum(1 for e in env if e.get("name") in WRITER_ENV_NAMES)
+    return len(env) - writer, writer
+
+
+def _env_over_limit(job: Mapping[str, Any], path: Path, limit: int, declaration: Declaration) -> str:
+    """The message for an env list over the kind's `maxItems` (the create is rejected)."""
+    own, writer = _env_entries(job, path)
+    return (
+        f"environment: the {declaration.kind} holds {own + writer} environment entries ({own} of the task's, {writer} "
+        f"the backend wrote), more than the {limit} {format_path(path)} admits (maxItems); keep at most "
+        f"{limit - WRITER_ENV_ENTRIES} of your own (the backend writes up to {WRITER_ENV_ENTRIES} in a Flyte "
+        f"execution): {_ENV_ADVICE}"
+    )
+
+
+def _env_execution_note(job: Mapping[str, Any], path: Path, limit: int, declaration: Declaration) -> str | None:
+    """A note when the task's own entries leave no room for the writer's in a Flyte execution, or None."""
+    own, writer = _env_entries(job, path)
+    if own + WRITER_ENV_ENTRIES <= limit:
+        return None
+    return (
+        f"environment: this {declaration.kind} holds {own + writer} of the {limit} entries {format_path(path)} "
+        f"admits (maxItems) and is admitted as it is; in a Flyte execution the backend writes up to "
+        f"{WRITER_ENV_ENTRIES} of its own ({writer} here), so the job of an execution would hold up to "
+        f"{own + WRITER_ENV_ENTRIES}, {own + WRITER_ENV_ENTRIES - limit} over the limit, and be rejected: keep at most "
+        f"{limit - WRITER_ENV_ENTRIES} entries of your own ({own} now): {_ENV_ADVICE}"
+    )
+
+
+_UNLIMITED = [d.config_name for d in DECLARED if d.limits.env_max_items is None]
+_ENV_ADVICE = (
+    "group settings into one JSON value, mount a ConfigMap or Secret (envFrom in the pod template does not count)"
+    + (f", or use target {' or '.join(repr(n) for n in _UNLIMITED)}, whose env has no such limit" if _UNLIMITED else "")
+)
 
 
 def _largest_values(job: Any, path: Path = ()) -> list[tuple[int, Path]]:
@@ -344,8 +511,10 @@ def _size_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Pro
         limit = f"the {STORED_MAX_BYTES:,} bytes (1.5 MiB) etcd stores"
     else:
         message = (
-            f"{where}: the {kind} is {size:,} bytes, within {_SIZE_MARGIN // 1024} KiB of the {STORED_MAX_BYTES:,} "
-            f"bytes etcd stores (the server adds its own metadata); largest values: {named}"
+            f"{where}: the {kind} is {size:,} bytes and is admitted as it is, with {STORED_MAX_BYTES - size:,} bytes "
+            f"of headroom under the {STORED_MAX_BYTES:,} etcd stores: what a Flyte execution adds (its identity in up "
+            f"to {WRITER_ENV_ENTRIES} environment entries per pod template{copies}, longer paths) and what the API "
+            f"server adds when it stores the job (uid, managedFields, status) take from it; largest values: {named}"
         )
         return [Problem(NOTE, "", where, message)]
     message = (

@@ -1,18 +1,37 @@
 """The API server's structural-schema handling of a custom resource, modelled on `apiextensions-apiserver`: pruning
-(a field the schema does not declare is dropped, or refused with `fieldValidation=Strict`), types, `required`,
-`enum`, lengths, `maxItems`, `maxProperties`, list-set and list-map uniqueness, `pattern`, integer formats.
+(a field the schema does not declare is dropped, or refused with `fieldValidation=Strict`), nulls, types,
+`required`, `enum`, lengths, `maxItems`, `maxProperties`, list-set and list-map uniqueness, `pattern`, integer
+formats.
+
+What each step follows upstream:
+
+- unknown fields: `pruning.PruneWithOptions` (`pkg/apiserver/schema/pruning`), whose paths `fieldValidation=Strict`
+  turns into a 400 `strict decoding error`;
+- nulls: `defaulting.PruneNonNullableNullsWithoutDefaults`, run right after it, drops a `null` map value whose schema
+  is neither `nullable` nor has a `default`, and reports nothing (Strict included: the create succeeds, as if the
+  field were not set); `defaulting.Default` then replaces a non-nullable `null` that has a `default` by it. A `null`
+  list item is neither dropped nor defaulted without an items `default`, and the schema validation that follows
+  refuses it (kube-openapi's type validator: `must be of type object: "null"`). So a `null` is a note here, or
+  rejected in a list, never "pruned";
+- `pattern`: kube-openapi's validator with Go's `regexp` (RE2, `MatchString`), through
+  `pytorch_contract.crd_patterns.pattern_matches`, so that `$` is the end of the text (`"1Gi\\n"` fails);
+- types, formats, lengths (in characters), `enum`, `minimum`/`maximum`, `maxItems`/`minItems`, `maxProperties`,
+  `required`: kube-openapi's `validate` package as `apiextensions-apiserver/pkg/apiserver/validation` configures it;
+- list types: `x-kubernetes-list-type` `set` and `map` (with its keys): `structural/listtype` validation.
 
 Pure: an object and a schema in, findings out. `prune` returns the object as the server would store it.
 """
 
 from __future__ import annotations
 
-import re
+import copy
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-__all__ = ["Finding", "Path", "check", "prune", "format_path", "REJECTED", "PRUNED"]
+from pytorch_contract.crd_patterns import pattern_matches
+
+__all__ = ["Finding", "Path", "check", "prune", "format_path", "REJECTED", "PRUNED", "NOTE"]
 
 Path = tuple[Union[str, int], ...]
 
@@ -21,6 +40,10 @@ REJECTED = "rejected"
 
 PRUNED = "pruned"
 """The API server drops the value silently (without `fieldValidation=Strict`; with it, the create is refused)."""
+
+NOTE = "note"
+"""Said, not refused: the server stores something other than what was sent and the create succeeds (a `null` it
+drops or defaults), or a rule this model could not evaluate."""
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 _ROOT_META = ("apiVersion", "kind", "metadata")
@@ -31,7 +54,7 @@ class Finding:
     """One thing the API server would refuse or drop.
 
     Attributes:
-        verdict: `REJECTED` or `PRUNED`.
+        verdict: `REJECTED`, `PRUNED` or `NOTE`.
         path: where in the object.
         detail: what is wrong, in the schema's terms.
     """
@@ -71,10 +94,11 @@ def check(obj: Mapping[str, Any], schema: Mapping[str, Any]) -> list[Finding]:
     return list(_walk(obj, schema, (), root=True))
 
 
-def _walk(value: Any, schema: Mapping[str, Any], path: Path, root: bool = False) -> Iterator[Finding]:
+def _walk(
+    value: Any, schema: Mapping[str, Any], path: Path, root: bool = False, item: bool = False
+) -> Iterator[Finding]:
     if value is None:
-        if not schema.get("nullable"):
-            yield Finding(PRUNED, path, "null is dropped (the field is not nullable)")
+        yield from _null(schema, path, item)
         return
     if schema.get("x-kubernetes-int-or-string"):
         if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -107,6 +131,30 @@ def _walk(value: Any, schema: Mapping[str, Any], path: Path, root: bool = False)
             yield Finding(REJECTED, path, f"must be true or false, got {type(value).__name__} {value!r}")
 
 
+def _null(schema: Mapping[str, Any], path: Path, item: bool) -> Iterator[Finding]:
+    """A `null` as the API server decodes it (see the module's docstring): kept when nullable, else defaulted when
+    the schema has a `default`, else dropped from a map (a note: nothing is refused) or refused in a list."""
+    if schema.get("nullable"):
+        return
+    if "default" in schema:
+        yield Finding(NOTE, path, f"null is replaced by the CRD's default {schema['default']!r}; the create succeeds")
+    elif item:
+        kind = schema.get("type") or "a value"
+        yield Finding(REJECTED, path, f"null is not of type {kind} (the list's items are not nullable)")
+    else:
+        yield Finding(
+            NOTE,
+            path,
+            "null is dropped by the API server (the field is not nullable and has no default), as if it were not "
+            "set; the create succeeds",
+        )
+
+
+def _dropped_null(value: Any, schema: Any) -> bool:
+    """Whether the server drops `value` (`PruneNonNullableNullsWithoutDefaults`) under the property `schema`."""
+    return value is None and isinstance(schema, Mapping) and not schema.get("nullable") and "default" not in schema
+
+
 def _object(value: Any, schema: Mapping[str, Any], path: Path, root: bool) -> Iterator[Finding]:
     if not isinstance(value, Mapping):
         yield Finding(REJECTED, path, f"must be an object, got {type(value).__name__}")
@@ -116,7 +164,7 @@ def _object(value: Any, schema: Mapping[str, Any], path: Path, root: bool) -> It
     keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields")) or extra is True
     embedded = bool(schema.get("x-kubernetes-embedded-resource"))
     for name in schema.get("required") or ():
-        if name not in value:
+        if name not in value or _dropped_null(value[name], props.get(name)):
             yield Finding(REJECTED, (*path, name), "is required")
     limit = schema.get("maxProperties")
     if limit is not None and len(value) > limit:
@@ -161,7 +209,7 @@ def _array(value: Any, schema: Mapping[str, Any], path: Path) -> Iterator[Findin
     items = schema.get("items")
     if isinstance(items, Mapping):
         for i, item in enumerate(value):
-            yield from _walk(item, items, (*path, i))
+            yield from _walk(item, items, (*path, i), item=True)
 
 
 def _string(value: str, schema: Mapping[str, Any], path: Path) -> Iterator[Finding]:
@@ -173,8 +221,14 @@ def _string(value: str, schema: Mapping[str, Any], path: Path) -> Iterator[Findi
     if "enum" in schema and value not in schema["enum"]:
         yield Finding(REJECTED, path, f"{value!r} is not one of {schema['enum']}")
     pattern = schema.get("pattern")
-    if pattern and re.search(pattern, value) is None:
-        yield Finding(REJECTED, path, f"{value!r} does not match {pattern}")
+    if pattern:
+        try:
+            matches = pattern_matches(pattern, value)
+        except ValueError as e:  # RE2 syntax Python's re cannot read: said, never refused
+            yield Finding(NOTE, path, f"pattern not checked here: {e}")
+        else:
+            if not matches:
+                yield Finding(REJECTED, path, f"{value!r} does not match {pattern}")
 
 
 def _number(value: Union[int, float], schema: Mapping[str, Any], path: Path) -> Iterator[Finding]:
@@ -190,7 +244,8 @@ def _number(value: Union[int, float], schema: Mapping[str, Any], path: Path) -> 
 
 
 def prune(obj: Any, schema: Mapping[str, Any], root: bool = True) -> Any:
-    """`obj` as the API server stores it: undeclared fields and non-nullable nulls dropped.
+    """`obj` as the API server stores it: undeclared fields dropped, and a non-nullable `null` replaced by its
+    schema's `default`, or else dropped from a map (`PruneNonNullableNullsWithoutDefaults`, then `Default`).
 
     Args:
         obj: the object as sent.
@@ -209,7 +264,10 @@ def prune(obj: Any, schema: Mapping[str, Any], root: bool = True) -> Any:
         embedded = bool(schema.get("x-kubernetes-embedded-resource"))
         out = {}
         for key, item in obj.items():
-            if item is None and not (props.get(key) or {}).get("nullable"):
+            declared = props.get(key) if key in props else extra if isinstance(extra, Mapping) else None
+            if item is None and isinstance(declared, Mapping) and not declared.get("nullable"):
+                if "default" in declared:
+                    out[key] = copy.deepcopy(declared["default"])
                 continue
             if root and key == "metadata":
                 out[key] = item
@@ -222,5 +280,8 @@ def prune(obj: Any, schema: Mapping[str, Any], root: bool = True) -> Any:
         return out
     if isinstance(obj, list):
         items = schema.get("items")
-        return [prune(i, items, root=False) if isinstance(items, Mapping) else i for i in obj if i is not None]
+        if not isinstance(items, Mapping):
+            return list(obj)
+        fill = items.get("default") if not items.get("nullable") else None
+        return [copy.deepcopy(fill) if i is None else prune(i, items, root=False) for i in obj]
     return obj

@@ -1,6 +1,6 @@
 """The job kinds a `pytorch` task can become: the registry.
 
-Each kind is a package here (`pytorchjob/`, `trainjob/`) holding everything about it: its declaration (API
+Each kind is a package here (`pytorchjob/`, `trainjob/`, `jobset/`) holding everything about it: its declaration (API
 coordinates, vendored CRD, where its pod templates are, its limits, its section of the backend config:
 `declaration.py`), and its `JobTarget` (writer, status table, log links: `target.py`). `DECLARED` is the registry: a
 new kind is its package, one entry here, its vendored CRD under `backend_plugin/crds/` and its test folder under
@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backend_plugin.targets import pytorchjob, trainjob
+from backend_plugin.targets import jobset, pytorchjob, trainjob
 from backend_plugin.targets.declaration import Declaration
 
 __all__ = ["DECLARED", "Declaration", "declaration_for", "declaration_of"]
 
-DECLARED: tuple[Declaration, ...] = (pytorchjob.DECLARATION, trainjob.DECLARATION)
+DECLARED: tuple[Declaration, ...] = (pytorchjob.DECLARATION, trainjob.DECLARATION, jobset.DECLARATION)
 """Every kind, in the order `target: auto` tries them: PyTorchJob first, so a cluster that still runs the training
-operator keeps what it runs today. The first is the kind of resource metadata that names none."""
+operator keeps what it runs today; JobSet last, since Kubeflow Trainer v2 installs JobSet too and a cluster that has
+it keeps its TrainJobs. The first is the kind of resource metadata that names none."""
 
 _BY_API = {(d.api_version, d.kind): d for d in DECLARED}
 

@@ -11,17 +11,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from backend_plugin.sections import Section
 
-__all__ = ["Declaration", "Crd", "PodTemplates", "Limits", "ANY", "Path", "expand", "no_setting_names"]
+__all__ = [
+    "Declaration",
+    "Crd",
+    "PodTemplates",
+    "Limits",
+    "KindCheck",
+    "ANY",
+    "Path",
+    "GeneratedName",
+    "expand",
+    "no_setting_names",
+    "no_generated_names",
+    "no_checks",
+]
 
 Path = tuple[Union[str, int], ...]
 """A path into a job: mapping keys and list indexes."""
 
 ANY = "*"
 """In a path pattern: every key of a mapping, or every index of a list, at that place."""
+
+GeneratedName = tuple[str, str]
+"""A name a kind's controllers derive from a job's name, and what they give it to: (`<job>-worker-3`, `Worker pod and
+Service`)."""
 
 
 @dataclass(frozen=True)
@@ -45,11 +62,24 @@ class PodTemplates:
         pattern: the path of each template (the object holding `metadata` and `spec`), `ANY` where a role or an index
             varies: `("spec", "pytorchReplicaSpecs", ANY, "template")`.
         setting: the user's name for a template, `{0}`, `{1}`, ... standing for what `ANY` matched
-            (`"{0}.pod_template"` -> `Worker.pod_template`).
+            (`"{0}.pod_template"` -> `Worker.pod_template`); or, where what `ANY` matched is a list index that does
+            not name the role, a function of the job and what `ANY` matched that returns the name.
     """
 
     pattern: tuple[str, ...]
-    setting: str
+    setting: Union[str, Callable[[Mapping[str, Any], tuple[Any, ...]], str]]
+
+    def name(self, job: Mapping[str, Any], matched: tuple[Any, ...]) -> str:
+        """The user's name for the template that `pattern` matched in `job` with `matched`.
+
+        Args:
+            job: the job.
+            matched: what each `ANY` of `pattern` matched.
+
+        Returns:
+            The setting's name.
+        """
+        return self.setting(job, matched) if callable(self.setting) else self.setting.format(*matched)
 
 
 @dataclass(frozen=True)
@@ -61,11 +91,31 @@ class Limits:
         env_max_items: `maxItems` of those lists (counting what the writer adds); None for no limit.
         copies_note: said with a job too large that holds more than one pod template (why its values count more than
             once); "" for none.
+        resource_paths: `ResourceRequirements` the kind's writer puts outside any pod template, which its controller
+            gives the training container (`("spec", "trainer", "resourcesPerNode")`).
     """
 
     env_paths: tuple[tuple[str, ...], ...] = ()
     env_max_items: Optional[int] = None
     copies_note: str = ""
+    resource_paths: tuple[tuple[str, ...], ...] = ()
+
+
+class KindCheck(NamedTuple):
+    """One finding of a kind's own admission rules: what its validating webhook refuses beyond the CRD's schema, or
+    what the API server refuses in the objects its controller creates from the job.
+
+    Attributes:
+        path: where in the job (the user's setting is named from it).
+        message: what is wrong and what to do.
+        verdict: `rejected` (the create fails), `unstartable` (the job is created but its controller cannot create
+            what it needs from it: no pod ever runs) or `note` (said, not refused: a rule that depends on how the
+            cluster is configured).
+    """
+
+    path: Path
+    message: str
+    verdict: str = "rejected"
 
 
 @dataclass(frozen=True)
@@ -90,6 +140,11 @@ class Declaration:
         package: the kind's package, whose `target` module holds its `JobTarget` (`TARGET`).
         setting_names: the user's setting that wrote a path of the kind's own (outside pod templates, metadata and
             `limits.env_paths`), or None to leave it to the neutral naming; by default None for every path.
+        generated_names: the longest name of each kind of object the kind's controllers name after one of its jobs
+            (pods, Services, Jobs), as the webhook or API server that checks it spells it; each must be a DNS-1035
+            label of at most 63 characters, so they bound the job's own name (`render --name`). By default none.
+        checks: the kind's own admission rules beyond its CRD (its webhook's, the rules of the objects its controller
+            creates), run by the admission model on every job of the kind; by default none.
     """
 
     kind: str
@@ -107,6 +162,10 @@ class Declaration:
     settings: type[Section]
     package: str
     setting_names: Callable[[Path], Optional[str]] = field(default_factory=lambda: no_setting_names)
+    generated_names: Callable[[Mapping[str, Any]], tuple[GeneratedName, ...]] = field(
+        default_factory=lambda: no_generated_names
+    )
+    checks: Callable[[Mapping[str, Any]], list[KindCheck]] = field(default_factory=lambda: no_checks)
 
     @property
     def api_version(self) -> str:
@@ -123,7 +182,7 @@ class Declaration:
             (path of the template, i.e. the object holding `metadata` and `spec`; its setting), in job order.
         """
         return [
-            (path, templates.setting.format(*matched))
+            (path, templates.name(job, matched))
             for templates in self.pod_templates
             for path, matched in expand(job, templates.pattern)
         ]
@@ -139,6 +198,30 @@ def no_setting_names(path: Path) -> Optional[str]:
         None.
     """
     return None
+
+
+def no_generated_names(job: Mapping[str, Any]) -> tuple[GeneratedName, ...]:
+    """The default `Declaration.generated_names`: the kind's controllers name nothing after the job.
+
+    Args:
+        job: a job of the kind.
+
+    Returns:
+        No names.
+    """
+    return ()
+
+
+def no_checks(job: Mapping[str, Any]) -> list[KindCheck]:
+    """The default `Declaration.checks`: the kind has no admission rules beyond its CRD.
+
+    Args:
+        job: a job of the kind.
+
+    Returns:
+        No finding.
+    """
+    return []
 
 
 def expand(obj: Any, pattern: tuple[str, ...]) -> Iterator[tuple[Path, tuple[Any, ...]]]:

@@ -152,9 +152,9 @@ RULES: dict[str, tuple[Callable[[dict], None], dict[str, Optional[str]], str]] =
     "env-over-trainjob-max-items": (
         env(130),
         {"pytorchjob": None, "trainjob": REJECTED},
-        f"plus the {WRITER_ENV_ENTRIES} the backend adds in an execution, exceed the 128 a trainjob admits",
+        "more than the 128 spec.trainer.env admits (maxItems)",
     ),
-    "env-fits-in-render-but-not-in-an-execution": (
+    "env-over-the-limit-in-an-executions-job": (
         env(128 - WRITER_ENV_ENTRIES + 1),
         {"pytorchjob": None, "trainjob": REJECTED},
         f"keep at most {128 - WRITER_ENV_ENTRIES}",

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from backend_plugin.cli import main
+from pytorch_contract.install import install_hint
 from tests.helpers.jobs import load
 from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
 
@@ -199,9 +200,9 @@ def test_render_stdout_holds_only_the_job(tmp_path: Path):
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        ("--name", "My_Job", "--name 'My_Job' is not a job name Kubernetes accepts: use at most 50 lower-case"),
-        ("--name", "a" * 51, f"--name '{'a' * 51}' is not a job name Kubernetes accepts"),
-        ("--name", "1st-run", "--name '1st-run' is not a job name Kubernetes accepts"),
+        ("--name", "My_Job", "--name 'My_Job' (6 characters) is not a job name Kubernetes accepts: use at most 63"),
+        ("--name", "a" * 64, f"--name '{'a' * 64}' (64 characters) is not a job name Kubernetes accepts"),
+        ("--name", "1st-run", "--name '1st-run' (7 characters) is not a job name Kubernetes accepts"),
         (
             "--image",
             "ghcr.io/MyOrg/x:1",
@@ -487,7 +488,7 @@ def test_missing_backend_extra_is_one_line_naming_the_extra(tmp_path: Path, caps
     path.write_text(json.dumps(template))
     code, out, err = run(["render", "--template", str(path)], capsys)
     assert (code, out) == (3, "")
-    assert err == "pytorchjob render: needs 'kubernetes': pip install \"flytekitplugins-pytorch[backend]\"\n"
+    assert err == f"pytorchjob render: needs 'kubernetes': {install_hint('backend')}\n"
 
 
 def test_a_missing_module_of_no_extra_is_not_disguised(tmp_path: Path, capsys):

@@ -54,6 +54,11 @@ def test_rbac_is_least_privilege():
         ("trainer.kubeflow.org", "trainjobs", "delete"),
         ("trainer.kubeflow.org", "trainjobs", "list"),
         ("trainer.kubeflow.org", "trainjobs", "watch"),
+        ("jobset.x-k8s.io", "jobsets", "create"),
+        ("jobset.x-k8s.io", "jobsets", "get"),
+        ("jobset.x-k8s.io", "jobsets", "delete"),
+        ("jobset.x-k8s.io", "jobsets", "list"),
+        ("jobset.x-k8s.io", "jobsets", "watch"),
         ("", "pods", "list"),
         ("", "events", "list"),
     }

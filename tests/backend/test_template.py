@@ -169,7 +169,7 @@ INVALID = {
     "wrong-type": (_set("type", "python-task"), r"type='python-task'.*'pytorch'"),
     "env-name-k8s-rejects": (
         _set("container/env", [{"key": "A=B", "value": "1"}]),
-        r"container.env\[0\].key='A=B': not an environment variable name Kubernetes accepts",
+        r"container.env\[0\].key: 'A=B' is not an environment variable name Kubernetes accepts in any version",
     ),
     "too-many-workers": (
         _set("custom/workerReplicas/replicas", 10**7),

@@ -86,7 +86,8 @@ def test_an_env_heavy_trainjob_is_refused_naming_the_setting(propeller, tmp_path
     """120 task variables, the execution's one and the writer's own make more than the 128 a TrainJob admits."""
     heavy = env({f"VAR_{i}": "v" for i in range(120)})
     message = refused(propeller("trainjob"), tmp_path, heavy)
-    assert "environment: 121 environment entries" in message and "exceed the 128 a trainjob admits" in message
+    assert "the TrainJob holds 132 environment entries (121 of the task's, 11 the backend wrote)" in message
+    assert "more than the 128 spec.trainer.env admits (maxItems); keep at most 117 of your own" in message
     assert "keep at most" in message  # what to do
 
 

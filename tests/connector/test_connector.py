@@ -340,11 +340,15 @@ def test_no_jobset_for_long_is_a_permanent_failure(fake_api, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "served, kind",
-    [({"pytorchjobs", "trainjobs"}, "PyTorchJob"), ({"trainjobs"}, "TrainJob")],
-    ids=["both-pytorchjob-first", "trainer-v2-only"],
+    "served, kind, asked",
+    [
+        ({"pytorchjobs", "trainjobs", "jobsets"}, "PyTorchJob", 1),
+        ({"trainjobs", "jobsets"}, "TrainJob", 2),
+        ({"jobsets"}, "JobSet", 3),
+    ],
+    ids=["all-pytorchjob-first", "trainer-v2-and-its-jobset", "jobset-only"],
 )
-def test_auto_asks_the_api_server_once(fake_api, tmp_path, caplog, served: set, kind: str):
+def test_auto_asks_the_api_server_once(fake_api, tmp_path, caplog, served: set, kind: str, asked: int):
     server, client = fake_api
     server.served = served
     connector = make_connector(client, clock=lambda: NOW, target="auto")
@@ -353,7 +357,7 @@ def test_auto_asks_the_api_server_once(fake_api, tmp_path, caplog, served: set, 
         second = create(connector, tmp_path, attempt=1)
     assert first.kind == second.kind == kind
     discovery = server.calls(resource="discovery")
-    assert len(discovery) == (1 if kind == "PyTorchJob" else 2)  # once per connector, not per create
+    assert len(discovery) == asked  # each group in registry order until one serves; once per connector, not per create
     assert f"creating {kind}s" in caplog.text
 
 

@@ -73,3 +73,14 @@ def test_small_run_with_a_record_beside_every_job_answers_with_its_line(tmp_path
     assert figures["api_requests_per_gettask"] == 0.0, figures["api_requests_by_verb"]
     reads = figures["progress_reads"]
     assert reads["found"] >= 20 + 64 and reads["missing"] == reads["malformed"] == reads["failed"] == 0, reads
+
+
+def test_small_run_tracks_jobsets_with_one_get_per_poll_without_cache(tmp_path):
+    """`--kind jobset`: every steady poll of a Running JobSet is one GET of the JobSet, nothing else."""
+    out = tmp_path / "figures.json"
+    result = run(tmp_path, "--kind", "jobset", "--json", str(out))
+    assert result.returncode == 0, result.output[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["kind"] == "jobset" and figures["errors"] == 0 and figures["cache"] == "off"
+    assert set(figures["api_requests_by_verb"]) == {"get jobsets"}
+    assert figures["api_requests_per_gettask"] == 1.0 and figures["big_job_gettask_s"]["workers"] == 5

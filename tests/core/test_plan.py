@@ -13,6 +13,7 @@ from pytorch_core._plan import (
     ExecutionKind,
     LaunchPlan,
     direct_view,
+    indexed_pod_env,
     node_view,
     plan_launch,
     resolve_nproc,
@@ -326,3 +327,48 @@ def test_the_plan_is_frozen() -> None:
     assert isinstance(plan, LaunchPlan)
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.world_size = 9  # type: ignore[misc]
+
+
+# --- a JobSet pod: RANK from the role's offset plus the completion index ----------------------------------------------
+
+JOBSET_POD = {"WORLD_SIZE": "3", "MASTER_ADDR": "j-master-0-0.j", "MASTER_PORT": "23456", "PET_NNODES": "3"}
+
+
+@pytest.mark.parametrize(
+    "offset, index, rank",
+    [("0", "0", "0"), ("1", "0", "1"), ("1", "1", "2")],
+    ids=["master-0", "worker-0", "worker-1"],
+)
+def test_a_jobset_pods_rank_is_its_offset_plus_its_completion_index(offset: str, index: str, rank: str) -> None:
+    env = {**JOBSET_POD, "FLYTE_PYTORCH_NODE_RANK_OFFSET": offset, "JOB_COMPLETION_INDEX": index}
+    derived = indexed_pod_env(env)
+    assert derived == {"RANK": rank, "PET_NODE_RANK": rank}
+    # with them, the pod is a PyTorchJob replica of that rank: the same plan as the operator's variables give
+    plan = plan_launch(PyTorch(worker=Worker(replicas=2)), {**env, **derived}, local=False)
+    operator = plan_launch(
+        PyTorch(worker=Worker(replicas=2)), {**JOBSET_POD, "RANK": rank, "PET_NODE_RANK": rank}, local=False
+    )
+    assert plan == operator and plan.kind is ExecutionKind.CLUSTER_DIRECT and plan.node_rank == int(rank)
+
+
+def test_a_pod_without_an_offset_derives_nothing() -> None:
+    assert indexed_pod_env({**POD, "JOB_COMPLETION_INDEX": "1"}) == {}
+    assert indexed_pod_env({}) == {}
+
+
+@pytest.mark.parametrize(
+    "environ, match",
+    [
+        ({"FLYTE_PYTORCH_NODE_RANK_OFFSET": "1"}, "JOB_COMPLETION_INDEX is not"),
+        ({"FLYTE_PYTORCH_NODE_RANK_OFFSET": "x", "JOB_COMPLETION_INDEX": "0"}, "FLYTE_PYTORCH_NODE_RANK_OFFSET='x'"),
+        ({"FLYTE_PYTORCH_NODE_RANK_OFFSET": "1", "JOB_COMPLETION_INDEX": "-1"}, "JOB_COMPLETION_INDEX='-1'"),
+        (
+            {"FLYTE_PYTORCH_NODE_RANK_OFFSET": "1", "JOB_COMPLETION_INDEX": "2", "PET_NNODES": "3"},
+            "not a node rank below PET_NNODES=3",
+        ),
+    ],
+    ids=["no-index", "bad-offset", "negative-index", "past-the-last-node"],
+)
+def test_a_malformed_jobset_variable_is_named(environ: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        indexed_pod_env(environ)

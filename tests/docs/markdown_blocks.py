@@ -7,7 +7,9 @@ A block's markers are the HTML comments directly above its opening fence (only b
   block runs the way the docs tell users to run a file: ``python file.py``, real ranks;
 - ``<!-- pyflyte-run: WF -->``: the page also says to run it with ``pyflyte run file.py WF``: the test does both;
 - ``<!-- output -->`` on a ``text`` block: the exact standard output of the Python block just above it;
-- ``<!-- snippet:NAME -->``: run by a dedicated test elsewhere (``tests/test_readme.py``).
+- ``<!-- snippet:NAME -->``: run by a dedicated test elsewhere (``tests/test_readme.py``);
+- ``<!-- extra: NAME -->``: the page says the block needs that extra beyond the README's set-up; the block runs with
+  the modules only other extras install made unimportable, and is checked to fail without the extra's too.
 
 A comment ``# prints OUTPUT with N real ranks`` (``python file.py``) or ``# prints OUTPUT under
 FLYTE_PYTORCH_INPROCESS=1`` is a claim about a line the snippet prints, which the tests check; a comment on a

@@ -9,8 +9,9 @@ from pathlib import Path
 import yaml
 
 DEPLOY = Path(__file__).resolve().parents[2] / "backend_plugin" / "deploy"
-#: One resource in the README's `rbac.yaml` row: `` `pods`: list `` or `` `pytorchjobs` (kubeflow.org): create, get ``.
-_STATED = re.compile(r"`(\w+)`(?: \(([\w.]+)\))?: ((?:[a-z]+)(?:, [a-z]+)*)")
+#: One resource in the README's `rbac.yaml` row: `` `pods`: list `` or `` `jobsets` (jobset.x-k8s.io): create, get ``
+#: (an API group is a DNS subdomain: letters, digits, dots and hyphens).
+_STATED = re.compile(r"`(\w+)`(?: \(([\w.-]+)\))?: ((?:[a-z]+)(?:, [a-z]+)*)")
 
 
 def granted() -> dict[tuple[str, str], set[str]]:

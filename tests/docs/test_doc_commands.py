@@ -27,8 +27,9 @@ import pytest
 import yaml
 
 from backend_plugin.cli import main
+from backend_plugin.targets.registry import BY_CONFIG, BY_KIND
 from tests.docs.markdown_blocks import ROOT, Block, blocks, pages
-from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
+from tests.targets.conftest import facts_of
 
 IMAGE = "ghcr.io/example/train:1.0"
 _INLINE = re.compile(r"`(pytorchjob render [^`]+)`")
@@ -69,7 +70,7 @@ def _assert_one_valid_job(stdout: str, kind: str = "PyTorchJob") -> dict:
     assert len(documents) == 1, f"stdout holds {len(documents)} YAML documents, not one job:\n{stdout[:2000]}"
     (job,) = documents
     assert isinstance(job, dict) and job.get("kind") == kind, f"not a {kind}:\n{stdout[:2000]}"
-    (assert_valid_trainjob if kind == "TrainJob" else assert_valid_pytorchjob)(job)
+    facts_of(BY_KIND[kind]).validate(job)  # the kind's validator (tests/targets/<kind>/facts.py)
     return job
 
 
@@ -226,7 +227,8 @@ def test_documented_render_command_prints_one_job(command: Command, tmp_path: Pa
     if command.example is not None and "import flyte\n" in command.example.body and not _has_flyte():
         pytest.skip("a Flyte 2 example: needs the flyte2 extra")
     out = _run_lines(command, _workdir(command, tmp_path))
-    kind = "TrainJob" if "--target trainjob" in command.lines[-1] else "PyTorchJob"
+    target = re.search(r"--target (\w+)", command.lines[-1])
+    kind = BY_CONFIG[target.group(1)].kind if target else "PyTorchJob"
     job = _assert_one_valid_job(out.stdout, kind)
     if command.page in ("README.md", "docs/index.md") and "all_reduce" in command.lines[-1]:
         # both pages: "the master and the 2 workers" / "one Master, two Workers"

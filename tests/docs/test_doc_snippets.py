@@ -6,7 +6,10 @@ marked ``<!-- inprocess -->``), and also with ``pyflyte run file.py WF`` when ma
 Launches run under a process-count guard and a timeout, so an unguarded module-level workflow call can only fail
 the test, never load the machine. A ``text`` block marked
 ``<!-- output -->`` right after a Python block is that block's exact standard output, so error messages quoted in
-the reference are the ones the code prints today. A ``# prints ...`` comment on a ``print(...)`` line is checked
+the reference are the ones the code prints today. A block marked ``<!-- extra: NAME -->`` runs in the README's
+environment plus that extra: the modules that only other extras install cannot be imported (a ``sitecustomize`` on
+``PYTHONPATH`` refuses them), and without the named extra's modules too it must fail, so the page's word that it
+needs the extra stays true. A ``# prints ...`` comment on a ``print(...)`` line is checked
 against the real-ranks run, and against a run under ``FLYTE_PYTORCH_INPROCESS=1`` when it names one. Markers are
 described in ``tests/docs/markdown_blocks.py``.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +47,69 @@ def _env(inprocess: bool) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+README_EXTRA = "examples"
+"""The extra the README's set-up installs (its run command, `pip install -c constraints.txt -e '.[examples]'`)."""
+
+
+def _extra_of(block: Block) -> str | None:
+    """The extra a block's page says it needs (``<!-- extra: NAME -->``), or None."""
+    for marker in block.markers:
+        if marker.startswith("extra:"):
+            return marker.split(":", 1)[1].strip()
+    return None
+
+
+def _modules_of(extras: set[str | None]) -> set[str]:
+    """The top-level modules of the distributions this package requires with `extras` (None: without an extra)."""
+    from importlib.metadata import packages_distributions, requires
+
+    wanted = set()
+    for requirement in requires("flytekitplugins-pytorch") or []:
+        marker = re.search(r"extra == \"([^\"]+)\"", requirement)
+        if (marker.group(1) if marker else None) in extras:
+            wanted.add(re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower().replace("_", "-"))
+    return {
+        module
+        for module, dists in packages_distributions().items()
+        if any(d.lower().replace("_", "-") in wanted for d in dists)
+    }
+
+
+def blocked_modules(allowed: set[str]) -> list[str]:
+    """The modules only extras outside `allowed` install (the CLI's own table of them, `EXTRA_MODULES`), for a block
+    run as the page says: those the base install and the `allowed` extras require directly stay importable (the
+    README's `examples` extra installs torch).
+
+    Args:
+        allowed: the extras installed (the README's, and the one the page names).
+
+    Returns:
+        Top-level module names, sorted.
+    """
+    from backend_plugin.cli import EXTRA_MODULES
+
+    kept = _modules_of({None, *allowed})
+    return sorted(m for m, extra in EXTRA_MODULES.items() if extra not in allowed and m not in kept)
+
+
+_BLOCKER = """import importlib.abc, sys
+BLOCKED = {blocked!r}
+class _Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not installed here)", name=name)
+        return None
+sys.meta_path.insert(0, _Blocked())
+"""
+
+
+def _with_only(env: dict[str, str], allowed: set[str], where: Path) -> dict[str, str]:
+    """`env` in which only the modules of the base install and of `allowed` extras can be imported."""
+    where.mkdir(exist_ok=True)
+    (where / "sitecustomize.py").write_text(_BLOCKER.format(blocked=blocked_modules(allowed)), encoding="utf-8")
+    return {**env, "PYTHONPATH": os.pathsep.join([str(where), env["PYTHONPATH"]])}
 
 
 def _launches(block: Block) -> bool:
@@ -99,6 +166,9 @@ def test_python_snippet_runs(block: Block, expected: Block | None, how: str, tmp
     script = tmp_path / "file.py"
     script.write_text(block.body, encoding="utf-8")
     env = _env("inprocess" in block.markers or how == "python-inprocess")
+    extra = _extra_of(block)
+    if extra is not None:
+        env = _with_only(env, {README_EXTRA, extra}, tmp_path / "site")
     if how in ("python", "python-inprocess"):
         cmd = [sys.executable, str(script)]
     else:
@@ -122,6 +192,30 @@ def test_python_snippet_runs(block: Block, expected: Block | None, how: str, tmp
     for claim in print_claims(block.body):
         if how.startswith("python") and claim.output is not None and claim.inprocess == inprocess:
             assert claim.output in lines, f"{block.id} ({how}): {claim.line!r} is not what it prints:\n{stdout}"
+
+
+EXTRA_BLOCKS = [b for b, _ in PY_CASES if _extra_of(b) is not None]
+
+
+@pytest.mark.parametrize("block", EXTRA_BLOCKS, ids=[b.id for b in EXTRA_BLOCKS])
+def test_a_block_that_needs_an_extra_says_how_to_install_it(block: Block) -> None:
+    page = (ROOT / block.path).read_text(encoding="utf-8")
+    before = page.split(block.body, 1)[0].rsplit("\n\n", 3)  # the paragraphs just above the block
+    assert f"pip install -c constraints.txt -e '.[{_extra_of(block)}]'" in "\n\n".join(before[1:]), block.id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", EXTRA_BLOCKS, ids=[b.id for b in EXTRA_BLOCKS])
+def test_a_block_that_needs_an_extra_fails_without_it(block: Block, tmp_path: Path) -> None:
+    """In the README's environment alone the block does not do what the page shows: the extra is needed, as said."""
+    script = tmp_path / "file.py"
+    script.write_text(block.body, encoding="utf-8")
+    env = _with_only(_env(False), {README_EXTRA}, tmp_path / "site")
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    expected = dict(PY_CASES)[block]
+    assert out.returncode != 0 or (expected is not None and out.stdout.strip() != expected.body.strip()), out.stdout
 
 
 @pytest.mark.parametrize("block", YAML_BLOCKS, ids=[b.id for b in YAML_BLOCKS])

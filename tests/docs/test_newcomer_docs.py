@@ -80,12 +80,6 @@ def test_install_hints_in_code_name_the_checkout_not_a_package_on_no_index(packa
     assert offending == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backend_plugin/cli.py (render's 'needs <module>' line) and backend_plugin/admission/__init__.py "
-    "(CEL_UNAVAILABLE) still name 'pip install \"flytekitplugins-pytorch[...]\"'; they should call "
-    "pytorch_contract.install.install_hint",
-)
 def test_the_backends_install_hints_name_the_checkout() -> None:
     test_install_hints_in_code_name_the_checkout_not_a_package_on_no_index("backend_plugin")
 

@@ -16,6 +16,10 @@ played by `FakeOperator`:
    (their processes killed) when the job ends; deleting the job kills every replica process.
 4. The test polls the connector's `get` until a terminal phase, then reads `outputs.pb` with flytekit's TypeEngine.
 
+The other kinds have their own players: `FakeTrainer` (Kubeflow Trainer v2 and its JobSet) and `FakeJobSet` (the
+JobSet controller and Kubernetes' Job controller: child Jobs, Indexed pods, the pod failure policy, the JobSet's
+success and failure policies, restarts).
+
 What a real cluster adds that this does not emulate: scheduling, images, resource limits (the GPU request is
 accepted and ignored), DNS (every replica address is 127.0.0.1 and each job gets free ports instead of 23456), and
 the TrainJob runtime's own restarts (`FakeTrainer`).
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -1002,4 +1007,481 @@ class FakeTrainer(FakeOperator):
 
     def run_for(self, name: str, timeout_s: float = 30.0) -> JobRun:
         """The record of TrainJob `name`, waiting until the fake Trainer has started it."""
+        return super().run_for(name, timeout_s)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# JobSet: the JobSet controller, the Job controller and the kubelet.
+
+JOBSET_LABELS = "jobset.sigs.k8s.io/"
+JOB_NAME_LABEL_BATCH = "batch.kubernetes.io/job-name"
+PREEMPTION_CONDITION = "DisruptionTarget"
+
+
+@dataclass
+class JobSetPod(Replica):
+    """One pod of a JobSet's child Job: `rtype` is its replicated job (`master`, `worker`), `index` its completion
+    index, `attempt` the JobSet restart it was created for (`jobset.sigs.k8s.io/restart-attempt`).
+
+    Attributes:
+        attempt: the restart attempt.
+        job: its child Job's name (`<jobset>-<replicated job>-<job index>`).
+        conditions: pod conditions the test gave it (a `DisruptionTarget` when it was preempted).
+    """
+
+    attempt: int = 0
+    job: str = ""
+    conditions: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class ChildJob:
+    """The player's record of one child Job of a JobSet.
+
+    Attributes:
+        name: `<jobset>-<replicated job>-<job index>`.
+        rjob: its replicated job's spec.
+        pods: its pods, by completion index.
+        failed: (reason, message, when) once it failed.
+        complete: every index succeeded.
+        failures: pod failures counted against `backoffLimit`.
+    """
+
+    name: str
+    rjob: dict
+    pods: list[JobSetPod] = field(default_factory=list)
+    failed: Optional[tuple[str, str, str]] = None
+    complete: bool = False
+    failures: int = 0
+
+    @property
+    def active(self) -> bool:
+        return not self.failed and not self.complete
+
+
+@dataclass
+class JobSetRun(JobRun):
+    """The player's record of one JobSet: `JobRun`'s, and its child Jobs, restarts and terminal state (every pod of
+    every attempt stays in `replicas`, the current attempt's in `jobs`)."""
+
+    jobs: list[ChildJob] = field(default_factory=list)
+    restarts: int = 0
+    counted: int = 0
+    terminal: str = ""
+    master_port: int = 0
+    suspended: bool = False
+
+    def current(self) -> list[JobSetPod]:
+        """The pods of the current attempt, master first, by index."""
+        return [p for j in self.jobs for p in j.pods]
+
+
+def _k8s_message_for_condition(ns: str, pod: str, ctype: str, index: int) -> str:
+    # Kubernetes' Job controller (pkg/controller/job/pod_failure_policy.go), on a FailJob rule matching a pod condition
+    return f"Pod {ns}/{pod} has condition {ctype} matching FailJob rule at index {index}"
+
+
+def _k8s_message_for_exit_code(ns: str, pod: str, container: str, code: int, index: int) -> str:
+    # the same, on a FailJob rule matching a container's exit code
+    return (
+        f"Container {container} for pod {ns}/{pod} failed with exit code {code} matching FailJob rule at index {index}"
+    )
+
+
+class FakeJobSet(FakeOperator):
+    """Plays the JobSet controller (v0.12.0, `pkg/controllers/jobset_controller.go`, `failure_policy.go`,
+    `success_policy.go`), Kubernetes' Job controller and the kubelet for JobSets.
+
+    One child Job `<jobset>-<replicated job>-<job index>` per replica of each replicated job, and one process per
+    completion index, named as the Job controller names Indexed pods (`<job>-<index>-<5 random>`), with the labels and
+    annotations JobSet and the Job controller put on them (`restart-attempt`, `job-completion-index`, ...). Each runs
+    its container's command and args with the image's environment, the container's env (downward API: the pod's
+    name, namespace, IP, labels and annotations), the test's extra variables, and `JOB_COMPLETION_INDEX`, which the
+    Job controller adds to every container of an Indexed Job; nothing else. Two liberties, as for the other kinds: a
+    pod's DNS name in the JobSet's subdomain resolves to 127.0.0.1 (an env value that is one becomes 127.0.0.1), and
+    the master port (`MASTER_PORT`, `PET_MASTER_PORT`) is a free local port.
+
+    A failed pod is classed by its Job's `podFailurePolicy` (rules in order: exit codes of a container, or a pod
+    condition: `preempt` gives a pod `DisruptionTarget` and stops it): `FailJob` fails the Job with reason
+    `PodFailurePolicy` and Kubernetes' message, `Ignore` replaces the pod, anything else counts against
+    `backoffLimit`, past which the Job fails with `BackoffLimitExceeded`. A failed Job stops its other pods. The JobSet
+    then applies its failure policy (the first rule, in order, that matches a failed Job; default `RestartJobSet`):
+    `FailJobSet` (condition Failed, active Jobs and their pods deleted), `RestartJobSet` within `maxRestarts` (else
+    Failed `ReachedMaxRestarts`) and `RestartJobSetAndIgnoreMaxRestarts`: the attempt's Jobs and pods are deleted and
+    created again with `restart-attempt` + 1 (condition RestartingJobSet until every Job is ready again). The success
+    policy (`All`/`Any` of the target replicated jobs' Jobs complete) sets Completed and deletes the active Jobs.
+    `suspend` holds the JobSet with a Suspended condition. Not emulated: `dependsOn`, coordinators, in-place
+    restarts, scheduling and images.
+    """
+
+    def reconcile(self) -> None:
+        """One pass: start new JobSets, follow pods, apply the Job and JobSet controllers' rules, write status."""
+        from backend_plugin.targets.jobset.declaration import PLURAL as JOBSETS
+
+        for job in self.server.jobs(JOBSETS):
+            meta = job["metadata"]
+            key = (meta["namespace"], meta["name"])
+            with self._lock:
+                run = self.runs.get(key)
+                if run is None or run.job["metadata"].get("uid") != meta.get("uid"):
+                    run = self._start(job)
+                    self.runs[key] = run
+            assert isinstance(run, JobSetRun)
+            self._follow(run)
+
+    # ------------------------------------------------------------------ creation
+    def _start(self, job: dict) -> JobSetRun:
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        run = JobSetRun(ns, name, job, start_time=now_rfc3339(), master_port=_free_port())
+        if job["spec"].get("suspend"):
+            run.suspended = True
+            self._jobset_condition(run, "Suspended", "SuspendedJobs", "jobset is suspended")
+        else:
+            self._create_jobs(run)
+        self._write_status(run)
+        return run
+
+    def _create_jobs(self, run: JobSetRun) -> None:
+        """The current attempt's child Jobs and their pods, started."""
+        run.jobs = []
+        for rjob in run.job["spec"]["replicatedJobs"]:
+            for job_index in range(int(rjob.get("replicas", 1))):
+                child = ChildJob(f"{run.name}-{rjob['name']}-{job_index}", rjob)
+                spec = rjob["template"]["spec"]
+                count = int(spec.get("completions") or spec.get("parallelism") or 1)
+                child.pods = [self._make_pod(run, child, job_index, index) for index in range(count)]
+                run.jobs.append(child)
+        for pod in run.current():
+            run.replicas.append(pod)
+            self._put_pod(run, pod, phase="Pending")
+        for pod in run.current():
+            self._run_pod(run, pod)
+
+    def _run_pod(self, run: JobSetRun, pod: JobSetPod) -> None:
+        start_replica(pod)
+        pod.started_at = now_rfc3339()
+        self._put_pod(run, pod, phase="Running")
+
+    def _pod_metadata(self, run: JobSetRun, child: ChildJob, job_index: int, index: int) -> tuple[dict, dict]:
+        """The pod's labels and annotations: its template's, then JobSet's and the Job controller's."""
+        rjob = child.rjob
+        template = rjob["template"]["spec"]["template"]
+        ours = {
+            f"{JOBSET_LABELS}jobset-name": run.name,
+            f"{JOBSET_LABELS}jobset-uid": str(run.job["metadata"].get("uid", "")),
+            f"{JOBSET_LABELS}replicatedjob-name": rjob["name"],
+            f"{JOBSET_LABELS}restart-attempt": str(run.restarts),
+            f"{JOBSET_LABELS}replicatedjob-replicas": str(rjob.get("replicas", 1)),
+            f"{JOBSET_LABELS}job-index": str(job_index),
+            f"{JOBSET_LABELS}group-name": rjob.get("groupName", "default"),
+            JOB_NAME_LABEL_BATCH: child.name,
+            COMPLETION_INDEX: str(index),
+        }
+        labels = {**((template.get("metadata") or {}).get("labels") or {}), **ours}
+        annotations = {**((template.get("metadata") or {}).get("annotations") or {}), **ours}
+        return labels, annotations
+
+    def _make_pod(self, run: JobSetRun, child: ChildJob, job_index: int, index: int) -> JobSetPod:
+        import secrets
+
+        pod_name = f"{child.name}-{index}-{secrets.token_hex(3)[:5]}"
+        pod_spec = child.rjob["template"]["spec"]["template"]["spec"]
+        container = next(c for c in pod_spec["containers"] if c["name"] == "pytorch")
+        home = self.workdir / pod_name
+        home.mkdir(parents=True, exist_ok=True)
+        labels, annotations = self._pod_metadata(run, child, job_index, index)
+        env = image_env(home)
+        for entry in container.get("env") or []:
+            env[entry["name"]] = self._downward(entry, pod_name, run.namespace, labels, annotations)
+        env.update(self.extra_env)
+        env.setdefault("JOB_COMPLETION_INDEX", str(index))  # the Job controller adds it unless the container has it
+        self._resolve_names(run, env)
+        command = list(container.get("command") or []) + list(container.get("args") or [])
+        log = self.workdir / f"{pod_name}.log"
+        return JobSetPod(child.rjob["name"], index, pod_name, command, env, log, attempt=run.restarts, job=child.name)
+
+    @staticmethod
+    def _downward(entry: dict, pod_name: str, namespace: str, labels: dict, annotations: dict) -> str:
+        field_path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+        for prefix, values in (("metadata.labels['", labels), ("metadata.annotations['", annotations)):
+            if field_path.startswith(prefix) and field_path.endswith("']"):
+                return str(values.get(field_path[len(prefix) : -2], ""))
+        return _resolve_env_entry(entry, pod_name, namespace)
+
+    def _resolve_names(self, run: JobSetRun, env: dict[str, str]) -> None:
+        """DNS and ports of the pod network, on one machine: a pod's name in the JobSet's subdomain is 127.0.0.1, and
+        the master port is the JobSet's free port."""
+        subdomain = (run.job["spec"].get("network") or {}).get("subdomain") or run.name
+        hosts = re.compile(rf"^{re.escape(run.name)}-[a-z0-9-]+-\d+-\d+\.{re.escape(subdomain)}(\..*)?$")
+        for key, value in env.items():
+            if hosts.match(value):
+                env[key] = "127.0.0.1"
+        for key in ("MASTER_PORT", "PET_MASTER_PORT"):
+            if key in env:
+                env[key] = str(run.master_port)
+
+    # ------------------------------------------------------------------ following
+    def _follow(self, run: JobSetRun) -> None:
+        if run.done or run.gone or run.suspended:
+            return
+        changed = False
+        for child in run.jobs:
+            for pod in child.pods:
+                if pod.process is None or pod.exit_code is not None or pod.deleted:
+                    continue
+                code = pod.process.poll()
+                if code is None:
+                    continue
+                pod.exit_code = code if code >= 0 else 128 - code
+                pod.finished_at = now_rfc3339()
+                self._put_pod(run, pod, phase="Succeeded" if code == 0 else "Failed")
+                changed = True
+                if child.active and pod.exit_code != 0:
+                    self._pod_failed(run, child, pod)
+            if child.active and child.pods and all(p.exit_code == 0 for p in child.pods):
+                child.complete = True
+        if not changed:
+            if self._restarting(run) and all(self._job_ready(j) for j in run.jobs):
+                self._jobset_condition(run, "RestartingJobSet", "JobsReady", "all jobs are ready", status="False")
+                self._write_status(run)
+            return
+        failed = [j for j in run.jobs if j.failed]
+        if failed:
+            self._failure_policy(run, failed)
+        elif self._succeeded(run):
+            self._finish(run, "Completed", "AllJobsCompleted", "jobset completed successfully")
+        self._write_status(run)
+
+    def _pod_failed(self, run: JobSetRun, child: ChildJob, pod: JobSetPod) -> None:
+        """The Job controller: the pod failure policy, then the backoff limit."""
+        spec = child.rjob["template"]["spec"]
+        for i, rule in enumerate((spec.get("podFailurePolicy") or {}).get("rules") or []):
+            message = self._rule_matches(run, pod, rule, i)
+            if message is None:
+                continue
+            if rule["action"] == "FailJob":
+                self._fail_job(run, child, "PodFailurePolicy", message)
+                return
+            if rule["action"] == "Ignore":
+                replacement = self._make_pod(run, child, int(child.name.rsplit("-", 1)[1]), pod.index)
+                child.pods[child.pods.index(pod)] = replacement
+                run.replicas.append(replacement)
+                self._run_pod(run, replacement)
+                return
+            break  # Count (or an action the player does not know): the default
+        child.failures += 1
+        if child.failures > int(spec.get("backoffLimit", 6)):
+            self._fail_job(run, child, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+
+    def _rule_matches(self, run: JobSetRun, pod: JobSetPod, rule: dict, index: int) -> Optional[str]:
+        codes, conditions = rule.get("onExitCodes"), rule.get("onPodConditions") or []
+        if codes is not None:
+            if codes.get("containerName") not in (None, "pytorch") or not pod.exit_code:
+                return None
+            inside = pod.exit_code in codes.get("values") or []
+            if inside == (codes.get("operator") == "In"):
+                return _k8s_message_for_exit_code(run.namespace, pod.pod_name, "pytorch", pod.exit_code, index)
+            return None
+        for pattern in conditions:
+            for c in pod.conditions:
+                if c["type"] == pattern.get("type") and c["status"] == pattern.get("status", "True"):
+                    return _k8s_message_for_condition(run.namespace, pod.pod_name, c["type"], index)
+        return None
+
+    def _fail_job(self, run: JobSetRun, child: ChildJob, reason: str, message: str) -> None:
+        """A failed Job keeps its failed pods and stops (deletes) its others."""
+        child.failed = (reason, message, now_rfc3339())
+        self._delete_pods([p for p in child.pods if p.exit_code is None], run)
+
+    def _delete_pods(self, pods: list[JobSetPod], run: JobSetRun) -> None:
+        for pod in pods:
+            pod.deleted = True
+            self.server.remove_pod(run.namespace, pod.pod_name)
+        self._kill(list(pods))
+
+    # ------------------------------------------------------------------ the JobSet controller's policies
+    def _failure_policy(self, run: JobSetRun, failed: list[ChildJob]) -> None:
+        policy = run.job["spec"].get("failurePolicy")
+        first = min(failed, key=lambda j: j.failed[2] if j.failed else "")
+        if policy is None:
+            self._finish(run, "Failed", "FailedJobs",
+                         f"jobset failed due to one or more job failures (first failed job: {first.name})")  # fmt: skip
+            return
+        rule, job = None, first
+        for candidate in policy.get("rules") or []:
+            matching = [j for j in failed if self._rule_applies(candidate, j)]
+            if matching:
+                rule, job = candidate, min(matching, key=lambda j: j.failed[2] if j.failed else "")
+                break
+        action = rule["action"] if rule is not None else "RestartJobSet"
+        if action == "FailJobSet":
+            self._finish(run, "Failed", "FailJobSetFailurePolicyAction",
+                         f"applying FailJobSet failure policy action (first failed job: {job.name})")  # fmt: skip
+        elif action == "RestartJobSet" and run.counted >= int(policy.get("maxRestarts", 0)):
+            reached = "jobset failed due to reaching max number of restarts"
+            self._finish(run, "Failed", "ReachedMaxRestarts", f"{reached} (first failed job: {job.name})")
+        elif action in ("RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"):
+            reason = f"FailurePolicy_{rule['name']}" if rule is not None else "DefaultFailurePolicy"
+            self._restart(run, action == "RestartJobSet", reason,
+                          f"applying {action} failure policy action (first failed job: {job.name})")  # fmt: skip
+        else:
+            self.errors.append(f"{run.name}: failure policy action {action!r} is not played")
+
+    @staticmethod
+    def _rule_applies(rule: dict, job: ChildJob) -> bool:
+        assert job.failed is not None
+        reason, message, _ = job.failed
+        if rule.get("onJobFailureReasons") and reason not in rule["onJobFailureReasons"]:
+            return False
+        patterns = rule.get("onJobFailureMessagePatterns") or []
+        if patterns and not any(re.search(p, message) for p in patterns):
+            return False
+        targets = rule.get("targetReplicatedJobs") or []
+        return not targets or job.rjob["name"] in targets
+
+    def _restart(self, run: JobSetRun, counted: bool, reason: str, message: str) -> None:
+        """Delete the attempt's Jobs and pods, and create them again with the next restart attempt."""
+        run.restarts += 1
+        run.counted += 1 if counted else 0
+        self._jobset_condition(run, "RestartingJobSet", reason, message)
+        self._delete_pods([p for p in run.current() if not p.deleted], run)
+        for pod in run.current():  # the Jobs' deletion takes their finished pods with them
+            self.server.remove_pod(run.namespace, pod.pod_name)
+        self._create_jobs(run)
+
+    def _succeeded(self, run: JobSetRun) -> bool:
+        policy = run.job["spec"].get("successPolicy") or {"operator": "All"}
+        targets = policy.get("targetReplicatedJobs") or [r["name"] for r in run.job["spec"]["replicatedJobs"]]
+        done = [j for j in run.jobs if j.complete and j.rjob["name"] in targets]
+        if policy.get("operator") == "Any":
+            return bool(done)
+        expected = sum(int(r.get("replicas", 1)) for r in run.job["spec"]["replicatedJobs"] if r["name"] in targets)
+        return len(done) >= expected
+
+    def _finish(self, run: JobSetRun, ctype: str, reason: str, message: str) -> None:
+        """A terminal condition; the active Jobs (and their pods) are deleted, finished pods kept."""
+        self._jobset_condition(run, ctype, reason, message)
+        if self._restarting(run):
+            self._jobset_condition(run, "RestartingJobSet", f"JobSet{ctype}", f"jobset {ctype.lower()}",
+                                   status="False")  # fmt: skip
+        run.terminal = ctype
+        run.done = True
+        run.completion_time = now_rfc3339()
+        self._delete_pods([p for j in run.jobs if j.active for p in j.pods if p.exit_code is None], run)
+
+    @staticmethod
+    def _restarting(run: JobSetRun) -> bool:
+        return any(c["type"] == "RestartingJobSet" and c["status"] == "True" for c in run.conditions)
+
+    @staticmethod
+    def _job_ready(job: ChildJob) -> bool:
+        return job.complete or all(p.process is not None and p.exit_code in (None, 0) for p in job.pods)
+
+    # ------------------------------------------------------------------ test helpers
+    def preempt(self, run: JobRun, label: str) -> JobSetPod:
+        """Preempt pod `label` (`worker-1`) of the current attempt as the scheduler or a node drain does: condition
+        `DisruptionTarget`, then SIGTERM (and SIGKILL after the grace period)."""
+        assert isinstance(run, JobSetRun)
+        (pod,) = [p for p in run.current() if p.label == label]
+        with self._lock:
+            pod.conditions.append({"type": PREEMPTION_CONDITION, "status": "True", "reason": "PreemptionByScheduler",
+                                   "lastTransitionTime": now_rfc3339()})  # fmt: skip
+            self._put_pod(run, pod, phase="Running")
+        assert pod.process is not None
+        _signal_group(pod.process.pid, signal.SIGTERM)
+        return pod
+
+    # ------------------------------------------------------------------ status writers
+    def _jobset_condition(self, run: JobRun, ctype: str, reason: str, message: str, status: str = "True") -> None:
+        at = now_rfc3339()
+        for c in run.conditions:
+            if c["type"] == ctype:
+                c.update(status=status, reason=reason, message=message, lastTransitionTime=at)
+                return
+        run.conditions.append(
+            {"type": ctype, "status": status, "reason": reason, "message": message, "lastTransitionTime": at}
+        )
+
+    def _write_status(self, run: JobRun) -> None:
+        from backend_plugin.targets.jobset.declaration import PLURAL as JOBSETS
+
+        assert isinstance(run, JobSetRun)
+        entries = []
+        for rjob in run.job["spec"]["replicatedJobs"]:
+            jobs = [j for j in run.jobs if j.rjob["name"] == rjob["name"]]
+            entries.append({
+                "name": rjob["name"],
+                "ready": sum(1 for j in jobs if j.active and self._job_ready(j)),
+                "succeeded": sum(1 for j in jobs if j.complete),
+                "failed": sum(1 for j in jobs if j.failed),
+                "active": sum(1 for j in jobs if j.active and any(p.exit_code is None for p in j.pods)),
+                "suspended": int(rjob.get("replicas", 1)) if run.suspended else 0,
+            })  # fmt: skip
+        status: dict[str, Any] = {"conditions": [dict(c) for c in run.conditions], "restarts": run.restarts,
+                                  "replicatedJobsStatus": entries}  # fmt: skip
+        if run.counted:
+            status["restartsCountTowardsMax"] = run.counted
+        if run.terminal:
+            status["terminalState"] = run.terminal
+        try:
+            self.server.set_job_status(run.namespace, run.name, status, JOBSETS)
+        except KeyError:
+            run.gone = True
+
+    def _put_pod(self, run: JobRun, replica: Replica, phase: str) -> None:
+        if replica.deleted:
+            return
+        assert isinstance(run, JobSetRun) and isinstance(replica, JobSetPod)
+        child = next(j for j in run.jobs if j.name == replica.job) if replica.job else None
+        rjob = child.rjob if child is not None else run.job["spec"]["replicatedJobs"][0]
+        pod_spec = rjob["template"]["spec"]["template"]["spec"]
+        container = next(c for c in pod_spec["containers"] if c["name"] == "pytorch")
+        if phase == "Pending":
+            state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
+        elif phase == "Running":
+            state = {"running": {"startedAt": replica.started_at}}
+        else:
+            term: dict[str, Any] = {"exitCode": replica.exit_code, "startedAt": replica.started_at,
+                                    "reason": "Completed" if replica.exit_code == 0 else "Error",
+                                    "finishedAt": replica.finished_at}  # fmt: skip
+            message = self._termination_message(container, replica)
+            if message:
+                term["message"] = message
+            state = {"terminated": term}
+        job_index = int(replica.job.rsplit("-", 1)[1]) if replica.job else 0
+        labels, annotations = self._pod_metadata(run, child, job_index, replica.index) if child else ({}, {})
+        subdomain = (run.job["spec"].get("network") or {}).get("subdomain") or run.name
+        pod = {
+            "metadata": {
+                "name": replica.pod_name,
+                "namespace": run.namespace,
+                "labels": labels,
+                "annotations": annotations,
+            },  # fmt: skip
+            "spec": {
+                "containers": [{"name": "pytorch", "image": container.get("image", "")}],
+                "hostname": f"{replica.job}-{replica.index}",
+                "subdomain": subdomain,
+                "restartPolicy": pod_spec.get("restartPolicy", "Never"),
+            },  # fmt: skip
+            "status": {
+                "phase": phase,
+                **({"startTime": replica.started_at} if replica.started_at else {}),
+                **({"conditions": [dict(c) for c in replica.conditions]} if replica.conditions else {}),
+                "containerStatuses": [
+                    {
+                        "name": "pytorch",
+                        "ready": phase == "Running",
+                        "restartCount": 0,
+                        "image": container.get("image", ""),
+                        "imageID": "",
+                        "state": state,
+                    }
+                ],  # fmt: skip
+            },
+        }
+        self.server.put_pod(pod)
+
+    def run_for(self, name: str, timeout_s: float = 30.0) -> JobRun:
+        """The record of JobSet `name`, waiting until the player has started it."""
         return super().run_for(name, timeout_s)

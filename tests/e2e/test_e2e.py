@@ -2,11 +2,13 @@
 read through flytekit.
 
 See `tests.e2e.harness` for what is real and what the fake controllers play: `FakeOperator` (the training operator
-of a PyTorchJob: each replica gets the operator's `RANK`, `WORLD_SIZE`, `MASTER_*` and `PET_*` variables) and
+of a PyTorchJob: each replica gets the operator's `RANK`, `WORLD_SIZE`, `MASTER_*` and `PET_*` variables),
 `FakeTrainer` (Kubeflow Trainer v2 with its JobSet: each node gets exactly the five `PET_*` variables the torch runtime
-sets, which our launcher must turn into ranks). The cases every kind runs the same way are parametrized over the
-registry (`kind`); each kind's own cases pick it. Every case starts real `pyflyte-execute` processes (a few seconds
-each on 2 cores); the module is marked `e2e`, so a quick local run skips it with::
+sets, which our launcher must turn into ranks) and `FakeJobSet` (the JobSet and Job controllers: each pod gets its
+pod template's variables and its completion index, which our launcher must turn into its rank). The cases every kind
+runs the same way are parametrized over the registry (`kind`); each kind's own cases pick it. Every case starts real
+`pyflyte-execute` processes (a few seconds each on 2 cores); the module is marked `e2e`, so a quick local run skips it
+with::
 
     pytest -m "not e2e"
 
@@ -29,7 +31,7 @@ from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 from backend_plugin.targets.registry import BY_CONFIG, KINDS, JobTarget
 from tests.connector.helpers import Propeller, execution_metadata, make_connector
 from tests.e2e import harness
-from tests.e2e.harness import TRAINJOB_PET_ENV, BlobStore, FakeOperator, FakeTrainer, JobRun
+from tests.e2e.harness import TRAINJOB_PET_ENV, BlobStore, FakeJobSet, FakeOperator, FakeTrainer, JobRun, JobSetRun
 from tests.fakeapi.fixtures import running_fake_api
 from tests.mnist_data import require_mnist
 
@@ -38,7 +40,7 @@ pytestmark = pytest.mark.e2e
 NS = "flytesnacks-development"
 JOB_TIMEOUT_S = 120.0
 
-CONTROLLERS: dict[str, type[FakeOperator]] = {"pytorchjob": FakeOperator, "trainjob": FakeTrainer}
+CONTROLLERS: dict[str, type[FakeOperator]] = {"pytorchjob": FakeOperator, "trainjob": FakeTrainer, "jobset": FakeJobSet}
 """The fake controller that runs each kind's jobs (a new kind brings its own)."""
 
 
@@ -165,9 +167,28 @@ def _trainer_nodes_succeeded(cluster: Cluster, run: JobRun, seen: list) -> None:
     assert job["spec"]["trainer"]["numNodes"] == 3 and job["spec"]["trainer"]["numProcPerNode"] == 1
 
 
+def _jobset_pods_succeeded(cluster: Cluster, run: JobRun, seen: list) -> None:
+    """A JobSet succeeds when its master's Job does (its success policy), then deletes the Jobs still active: a worker
+    still shutting down is deleted, never failed. Each pod had the operator's variables from its pod template and its
+    completion index from the Job controller, no RANK: the launcher derived it (the outputs prove three distinct
+    ranks)."""
+    assert isinstance(run, JobSetRun)
+    pods = run.current()
+    assert [p.label for p in pods] == ["master-0", "worker-0", "worker-1"] and run.restarts == 0
+    assert pods[0].exit_code == 0, _logs(run)
+    assert all(p.exit_code == 0 or (p.exit_code is None and p.deleted) for p in pods), _logs(run)
+    assert seen[-1].message == "jobset completed successfully"
+    env = pods[2].env
+    assert "RANK" not in env and "PET_NODE_RANK" not in env
+    assert (env["FLYTE_PYTORCH_NODE_RANK_OFFSET"], env["JOB_COMPLETION_INDEX"]) == ("1", "1")
+    assert (env["WORLD_SIZE"], env["PET_NNODES"], env["MASTER_ADDR"]) == ("3", "3", "127.0.0.1")
+    assert pods[2].pod_name.startswith(f"{run.name}-worker-0-1-")
+
+
 SUCCEEDED_WITH_THREE_RANKS: dict[str, Callable[[Cluster, JobRun, list], None]] = {
     "pytorchjob": _kubeflow_ranks_succeeded,
     "trainjob": _trainer_nodes_succeeded,
+    "jobset": _jobset_pods_succeeded,
 }
 """What each kind's controller shows of a job whose 3 ranks succeeded."""
 
@@ -185,9 +206,18 @@ def _node_failed(cluster: Cluster, run: JobRun, message: str) -> None:
     assert "ValueError: rank 2 cannot read shard 7" in run.replicas[2].log()
 
 
+def _jobset_worker_failed(cluster: Cluster, run: JobRun, message: str) -> None:
+    """The worker Job fails (backoffLimit 0), its rule `NoRestart` fails the JobSet without a restart; the other pods
+    are deleted with their Jobs, the failed one kept."""
+    assert isinstance(run, JobSetRun) and run.restarts == 0
+    assert "JobSet flytesnacks-development/" in message and "failed (FailJobSetFailurePolicyAction)" in message
+    _worker_failed(cluster, run, message)
+
+
 RANK_TWO_FAILED: dict[str, Callable[[Cluster, JobRun, str], None]] = {
     "pytorchjob": _worker_failed,
     "trainjob": _node_failed,
+    "jobset": _jobset_worker_failed,
 }
 """What each kind shows of a job whose rank 2 raised."""
 
@@ -218,12 +248,12 @@ def test_mnist_example_on_a_slice_of_real_data(cluster: Cluster, templates) -> N
     env = {"MNIST_DATA_DIR": str(require_mnist())}  # fails with how to provide the data when there is none
     seen, prefix, run = cluster.run(templates["train_mnist"], inputs, iface.inputs, "mnist1", env=env)
     assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
-    if cluster.kind.config_name == "pytorchjob":  # a worker still shutting down is cleaned up, never failed
-        assert run.replica("master-0").exit_code == 0, _logs(run)
-        assert all(r.exit_code == 0 or (r.exit_code is None and r.deleted) for r in run.replicas), _logs(run)
-    else:
+    if cluster.kind.config_name == "trainjob":
         assert [r.exit_code for r in run.replicas] == [0, 0, 0]
         _only_pet_from_the_operator(run)
+    else:  # the job succeeds with its master: a worker still shutting down is cleaned up, never failed
+        assert run.replica("master-0").exit_code == 0, _logs(run)
+        assert all(r.exit_code == 0 or (r.exit_code is None and r.deleted) for r in run.replicas), _logs(run)
     outputs = harness.read_outputs(prefix, iface.outputs)
     accuracies, weights, summary = outputs["accuracies"], outputs["weights"], outputs["summary"]
     assert len(accuracies) == 1 and 50.0 < accuracies[0] <= 100.0, accuracies  # chance is 10%

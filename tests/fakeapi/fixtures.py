@@ -20,44 +20,27 @@ class FakeApi(NamedTuple):
 
 
 def validate_on_create(_server: FakeKubeApi, job: dict) -> None:
-    """Create hook: every PyTorchJob / TrainJob created through the API must pass the CRD, webhook and core/v1
-    checks of its kind."""
-    from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
+    """Create hook: every job created through the API must pass its kind's validator (`tests/targets/<kind>/facts.py`:
+    the CRD, webhook and core/v1 checks of that kind)."""
+    from backend_plugin.targets.registry import BY_KIND, DEFAULT
+    from tests.targets.conftest import facts_of
 
-    if job.get("kind") == "TrainJob":
-        assert_valid_trainjob(job)
-    else:
-        assert_valid_pytorchjob(job)
+    facts_of(BY_KIND.get(str(job.get("kind")), DEFAULT)).validate(job)
 
 
 @functools.lru_cache(maxsize=1)
 def warm_validators() -> None:
-    """Load the CRD and core/v1 schemas once, before any client call is timed.
+    """Load every kind's CRD and core/v1 schemas once, before any client call is timed (each kind's `WARM_UP` job).
 
     The first validation reads the schemas from disk (about a second on a busy 2-core machine); inside a create hook
     that is longer than the connector tests' 1 s client timeout, which made the first create of a session look slow.
     """
-    from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
+    from backend_plugin.targets.registry import KINDS
+    from tests.targets.conftest import facts_of
 
-    assert_valid_trainjob(
-        {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": {"name": "warm-up"},
-            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"image": "python:3.11"}},
-        }
-    )
-    container = {"name": "pytorch", "image": "python:3.11"}
-    assert_valid_pytorchjob(
-        {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": {"name": "warm-up"},
-            "spec": {
-                "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [container]}}}}
-            },
-        }
-    )
+    for target in KINDS:
+        facts = facts_of(target)
+        facts.validate(facts.WARM_UP)
 
 
 @contextmanager

@@ -7,6 +7,12 @@ schema declares, every value of a map with an `additionalProperties` schema, and
 and `metadata`, whose fields are ObjectMeta's. Anything else is an unknown field: with `fieldValidation=Strict` the
 create is refused (400 BadRequest, `strict decoding error: unknown field "<path>"`), otherwise it is dropped and a
 `Warning` header names it (the API server's default, `Warn`, since 1.27).
+
+Then `null`s, as apiextensions-apiserver decodes a custom resource: `PruneNonNullableNullsWithoutDefaults` drops a
+`null` map value whose schema is neither `nullable` nor has a `default`, and reports nothing (Strict included: the
+create succeeds); `Default` then fills every missing property that has a `default`, and a non-nullable `null` that
+has one (`drop_nulls`, `apply_defaults`). A `null` list item without an items `default` stays, and the schema
+validation refuses it: 422 Invalid, `... in body must be of type object: "null"` (`null_items`).
 """
 
 from __future__ import annotations
@@ -137,3 +143,120 @@ def warning_header(path: str) -> str:
         The header's value.
     """
     return '299 - "unknown field \\"' + path + '\\""'
+
+
+def _props(schema: Any) -> tuple[dict[str, Any], Any]:
+    if not isinstance(schema, dict):
+        return {}, None
+    return schema.get("properties") or {}, schema.get("additionalProperties")
+
+
+def _field_schema(schema: Any, key: str) -> Any:
+    props, extra = _props(schema)
+    if key in props:
+        return props[key]
+    return extra if isinstance(extra, dict) else None
+
+
+def drop_nulls(value: Any, schema: Any, resource: bool = True) -> None:
+    """Drop, in place, every `null` map value whose schema is neither nullable nor has a default
+    (`PruneNonNullableNullsWithoutDefaults`); an unknown field's `null` has no schema and is left alone.
+
+    Args:
+        value: the decoded object (after `prune`).
+        schema: its schema.
+        resource: whether `value` is a whole object (its `metadata` is ObjectMeta's business).
+    """
+    if isinstance(value, dict):
+        for key in list(value):
+            if resource and key == "metadata":
+                continue
+            sub = _field_schema(schema, key)
+            item = value[key]
+            if item is None and isinstance(sub, dict) and not sub.get("nullable") and "default" not in sub:
+                del value[key]
+            else:
+                embedded = bool(isinstance(sub, dict) and sub.get("x-kubernetes-embedded-resource"))
+                drop_nulls(item, sub, resource=embedded)
+    elif isinstance(value, list):
+        items = schema.get("items") if isinstance(schema, dict) else None
+        for item in value:
+            drop_nulls(item, items, resource=False)
+
+
+def apply_defaults(value: Any, schema: Any) -> None:
+    """Fill, in place, each missing property that has a `default`, and each non-nullable `null` that has one
+    (`Default`), at every level.
+
+    Args:
+        value: the object (after `drop_nulls`).
+        schema: its schema.
+    """
+    if not isinstance(schema, dict):
+        return
+    if isinstance(value, dict):
+        props, extra = _props(schema)
+        for key, sub in props.items():
+            if "default" in sub and (key not in value or (value[key] is None and not sub.get("nullable"))):
+                value[key] = copy.deepcopy(sub["default"])
+        for key, item in value.items():
+            if key in props:
+                apply_defaults(item, props[key])
+            elif isinstance(extra, dict):
+                if item is None and not extra.get("nullable") and "default" in extra:
+                    value[key] = item = copy.deepcopy(extra["default"])
+                apply_defaults(item, extra)
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if not isinstance(items, dict):
+            return
+        for i, item in enumerate(value):
+            if item is None and not items.get("nullable") and "default" in items:
+                value[i] = item = copy.deepcopy(items["default"])
+            apply_defaults(item, items)
+
+
+def null_items(value: Any, schema: Any, path: str = "") -> list[tuple[str, str]]:
+    """The `null` list items the schema validation refuses (items neither nullable nor defaulted).
+
+    Args:
+        value: the object (after `apply_defaults`).
+        schema: its schema.
+        path: where `value` is.
+
+    Returns:
+        (path, the type the items must have) for each.
+    """
+    out: list[tuple[str, str]] = []
+    if not isinstance(schema, dict):
+        return out
+    if isinstance(value, dict):
+        for key, item in value.items():
+            sub = _field_schema(schema, key)
+            if sub is not None and not (path == "" and key == "metadata"):
+                out += null_items(item, sub, _join(path, key))
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for i, item in enumerate(value):
+                if item is None and not items.get("nullable"):
+                    out.append((f"{path}[{i}]", str(items.get("type") or "object")))
+                else:
+                    out += null_items(item, items, f"{path}[{i}]")
+    return out
+
+
+def invalid_message(kind: str, group: str, name: str, nulls: list[tuple[str, str]]) -> str:
+    """The 422 Invalid message kube-apiserver writes for null list items.
+
+    Args:
+        kind: the object's kind.
+        group: its API group.
+        name: its name.
+        nulls: `null_items`.
+
+    Returns:
+        `<Kind>.<group> "<name>" is invalid: <path>: Invalid value: "null": <path> in body must be of type <t>: "null"`.
+    """
+    causes = ", ".join(f'{p}: Invalid value: "null": {p} in body must be of type {t}: "null"' for p, t in nulls)
+    return f'{kind}.{group} "{name}" is invalid: {causes}'

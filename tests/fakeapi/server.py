@@ -11,7 +11,9 @@ Forbidden with the RBAC message, InternalError, ServiceUnavailable, Invalid).
 
 A create is decoded as kube-apiserver decodes a custom resource (`tests/fakeapi/pruning.py`, from the installed
 CRD's schema, by default the vendored one): with `fieldValidation=Strict` a field the schema does not declare is a
-400 BadRequest `strict decoding error`; without it, the field is dropped and a `Warning` header names it. Mutating
+400 BadRequest `strict decoding error`; without it, the field is dropped and a `Warning` header names it. A
+non-nullable `null` is then dropped (or defaulted where the schema has a `default`), Strict or not, missing fields
+get their defaults, and a `null` list item is a 422 Invalid. Mutating
 admission (`mutators`) may then change the job before the create hooks validate it and it is stored.
 
 Tests drive it through a clean state API (`put_job`, `get_job`, `set_job_status`, `put_pod`, ...), hooks that run on
@@ -977,6 +979,12 @@ class FakeKubeApi:
                 return 400, status_body(400, "BadRequest", pruning.strict_message(kind, version, unknown))
             if rec.query.get("fieldValidation", [""])[0] != "Ignore":
                 rec.warnings.extend(pruning.warning_header(path) for path in unknown)
+            pruning.drop_nulls(job, schema)
+            pruning.apply_defaults(job, schema)
+            nulls = pruning.null_items(job, schema)
+            if nulls:
+                details = {"name": name, "group": group, "kind": kind}
+                return 422, status_body(422, "Invalid", pruning.invalid_message(kind, group, name, nulls), details)
             with self._lock:
                 for mutate in self.mutators:
                     mutate(self, job)

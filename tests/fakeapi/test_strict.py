@@ -1,7 +1,9 @@
 """The fake API server decodes a created custom resource as kube-apiserver does: with `fieldValidation=Strict` a field
 the CRD does not declare is a 400 `strict decoding error`, without it the field is dropped (a `Warning` header names
-it), with `Ignore` it is dropped silently. Driven through the real kubernetes client; and the server's own reading of
-the CRD agrees with the backend's admission model on every golden job and on undeclared fields."""
+it), with `Ignore` it is dropped silently; a non-nullable `null` is dropped without a word, Strict or not (or set to
+its `default`), and a `null` list item is a 422 Invalid. Driven through the real kubernetes client; and the server's
+own reading of the CRD agrees with the backend's admission model on every golden job, on undeclared fields and on
+nulls."""
 
 from __future__ import annotations
 
@@ -108,13 +110,68 @@ def test_without_strict_an_undeclared_field_is_dropped(api, validation, warned) 
 
 
 @pytest.mark.parametrize("validation", [None, "Strict"])
-def test_a_job_of_declared_fields_is_stored_as_sent(api, validation) -> None:
+def test_a_job_of_declared_fields_is_stored_as_sent_with_the_crds_defaults(api, validation) -> None:
     server, api_client = api
     job = golden()
+    assert "suspend" not in job["spec"]["runPolicy"]
     answer = post(api_client, job, validation)
     assert answer.status == 201 and answer.headers.getlist("Warning") == []
     stored = json.loads(answer.data)
-    assert {k: v for k, v in stored.items() if k != "metadata"} == {k: v for k, v in job.items() if k != "metadata"}
+    expected = copy.deepcopy(job)
+    expected["spec"]["runPolicy"]["suspend"] = False  # the CRD's `default: false`, the one missing field it defaults
+    del stored["metadata"], expected["metadata"]
+    assert stored == expected
+
+
+def master_spec(job: dict) -> dict:
+    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+
+
+NULLS = {
+    # a null the API server drops (not nullable, no default): the create succeeds, Strict included, and says nothing
+    "nodeSelector-null": ("nodeSelector", None, "dropped"),
+    "tolerations-null": ("tolerations", None, "dropped"),
+    "affinity-null": ("affinity", None, "dropped"),
+}
+
+
+@pytest.mark.parametrize("validation", [None, "Strict"])
+@pytest.mark.parametrize("case", list(NULLS))
+def test_a_null_for_a_declared_field_is_dropped_without_a_word(api, case: str, validation) -> None:
+    server, api_client = api
+    key, value, _ = NULLS[case]
+    job = golden()
+    master_spec(job)[key] = value
+    answer = post(api_client, job, validation)
+    assert answer.status == 201 and answer.headers.getlist("Warning") == []
+    assert key not in master_spec(json.loads(answer.data))
+    problems = admit(job)  # the model: a note, never a refusal
+    assert [p.verdict for p in problems] == ["note"] and "null is dropped by the API server" in problems[0].message
+
+
+def test_a_non_nullable_null_with_a_default_is_defaulted(api) -> None:
+    server, api_client = api
+    job = golden()
+    container = master_spec(job)["containers"][0]
+    container["ports"] = [{"containerPort": 23456, "name": "pytorchjob-port", "protocol": None}]
+    answer = post(api_client, job, "Strict")
+    assert answer.status == 201
+    assert master_spec(json.loads(answer.data))["containers"][0]["ports"][0]["protocol"] == "TCP"
+    problems = admit(job)
+    assert [p.verdict for p in problems] == ["note"] and "replaced by the CRD's default 'TCP'" in problems[0].message
+
+
+def test_a_null_list_item_is_invalid(api) -> None:
+    server, api_client = api
+    job = golden()
+    master_spec(job)["tolerations"] = [None]
+    with pytest.raises(ApiException) as raised:
+        post(api_client, job, "Strict")
+    assert raised.value.status == 422
+    message = json.loads(raised.value.body)["message"]
+    path = "spec.pytorchReplicaSpecs.Master.template.spec.tolerations[0]"
+    assert f'{path} in body must be of type object: "null"' in message
+    assert [p.verdict for p in admit(job)] == ["rejected"]
 
 
 def test_a_cluster_crd_that_declares_less_refuses_what_ours_declares(api) -> None:

@@ -6,6 +6,7 @@ checkpoint after every step through flytekit's own API (`current_context().check
 
 - `"kill"`: SIGKILLs itself (as the kernel's OOM killer or a node loss would end it);
 - `"raise"`: raises `FlyteRecoverableException` (Flyte retries the task);
+- `"preempt"`: waits there to be stopped from outside (the drill preempts its pod), at most `PREEMPT_WAIT_S`;
 - `"none"`: trains without a fault (the unbroken run).
 """
 
@@ -15,6 +16,7 @@ import datetime
 import io
 import os
 import signal
+import time
 
 import flytekit
 from flytekit import task
@@ -22,7 +24,10 @@ from flytekit.exceptions.user import FlyteRecoverableException
 
 from flytekitplugins_pytorch import Elastic, pytorch_task
 
-MODES = ("kill", "raise", "none")
+MODES = ("kill", "raise", "preempt", "none")
+
+#: How long rank 1 waits to be preempted in mode "preempt" before it fails on its own (the drill preempts it at once).
+PREEMPT_WAIT_S = 60
 
 
 def train(steps: int, fail_at: int, mode: str, marker: str) -> tuple[list[float], int]:
@@ -63,6 +68,8 @@ def train(steps: int, fail_at: int, mode: str, marker: str) -> tuple[list[float]
             open(marker, "w").close()
             if mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if mode == "preempt":
+                time.sleep(PREEMPT_WAIT_S)
             raise FlyteRecoverableException(f"rank 1 failed at step {step}; retry from the checkpoint")
         generator = torch.Generator().manual_seed(1000 * step + rank)
         x = torch.randn(8, 4, generator=generator)

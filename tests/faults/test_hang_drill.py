@@ -1,10 +1,10 @@
-"""The cluster hang drill: one replica's rank hangs outside a collective, on a PyTorchJob and on a TrainJob.
+"""The cluster hang drill: one replica's rank hangs outside a collective, on a PyTorchJob, a TrainJob and a JobSet.
 
-The fake operator (or Trainer) runs each pod as its own process group with the operator's environment, so the
-ranks share no folder: the waiting ranks learn which rank did not arrive through the group's store only. Checked:
-every pod exits within `collective_timeout` + 30 s of the job's start, the error documents of the failing pods lead
-with the culprit's rank, node and pod, and so does the connector's message; the failure is not retried (the late
-rank was still running the task's code; `retry_hangs` retries only a rank that vanished). The measured time to
+The fake operator (or Trainer, or JobSet controller) runs each pod as its own process group with the operator's
+environment, so the ranks share no folder: the waiting ranks learn which rank did not arrive through the group's store
+only. Checked: every pod exits within `collective_timeout` + 30 s of the job's start, the error documents of the failing
+pods lead with the culprit's rank, node and pod, and so does the connector's message; the failure is not retried (the
+late rank was still running the task's code; `retry_hangs` retries only a rank that vanished). The measured time to
 failure is printed.
 """
 
@@ -21,14 +21,14 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from backend_plugin.task_errors import parse_error_document
 from tests.connector.helpers import execution_metadata, make_connector
 from tests.e2e import harness
-from tests.e2e.harness import BlobStore, FakeOperator, FakeTrainer
+from tests.e2e.harness import BlobStore, FakeJobSet, FakeOperator, FakeTrainer
 from tests.fakeapi.fixtures import running_fake_api
 from tests.faults.hang_tasks import HANG_TIMEOUT_S, rank_hangs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.slow]
 
 BOUND_S = HANG_TIMEOUT_S + 30
-TARGETS = {"pytorchjob": FakeOperator, "trainjob": FakeTrainer}
+TARGETS = {"pytorchjob": FakeOperator, "trainjob": FakeTrainer, "jobset": FakeJobSet}
 
 
 def _seconds(stamp: str) -> float:

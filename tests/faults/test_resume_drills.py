@@ -6,7 +6,9 @@ launcher points at this attempt's own checkpoint when a restarted run of the att
 2. the operator's `OnFailure`: the harness restarts the failed containers in place; the error documents the
    crashed runs wrote are gone once the attempt succeeded;
 3. a Flyte retry: attempt 1 (a new job, `--prev-checkpoint` = attempt 0's prefix) after attempt 0 failed with a
-   recoverable error.
+   recoverable error;
+4. a JobSet restart (`FakeJobSet`): every pod of the JobSet is created again, after a crash under `OnFailure`
+   (counted toward `maxRestarts`) and after a preemption (the pod's `DisruptionTarget`, not counted).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from flyteidl.core.execution_pb2 import TaskExecution
 
 from tests.connector.helpers import execution_metadata, make_connector
 from tests.e2e import harness
-from tests.e2e.harness import BlobStore, FakeOperator
+from tests.e2e.harness import BlobStore, FakeJobSet, FakeOperator, JobSetRun
 from tests.fakeapi.fixtures import running_fake_api
 from tests.faults import resume_tasks
 
@@ -111,3 +113,53 @@ def test_flyte_retry_on_the_harness(templates, unbroken, tmp_path: Path) -> None
     outputs = harness.read_outputs(prefix, interface.outputs)
     print(f"\n[resume flyte retry] attempt 1 resumed from step {outputs['o1']}")
     assert outputs["o1"] >= FAIL_AT and _same(outputs["o0"], unbroken), outputs
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("task", "mode", "counted"),
+    [
+        pytest.param("pod_restart_resume", "kill", 1, id="on-failure-crash"),
+        pytest.param("flyte_retry_resume", "preempt", 0, id="preempted"),
+    ],
+)
+def test_a_jobset_restart_resumes_from_the_checkpoint(
+    task: str, mode: str, counted: int, templates, unbroken, tmp_path: Path
+) -> None:
+    """The JobSet's failure policy recreates every pod; the new run reads this attempt's checkpoint. A crash of an
+    `OnFailure` worker spends one restart of the budget; a preempted pod (restart policy `Never`) spends none."""
+    blobs = BlobStore(tmp_path / "blobs")
+    marker = tmp_path / "marker"
+    interface = getattr(resume_tasks, task).python_interface
+    with running_fake_api() as (server, client):
+        with FakeJobSet(server, tmp_path / "pods", grace_s=2.0) as player:
+            connector = make_connector(client, api_timeout_s=5.0, target="jobset")
+            prefix = blobs.uri("metadata", f"js{mode[:4]}", "n0", "data", "0")
+            inputs = {"steps": STEPS, "fail_at": FAIL_AT, "mode": mode, "marker": str(marker)}
+            meta = connector.create(
+                templates[task], prefix, harness.to_literal_map(inputs, interface.inputs), execution_metadata("jsres")
+            )
+            run = player.run_for(meta.name)
+            if mode == "preempt":
+                _wait_for(marker)
+                player.preempt(run, "worker-0")
+            seen = harness.poll_until_terminal(connector, meta, JOB_TIMEOUT_S)
+        assert player.errors == []
+    assert isinstance(run, JobSetRun)
+    assert seen[-1].phase == TaskExecution.SUCCEEDED, seen[-1].message
+    outputs = harness.read_outputs(prefix, interface.outputs)
+    print(
+        f"\n[resume jobset {mode}] restarts {run.restarts} ({run.counted} counted), resumed from step {outputs['o1']}"
+    )
+    assert (run.restarts, run.counted) == (1, counted)
+    assert outputs["o1"] >= FAIL_AT and _same(outputs["o0"], unbroken), outputs
+    assert [f for f in blobs.files(prefix) if f.startswith("error")] == []  # the recovered runs' documents
+
+
+def _wait_for(path: Path, timeout_s: float = JOB_TIMEOUT_S) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)

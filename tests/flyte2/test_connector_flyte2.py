@@ -2,6 +2,11 @@
 server through the real kubernetes client, with the watch cache on (LIST and WATCH): a Flyte 2 ``pytorch-job`` task
 is created as a TrainJob, tracked to success, deleted; a failed job is reported with its root cause.
 
+Each request carries the template as Flyte 2's backend sends it: its connector plugin (``webapi/connector``'s
+``Create``) renders a container task's arguments with ``template.Render`` before it calls ``CreateTask``, so
+``{{.input}}`` arrives as the run's own inputs file, ``{{.outputPrefix}}`` as the output prefix, and an empty
+``{{.prevCheckpointPrefix}}`` as ``""``; a pod template's arguments arrive as written.
+
 The connector serves from its own process (`serve_connector`), started per test under a timeout.
 """
 
@@ -47,6 +52,34 @@ def template() -> Any:
     return get_proto_task(train, SerializationContext(version="v1", root_dir=ROOT))
 
 
+# flyteplugins' template.Render: case-insensitive `{{ .Name }}` or `{{$Name}}`
+_RENDERED = ("Input", "InputPrefix", "OutputPrefix", "RawOutputDataPrefix", "CheckpointOutputPrefix",
+             "PrevCheckpointPrefix")  # fmt: skip
+
+
+def as_the_backend_sends(proto: Any, run_inputs: Path, output_prefix: Path) -> Any:
+    """The template with its container's arguments rendered as Flyte 2's connector plugin renders them (a pod
+    template is left as written: the plugin renders only ``container.args``)."""
+    import re
+
+    values = {
+        "input": str(run_inputs),
+        "inputprefix": str(run_inputs.parent),
+        "outputprefix": str(output_prefix),
+        "rawoutputdataprefix": f"{output_prefix}/raw",
+        "checkpointoutputprefix": f"{output_prefix}/checkpoint",
+        "prevcheckpointprefix": '""',  # the first attempt: the plugin writes two quotes
+    }
+    rendered = type(proto)()
+    rendered.CopyFrom(proto)
+    if rendered.HasField("container"):
+        pattern = re.compile(r"\{\{\s*[.$](" + "|".join(_RENDERED) + r")\s*\}\}", re.IGNORECASE)
+        args = [pattern.sub(lambda m: values[m.group(1).lower()], a) for a in rendered.container.args]
+        del rendered.container.args[:]
+        rendered.container.args.extend(args)
+    return rendered
+
+
 def inputs(steps: int) -> common_pb2.Inputs:
     from flyte._internal.runtime.convert import convert_from_native_to_inputs
 
@@ -78,10 +111,19 @@ def stub(fake_api) -> Iterator[service_pb2_grpc.AsyncConnectorServiceStub]:  # n
             yield service_pb2_grpc.AsyncConnectorServiceStub(channel)
 
 
-def create(stub: Any, prefix: Path, execution: str = "abc123", steps: int = 3) -> bytes:
+def run_inputs(prefix: Path, message: common_pb2.Inputs) -> Path:
+    """The run's own inputs file, which Flyte 2 writes before the action runs (beside, not under, the prefix)."""
+    path = prefix.parent / "run-inputs" / "inputs.pb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(message.SerializeToString())
+    return path
+
+
+def create(stub: Any, prefix: Path, execution: str = "abc123", steps: int = 3, proto: Any = None) -> bytes:
+    message = inputs(steps)
     request = connector_pb2.CreateTaskRequest(
-        template=template(),
-        inputs=inputs(steps),
+        template=as_the_backend_sends(proto or template(), run_inputs(prefix, message), prefix),
+        inputs=message,
         output_prefix=str(prefix),
         task_execution_metadata=metadata(execution),
     )
@@ -114,12 +156,12 @@ def test_create_track_and_delete_a_trainjob(fake_api, stub, tmp_path: Path) -> N
     name = job_name(meta)
     job = server.get_job(NS, name, plural=TRAINJOBS)
     assert job is not None and job["spec"]["trainer"]["numNodes"] == 3 and server.jobs() == []  # no PyTorchJob
-    # the pods read Flyte 2's Inputs message, the one the request carried, where the job's --inputs points
-    written = common_pb2.Inputs.FromString((tmp_path / "0" / "inputs.pb").read_bytes())
-    assert written == inputs(7)
+    # the pods read the run's own inputs file, which Flyte 2 rendered into --inputs: the connector writes no copy
     command = job["spec"]["trainer"]["command"]
-    assert command[0] == "a0" and command[command.index("--inputs") + 1] == str(tmp_path / "0" / "inputs.pb")
-    assert pod_reads(tmp_path / "0" / "inputs.pb", train) == {"steps": 7}
+    assert command[0] == "a0" and command[command.index("--inputs") + 1] == str(tmp_path / "run-inputs" / "inputs.pb")
+    assert command[command.index("--outputs-path") + 1] == str(tmp_path / "0")
+    assert pod_reads(tmp_path / "run-inputs" / "inputs.pb", train) == {"steps": 7}
+    assert not (tmp_path / "0" / "inputs.pb").exists()
 
     assert get(stub, meta).phase == TaskExecution.QUEUED  # no JobSet yet
     for i in range(3):
@@ -188,20 +230,58 @@ def test_a_task_a_trainjob_cannot_express_fails_permanently_without_a_request(fa
     assert "Elastic(nnodes=" in resource.message and "target: pytorchjob" in resource.message
 
 
-no_inputs = flyte.TaskEnvironment(name="noinputs", plugin_config=f2.Connector(f2.PyTorch(worker=f2.Worker(1))))
+def _pod() -> Any:
+    from kubernetes.client import V1Container, V1PodSpec
+
+    return flyte.PodTemplate(primary_container_name="main", pod_spec=V1PodSpec(containers=[V1Container(name="main")]))
 
 
-@no_inputs.task
-def probe() -> None:
+with_pod = flyte.TaskEnvironment(
+    name="withpod",
+    image="ghcr.io/example/train:1.0",
+    pod_template=_pod(),
+    plugin_config=f2.Connector(f2.PyTorch(worker=f2.Worker(1))),
+)
+
+
+@with_pod.task
+def fit_pod(steps: int) -> float:
+    return float(steps)
+
+
+no_inputs_pod = flyte.TaskEnvironment(
+    name="noinputspod", pod_template=_pod(), plugin_config=f2.Connector(f2.PyTorch(worker=f2.Worker(1)))
+)
+
+
+@no_inputs_pod.task
+def probe_pod() -> None:
     return None
 
 
 @pytest.mark.timeout(180)
-def test_a_task_without_inputs_gets_the_empty_message_its_pods_read(fake_api, stub, tmp_path: Path) -> None:  # noqa: F811
+def test_a_pod_template_task_reads_the_inputs_the_connector_writes(fake_api, stub, tmp_path: Path) -> None:  # noqa: F811
+    """Flyte 2's backend renders only a container's arguments: a pod template's arrive with `{{.input}}`, which the
+    backend fills with the execution's `inputs.pb` under the output prefix, and writes the request's message there."""
     from flyte._internal.runtime.task_serde import get_proto_task
     from flyte.models import SerializationContext
 
-    proto = get_proto_task(probe, SerializationContext(version="v1", root_dir=ROOT))
+    proto = get_proto_task(fit_pod, SerializationContext(version="v1", root_dir=ROOT))
+    assert proto.HasField("k8s_pod") and not proto.HasField("container")
+    meta = create(stub, tmp_path / "0", execution="withpod", steps=5, proto=proto)
+    job = fake_api.server.get_job(NS, job_name(meta), plural=TRAINJOBS)
+    command = job["spec"]["trainer"]["command"]
+    assert command[command.index("--inputs") + 1] == str(tmp_path / "0" / "inputs.pb")
+    assert common_pb2.Inputs.FromString((tmp_path / "0" / "inputs.pb").read_bytes()) == inputs(5)
+    assert pod_reads(tmp_path / "0" / "inputs.pb", fit_pod) == {"steps": 5}
+
+
+@pytest.mark.timeout(180)
+def test_a_pod_template_task_without_inputs_gets_the_empty_message(fake_api, stub, tmp_path: Path) -> None:  # noqa: F811
+    from flyte._internal.runtime.task_serde import get_proto_task
+    from flyte.models import SerializationContext
+
+    proto = get_proto_task(probe_pod, SerializationContext(version="v1", root_dir=ROOT))
     request = connector_pb2.CreateTaskRequest(
         template=proto, output_prefix=str(tmp_path / "0"), task_execution_metadata=metadata("noinputs")
     )
@@ -209,4 +289,4 @@ def test_a_task_without_inputs_gets_the_empty_message_its_pods_read(fake_api, st
     assert fake_api.server.get_job(NS, job_name(meta), plural=TRAINJOBS) is not None
     written = (tmp_path / "0" / "inputs.pb").read_bytes()
     assert common_pb2.Inputs.FromString(written) == common_pb2.Inputs()
-    assert pod_reads(tmp_path / "0" / "inputs.pb", probe) == {}
+    assert pod_reads(tmp_path / "0" / "inputs.pb", probe_pod) == {}

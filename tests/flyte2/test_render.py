@@ -25,8 +25,10 @@ import yaml
 from flyteidl2.task import common_pb2
 
 from backend_plugin.cli import main
+from pytorch_contract.install import install_hint
 from tests.flyte2.served import repo_env
 from tests.kube_schema import assert_valid_pytorchjob, assert_valid_trainjob
+from tests.targets.jobset.schema import assert_valid_jobset
 
 IMAGE = "ghcr.io/example/train:1.0"
 PATHS = ["--inputs", "s3://b/run-1/inputs.pb", "--output-prefix", "s3://b/run-1"]
@@ -76,6 +78,13 @@ ROLES = (
     'shm_size="1Gi")'
 )
 TRAINJOB = 'PyTorch(worker=Worker(replicas=2), nproc_per_node=2, run_policy=RunPolicy(queue="team-a"))'
+JOBSET = (
+    'PyTorch(master=Master(image="ghcr.io/example/master:2", requests=R(cpu="1", memory="2Gi"), '
+    'restart_policy="ExitCode"), worker=Worker(replicas=3, requests=R(cpu="2", memory="4Gi"), '
+    'restart_policy="OnFailure"), run_policy=RunPolicy(backoff_limit=2, queue="team-a", priority_class="high"), '
+    'nproc_per_node=2, shm_size="1Gi")'
+)
+VALIDATE = {"pytorchjob": assert_valid_pytorchjob, "trainjob": assert_valid_trainjob, "jobset": assert_valid_jobset}
 
 #: name -> (flytekit config, Flyte 2 config (None: the same text), pod template, target)
 CASES: dict[str, tuple[str, Any, bool, str]] = {
@@ -84,6 +93,7 @@ CASES: dict[str, tuple[str, Any, bool, str]] = {
     "pod_template": (ROLES, None, True, "pytorchjob"),
     "trainjob": (TRAINJOB, None, True, "trainjob"),
     "trainjob_connector": (TRAINJOB, f"Connector({TRAINJOB})", True, "trainjob"),
+    "jobset_connector": (JOBSET, f"Connector({JOBSET})", True, "jobset"),
 }
 
 
@@ -116,6 +126,8 @@ def containers(job: dict[str, Any]) -> list[dict[str, Any]]:
     spec = job["spec"]
     if "pytorchReplicaSpecs" in spec:
         return [role["template"]["spec"]["containers"][0] for role in spec["pytorchReplicaSpecs"].values()]
+    if "replicatedJobs" in spec:
+        return [rjob["template"]["spec"]["template"]["spec"]["containers"][0] for rjob in spec["replicatedJobs"]]
     return [spec["trainer"]]
 
 
@@ -148,7 +160,7 @@ def test_the_flyte2_twin_renders_the_flytekit_tasks_job(case: str, tmp_path: Pat
         assert code == 0, err
         jobs.append((out, yaml.safe_load(out)))
     (flytekit_text, flytekit_job), (flyte2_text, flyte2_job) = jobs
-    (assert_valid_trainjob if target == "trainjob" else assert_valid_pytorchjob)(flyte2_job)
+    VALIDATE[target](flyte2_job)
     assert flyte2_text != flytekit_text
 
     same_flytekit, flytekit_argv, flytekit_versions = without_sdk_differences(flytekit_job)
@@ -259,6 +271,7 @@ class NotInstalled(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, NotInstalled())
 from backend_plugin.cli import main
+from pytorch_contract.install import install_hint
 
 codes = [main(["render", path, "train", "--inputs", "s3://b/i.pb", "--output-prefix", "s3://b/o"])
          for path in sys.argv[1:]]
@@ -281,9 +294,7 @@ def test_without_flyte_a_flytekit_file_renders_and_a_flyte2_file_names_the_extra
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"codes": [0, 3], "loaded": []}
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "pytorchjob render: needs 'flyte': pip install \"flytekitplugins-pytorch[flyte2]\""
-    )
+    assert proc.stderr.strip().splitlines()[-1] == f"pytorchjob render: needs 'flyte': {install_hint('flyte2')}"
     assert yaml.safe_load(proc.stdout.split('{"codes"')[0])["kind"] == "PyTorchJob"
 
 
@@ -297,3 +308,40 @@ def test_a_task_in_a_package_is_named_by_its_dotted_module(tmp_path: Path, capsy
         assert code == 0, err
         modules.append(containers(yaml.safe_load(out))[0]["args"][-3])
     assert modules == ["gen1.wf", "gen2.wf"]
+
+
+@pytest.mark.parametrize(
+    ("case", "ignored"),
+    [
+        ("roles", "queue, priority class, /dev/shm size (shm_size), the Master's restart policy ExitCode"),
+        ("pod_template", "queue, priority class, /dev/shm size (shm_size), the Master's restart policy ExitCode"),
+        ("trainjob", "queue"),
+        ("trainjob_connector", None),
+    ],
+)
+def test_a_native_plugin_task_is_told_which_settings_that_path_ignores(
+    case: str, ignored: str | None, tmp_path: Path, capsys
+) -> None:
+    """A `pytorch` task runs on Flyte 2's native plugin, which reads only the message: render (which shows the job
+    this project's connector would make) says which of the job's settings that path drops; `Connector(...)` does not
+    go there, and a flytekit task is not Flyte 2's."""
+    flytekit_file, flyte2_file = write_twins(tmp_path, case)
+    code, _, err = run(["render", str(flyte2_file), "train", "--target", CASES[case][3], *PATHS], capsys)
+    assert code == 0, err
+    warned = [line for line in err.splitlines() if "native kfoperators plugin" in line]
+    if ignored is None:
+        assert warned == []
+    else:
+        (line,) = warned
+        assert f"so {ignored} of this job are ignored on that path" in line and "flyte2_pytorch.Connector(" in line
+    code, _, err = run(["render", str(flytekit_file), "train", "--target", CASES[case][3], *PATHS], capsys)
+    assert code == 0 and "native kfoperators plugin" not in err
+
+
+def test_the_flyte2_page_lists_what_the_native_plugin_ignores() -> None:
+    from backend_plugin.cli import NATIVE_PLUGIN_IGNORES
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "flyte2.md").read_text(encoding="utf-8")
+    (paragraph,) = [p for p in page.split("\n\n") if p.startswith("The native plugin reads only the message")]
+    flat = " ".join(paragraph.split())
+    assert [label for label in NATIVE_PLUGIN_IGNORES.values() if label not in flat] == []

@@ -113,3 +113,29 @@ def test_an_unknown_task_name_is_named() -> None:
         env=env,
     )
     assert printed.returncode == 2 and "no Flyte 2 pytorch task named 'nothing_here'" in printed.stderr
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("import flyte\n\ndef train(:\n    pass\n", "bad.py:3: syntax error: "),
+        (
+            "import flyte\nraise RuntimeError('no GPU config')\n",
+            "bad.py:2: RuntimeError while importing it: no GPU config",
+        ),
+    ],
+    ids=["syntax-error", "raises-on-import"],
+)
+def test_a_broken_file_is_one_line_naming_file_and_line(source: str, message: str, tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text(source)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    printed = subprocess.run(
+        [sys.executable, "-m", "flyte2_pytorch.template", str(tmp_path / "bad.py"), "train"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert (printed.returncode, printed.stdout) == (2, "")
+    (line,) = printed.stderr.splitlines()
+    assert message in line and "Traceback" not in printed.stderr

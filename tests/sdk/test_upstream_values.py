@@ -287,11 +287,6 @@ def test_the_backend_places_the_configs_accelerator_object() -> None:
     assert "nvidia-tesla-a100" in str(spec.get("affinity") or spec.get("nodeSelector"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backend_plugin/template.py (container env of the template) still applies IsEnvVarName, the rule before "
-    "Kubernetes 1.32; it should call pytorch_contract.pod_rules.env_name_problems, the SDK's rule",
-)
 def test_the_backend_builds_a_relaxed_env_name() -> None:
     with pytest.warns(KubernetesVersionWarning):
         t = pytorch_task(environment={"1ABC": "v"})(fn)

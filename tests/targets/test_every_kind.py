@@ -62,6 +62,7 @@ def test_every_registered_kind_has_its_test_folder() -> None:
         assert {"test_writer.py", "test_status.py", "test_links.py"} <= {p.name for p in folder.glob("test_*.py")}
         facts = facts_of(target)
         assert callable(facts.pod) and callable(facts.validate) and isinstance(facts.SUCCEEDED, str)
+        facts.validate(facts.WARM_UP)  # what the fake API server validates first (tests/fakeapi/fixtures.py)
 
 
 def test_the_declaration_matches_what_the_writer_writes(kind: Kind) -> None:

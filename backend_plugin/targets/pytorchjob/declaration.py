@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from backend_plugin.sections import Section, check_seconds
-from backend_plugin.targets.declaration import ANY, Crd, Declaration, Limits, Path, PodTemplates
+from backend_plugin.targets.declaration import ANY, Crd, Declaration, GeneratedName, Limits, Path, PodTemplates
 from pytorch_contract.k8s_names import JOB_NAME_LABEL
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
@@ -69,6 +70,28 @@ def setting_names(path: Path) -> Optional[str]:
     return None
 
 
+def generated_names(job: Mapping[str, Any]) -> tuple[GeneratedName, ...]:
+    """The names the training operator gives a PyTorchJob's pods and Services: `GenGeneralName` (training operator
+    v1.9, `pkg/common/util`), `<job>-<replica type, lower case>-<index>`, one pair per replica; a Service name must be
+    a DNS-1035 label of at most 63 characters (`ValidateServiceName`), so the last index of each role bounds the job's
+    name.
+
+    Args:
+        job: a PyTorchJob.
+
+    Returns:
+        The last replica's name of each role, with what it names.
+    """
+    name = str((job.get("metadata") or {}).get("name") or "")
+    specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    out = []
+    for role, replica_spec in specs.items() if isinstance(specs, Mapping) else ():
+        replicas = replica_spec.get("replicas", 1) if isinstance(replica_spec, Mapping) else 1
+        last = max(int(replicas) if isinstance(replicas, int) else 1, 1) - 1
+        out.append((f"{name}-{str(role).lower()}-{last}", f"{role} pod and Service"))
+    return tuple(out)
+
+
 DECLARATION = Declaration(
     kind=KIND,
     group=GROUP,
@@ -86,5 +109,6 @@ DECLARATION = Declaration(
     settings=PyTorchJobSettings,
     package=__name__.rpartition(".")[0],
     setting_names=setting_names,
+    generated_names=generated_names,
 )
 """The PyTorchJob kind, as `backend_plugin.targets` registers it."""

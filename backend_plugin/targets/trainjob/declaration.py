@@ -3,12 +3,13 @@ section."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from backend_plugin.errors import ConfigError
 from backend_plugin.sections import Section, check_choice, check_seconds
-from backend_plugin.targets.declaration import ANY, Crd, Declaration, Limits, PodTemplates
+from backend_plugin.targets.declaration import ANY, Crd, Declaration, GeneratedName, Limits, PodTemplates
 from pytorch_contract.job_limits import LIMITS
 from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, JOBSET_NAME_LABEL
 
@@ -24,6 +25,8 @@ __all__ = [
     "ENV",
     "RUNTIME_KINDS",
     "MANAGED_BY",
+    "POD_NAME_SUFFIX",
+    "generated_names",
 ]
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -41,6 +44,31 @@ RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 
 MANAGED_BY = ("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue")
 """`spec.managedBy` values the TrainJob CRD allows."""
+
+
+POD_NAME_SUFFIX = "-xxxxx"
+"""Stands for the 5 random characters a Job's controller ends each pod name with; JobSet's webhook checks a name
+with a 5-character suffix in their place."""
+
+
+def generated_names(job: Mapping[str, Any]) -> tuple[GeneratedName, ...]:
+    """The name JobSet gives the last node pod of a TrainJob (the Trainer names the JobSet after the TrainJob, and
+    the torch runtime's replicated job `node` has one Job of `numNodes` indexed pods): JobSet's webhook
+    (`jobset_webhook.go`, `ValidateCreate`) refuses a JobSet whose `GenPodName(jobset, replicated job, job index, pod
+    index)` plus a 5-character suffix is not a DNS-1035 label, so the TrainJob is admitted and never starts. A custom
+    runtime's other replicated jobs are not known here.
+
+    Args:
+        job: a TrainJob.
+
+    Returns:
+        The last node pod's name, with what it names.
+    """
+    name = str((job.get("metadata") or {}).get("name") or "")
+    trainer = (job.get("spec") or {}).get("trainer") or {}
+    nodes = trainer.get("numNodes", 1) if isinstance(trainer, Mapping) else 1
+    last = max(int(nodes) if isinstance(nodes, int) else 1, 1) - 1
+    return ((f"{name}-{NODE}-0-{last}{POD_NAME_SUFFIX}", "node pod (JobSet names it <job>-node-0-<index>-<random>)"),)
 
 
 @dataclass
@@ -121,8 +149,13 @@ DECLARATION = Declaration(
         ),
     ),  # fmt: skip
     primary_containers=(NODE,),
-    limits=Limits(env_paths=(ENV,), env_max_items=LIMITS["trainjob"].env_max_items),
+    limits=Limits(
+        env_paths=(ENV,),
+        env_max_items=LIMITS["trainjob"].env_max_items,
+        resource_paths=(("spec", "trainer", "resourcesPerNode"),),
+    ),
     settings=TrainJobSettings,
     package=__name__.rpartition(".")[0],
+    generated_names=generated_names,
 )
 """The TrainJob kind, as `backend_plugin.targets` registers it."""

@@ -36,6 +36,7 @@ from backend_plugin.targets.trainjob.declaration import (
     KIND,
     NODE,
     PLURAL,
+    POD_NAME_SUFFIX,
     VERSION,
     TrainJobSettings,
 )
@@ -89,7 +90,7 @@ _TRAINER_CONTAINER_FIELDS = ("name", "image", "command", "args", "env", "resourc
 # terminationMessagePolicy is ours (FallbackToLogsOnError, pods.TERMINATION_MESSAGE_POLICY) and cannot be patched:
 # on a TrainJob the node container keeps the runtime's (File), so failure messages carry no log tail.
 _DROPPED_CONTAINER_FIELDS = ("terminationMessagePolicy",)
-_POD_SUFFIX = len("-xxxxx")  # the random suffix of a Job's pod name
+_POD_SUFFIX = len(POD_NAME_SUFFIX)  # the random suffix of a Job's pod name
 _ALTERNATIVE = "remove it from the task, or run it on the PyTorchJob target (backend config `target: pytorchjob`)"
 
 

@@ -11,6 +11,15 @@ from tests.kube_schema import assert_valid_pytorchjob
 SUCCEEDED = "Succeeded"
 """The condition type of a job that succeeded."""
 
+WARM_UP = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "metadata": {"name": "warm-up"},
+    "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {
+        "containers": [{"name": "pytorch", "image": "python:3.11"}]}}}}},
+}  # fmt: skip
+"""A minimal PyTorchJob, validated once before any client call is timed (`tests.fakeapi.fixtures.warm_validators`)."""
+
 
 def pod(job: dict, index: int, phase: str = "Running", **state: Any) -> dict:
     """Worker `index` of `job` as the training operator names and labels it."""

@@ -11,6 +11,14 @@ from tests.kube_schema import assert_valid_trainjob
 SUCCEEDED = "Complete"
 """The condition type of a job that succeeded."""
 
+WARM_UP = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "TrainJob",
+    "metadata": {"name": "warm-up"},
+    "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"image": "python:3.11"}},
+}
+"""A minimal TrainJob, validated once before any client call is timed (`tests.fakeapi.fixtures.warm_validators`)."""
+
 
 def pod(job: dict, index: int, phase: str = "Running", **state: Any) -> dict:
     """Node `index` of `job` as the JobSet names and labels it."""
