@@ -1,4 +1,5 @@
-"""The connector's blob storage: the task's inputs (`inputs.pb`), its error documents and its outputs (`outputs.pb`).
+"""The connector's blob storage: the task's inputs (`inputs.pb`), its error documents, its outputs (`outputs.pb`) and
+its progress record (`pytorch-progress.json`).
 
 Everything goes through flytekit's file access (fsspec), so s3, gcs, abfs and local prefixes all work. Reads never
 raise: a failure is reported in the result, because the job's own status still decides the phase.
@@ -7,12 +8,14 @@ raise: a failure is reported in the result, because the job's own status still d
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from flytekit.models.literals import LiteralMap
 from google.protobuf.message import Message
 
 from backend_plugin.task_errors import MAX_ERROR_FILES, ErrorReport, is_error_file, report_of
+from pytorch_contract.progress import MAX_RECORD_BYTES, record_path
 
 logger = logging.getLogger(__name__)
 
@@ -101,3 +104,39 @@ def outputs_written(output_prefix: str) -> bool:
     except Exception as e:  # noqa: BLE001 - unknown is "not written": the caller then reports what it knows
         logger.warning("checking outputs.pb under %s failed: %s", output_prefix, e)
         return False
+
+
+@dataclass(frozen=True)
+class RecordRead:
+    """What one read of a progress record found.
+
+    Attributes:
+        data: the record's first `MAX_RECORD_BYTES + 1` bytes (more than `MAX_RECORD_BYTES`: the record is too
+            large, which the contract's reader refuses); None when there is none, or it could not be read.
+        problem: why it could not be read ("" when it was read, or does not exist).
+    """
+
+    data: Optional[bytes] = None
+    problem: str = ""
+
+
+def read_progress_record(output_prefix: str) -> RecordRead:
+    """Read the progress record global rank 0 writes under `output_prefix` (`pytorch_contract.progress.record_path`),
+    bounded to one byte more than a record may hold.
+
+    Args:
+        output_prefix: the task attempt's output prefix.
+
+    Returns:
+        The bytes read (None when the file does not exist, as for a task that reports no progress), or why the read
+        failed; never raises.
+    """
+    try:
+        fs, base = _filesystem(output_prefix)
+        try:
+            with fs.open(record_path(base), "rb") as f:
+                return RecordRead(f.read(MAX_RECORD_BYTES + 1))
+        except FileNotFoundError:
+            return RecordRead()
+    except Exception as e:  # noqa: BLE001 - any storage failure is reported, never allowed to fail a poll
+        return RecordRead(problem=f"{type(e).__name__}: {e} (under {output_prefix})")

@@ -5,8 +5,8 @@ the manner of kopf's `OperatorSettings`: `job` (namespace, name prefix, labels, 
 `run_policy` (defaults of the job's run policy), `shm` (the `/dev/shm` volume), `gpu` (GPU resource names,
 tolerations, accelerator placement, MIG), `interruptible` (spot placement), `api` (budgets, backoff, threads),
 `watch` (the watch cache: the one settings class `backend_plugin.watch` runs on), `status` (reading jobs back:
-image-pull grace, error documents, log links), and one section per job kind in `kinds`, owned by the kind's package
-(`backend_plugin.targets.<kind>.declaration`). `target` picks the kind.
+image-pull grace, error documents, log links, live progress), and one section per job kind in `kinds`, owned by the
+kind's package (`backend_plugin.targets.<kind>.declaration`). `target` picks the kind.
 
 It comes from code defaults, then an optional YAML file, then scalar environment overrides
 (`BackendConfig.from_env`), so a Helm chart can mount a ConfigMap and still flip a single value with an env var.
@@ -700,11 +700,11 @@ class WatchSettings(Section):
 @dataclass
 class StatusSettings(Section):
     """The `status` section: reading a job back, as every kind does: how long a pod may fail to start, how much of
-    the task's error documents is read, which log links are shown.
+    the task's error documents is read, which log links are shown, how often a running task's progress is read.
 
     Raises:
-        ConfigError: a grace period that is not a non-negative number of seconds, a document bound below 1024, or a
-            malformed log link.
+        ConfigError: a grace period that is not a non-negative number of seconds, a document bound below 1024, a
+            malformed log link, or a progress read interval that is not a positive number of seconds.
     """
 
     image_pull_grace_s: float = 120.0
@@ -722,10 +722,22 @@ class StatusSettings(Section):
     entry with a `link_type` is a dynamic link, shown only for tasks whose template config lists that type under
     `link_type` (Flyte's `dynamic-log-links`); any template may use `{{ .taskConfig.<key> }}`."""
 
+    progress_read_interval_s: float = 30.0
+    """The least time between two reads of a running task attempt's progress record (`pytorch-progress.json`
+    beside its outputs, written by global rank 0 every 10 s), whose line the connector adds to the RUNNING message
+    (`backend_plugin.progress`); the polls between two reads show the record last read, its ETA and staleness judged
+    at each poll. A missing record is looked for again only after this long too. Each next read is due up to 10%
+    later (jittered, so that tasks first polled together do not read together at every interval). 30 s: the record
+    shown is then at most 33 s and one poll behind rank 0's last write (made every 10 s), a healthy run is never
+    called stale between two reads (the writer allows 60 s of silence at least), and 10,000 running tasks cost
+    at most 333 small blob reads per second, whatever Flyte's poll rate. One more read is made when the record held
+    turns stale before the next one is due, so that "stale" is said of what rank 0 last wrote, not of an old read."""
+
     def __post_init__(self) -> None:
         check_seconds("image_pull_grace_s", self.image_pull_grace_s, positive=False)
         check_int("error_document_max_bytes", self.error_document_max_bytes, low=1024)
         check_templates(self.log_links)
+        check_seconds("progress_read_interval_s", self.progress_read_interval_s, positive=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -776,7 +788,7 @@ class BackendConfig:
     """The watch cache `get` is answered from."""
 
     status: StatusSettings = field(default_factory=StatusSettings)
-    """Reading a job back: image-pull grace, error documents, log links."""
+    """Reading a job back: image-pull grace, error documents, log links, live progress."""
 
     kinds: dict[str, Section] = field(default_factory=_kind_sections)
     """One section per job kind, keyed by its `target` value, each the kind's own class (`Declaration.settings`):

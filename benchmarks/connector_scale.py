@@ -19,13 +19,20 @@ Reported (``--json`` writes the same figures by name):
   delivered), with the job reads per second the stall cost (GET, LIST and WATCH of the jobs; the pod lists the
   staleness job's status needs on every poll are apart);
 - each figure against its goal (``GOALS``): met or MISSED;
-- the GetTask time of the Created job with 1,000 workers.
+- the GetTask time of the Created job with 1,000 workers;
+- live progress: every job's metadata names an output prefix (a folder of a temporary blob store), as propeller's
+  does; with ``--progress on`` a progress record, as global rank 0 writes it, lies beside every job's outputs, and
+  ``--progress both`` measures without records, then with them, and prints the two side by side with the load
+  average before each. Reported: the share of the window's answers that carry a progress line, the records the
+  connector read per second in the window, and what its reads found. The window (``--seconds``, 35 by default) is
+  longer than the connector's read interval (30 s), so that every job's record is read once inside it: the first
+  pass reads them all within a second or two, so the window holds a burst of every job's read.
 
 Usage::
 
-    python benchmarks/connector_scale.py [--jobs 2000] [--pollers 32] [--latency-ms 20] [--seconds 15]
+    python benchmarks/connector_scale.py [--jobs 2000] [--pollers 32] [--latency-ms 20] [--seconds 35]
                                          [--executor-threads N] [--get-threads N] [--cache off|on]
-                                         [--kind pytorchjob|jobset] [--json PATH]
+                                         [--progress off|on|both] [--kind pytorchjob|jobset] [--json PATH]
 
 ``--kind`` picks the job kind the connector tracks (PyTorchJobs by default): JobSets are our golden CPU JobSet, Running
 as the JobSet controller reports it (every child Job ready, no condition), and the Created job a JobSet whose worker
@@ -43,7 +50,9 @@ default). ``--executor-threads N`` sets the default executor, which ``create`` a
 The RSS baseline is taken after polling jobs of a second namespace (imports, pools and, with the cache, that
 namespace's watch are then paid for), so the growth is the tracked jobs' own.
 
-The machine's load average is printed first and stored: on a shared machine the figures vary several-fold.
+The machine's load average is printed first and stored: on a shared machine the figures vary several-fold. A record
+says rank 0 reported a second before the run and may be silent for an hour (``stale_after_s``), so that it stays
+current through the run: the polls measure the line of a running job, not a stale one.
 """
 
 from __future__ import annotations
@@ -56,6 +65,8 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -72,6 +83,8 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "flytekitplugins-pytorch"}
 GOLDEN_JOB = ROOT / "tests" / "data" / "jobs" / "cpu_only.yaml"
 BIG_JOB = "big-created"
 STALE_JOB = "job-00000"
+PROGRESS_LINE = "; step 1,200/5,000 (24%)"
+"""What the message of a job with a record carries (`write_records`)."""
 KINDS = ("pytorchjob", "jobset")
 """The job kinds `--kind` can track (a kind's golden job, its Running status and its starting job are below)."""
 GOLDEN_JOBSET = ROOT / "tests" / "targets" / "jobset" / "golden" / "cpu_only.yaml"
@@ -232,6 +245,15 @@ def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_thr
         for version in (0, 1):
             ConnectorRegistry.register(connector_module.JobConnector(task_type_version=version), override=True)
 
+    def answer_commands() -> None:  # the driver asks what the connector's progress reads did
+        from flytekit.extend.backend.base_connector import ConnectorRegistry
+
+        for line in sys.stdin:
+            if json.loads(line)["cmd"] == "progress":
+                print(json.dumps(ConnectorRegistry.get_connector("pytorch", 1).progress.stats()), flush=True)
+
+    threading.Thread(target=answer_commands, name="bench-commands", daemon=True).start()
+
     async def serve() -> None:
         threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor, where flytekit runs sync calls
         if executor_threads:
@@ -293,11 +315,39 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+BLOBS = Path(tempfile.gettempdir())
+"""The blob store's root: the driver sets a fresh temporary folder (`_prefix`)."""
+
+
+def _prefix(name: str, namespace: str) -> str:
+    """A job's output prefix in the blob store."""
+    return str(BLOBS / namespace / name)
+
+
 def _request(name: str, namespace: str = NAMESPACE) -> Any:
     from flyteidl.admin import agent_pb2
 
-    meta = json.dumps({"namespace": namespace, "name": name, "uid": "", **_META_KIND}).encode()
-    return agent_pb2.GetTaskRequest(task_category=agent_pb2.TaskCategory(name="pytorch", version=1), resource_meta=meta)
+    meta = json.dumps(
+        {"namespace": namespace, "name": name, "uid": "", "output_prefix": _prefix(name, namespace), **_META_KIND}
+    )
+    return agent_pb2.GetTaskRequest(
+        task_category=agent_pb2.TaskCategory(name="pytorch", version=1), resource_meta=meta.encode()
+    )
+
+
+def write_records(names: list[str], namespace: str) -> None:
+    """Put a progress record beside each job's outputs, as global rank 0's launcher writes it: step 1,200 of 5,000,
+    three metrics, reported a second ago, current for an hour."""
+    from pytorch_contract.progress import ProgressRecord, record_path
+
+    now = time.time()
+    record = ProgressRecord(step=1200, total=5000, metrics={"loss": 0.124, "accuracy": 0.91, "lr": 0.0003},
+                            rate=6.3, eta_s=600.0, started_at=now - 190, reported_at=now - 1, interval_s=10.0,
+                            stale_after_s=3600.0).to_json()  # fmt: skip
+    for name in names:
+        path = Path(record_path(_prefix(name, namespace)))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(record)
 
 
 async def _poll(
@@ -306,12 +356,13 @@ async def _poll(
     """`pollers` concurrent loops of GetTask over `names` round-robin, for `seconds` (None: each name once).
 
     Returns the latencies and the errors: failed calls, and answers whose phase is not RUNNING (every polled job is
-    Running)."""
+    Running). The answers that carry a progress line are counted in `PROGRESS_SEEN`."""
     from flyteidl.core import execution_pb2
 
     latencies: list[float] = []
     errors = 0
     nxt = 0
+    PROGRESS_SEEN[0] = 0
     deadline = time.monotonic() + seconds if seconds else None
 
     async def loop() -> None:
@@ -332,9 +383,15 @@ async def _poll(
             latencies.append(time.perf_counter() - started)
             if response.resource.phase != execution_pb2.TaskExecution.RUNNING:
                 errors += 1
+            if PROGRESS_LINE in response.resource.message:
+                PROGRESS_SEEN[0] += 1
 
     await asyncio.gather(*(loop() for _ in range(pollers)))
     return latencies, errors
+
+
+PROGRESS_SEEN = [0]
+"""Answers of the last `_poll` whose message carried the records' progress line."""
 
 
 async def _staleness(stub: Any, api: _Child, flips: int = 4) -> dict[str, float]:
@@ -385,12 +442,17 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
         figures["rss_per_1000_jobs_mib"] = round((_rss_mib(pid) - rss_before) / args.jobs * 1000, 2)
 
         api.ask("reset")
+        reads_before = conn.ask("progress")["reads"]
         cpu0, t0 = _cpu_s(pid), time.monotonic()
         latencies, window_errors = await _poll(stub, names, args.pollers, args.seconds)
         elapsed, cpu = time.monotonic() - t0, _cpu_s(pid) - cpu0
         counts = api.ask("counts")
+        progress = conn.ask("progress")
         errors += window_errors
         calls = len(latencies)
+        figures["answers_with_progress"] = round(PROGRESS_SEEN[0] / max(calls, 1), 4)
+        figures["progress_reads_per_s"] = round((progress["reads"] - reads_before) / elapsed, 1)
+        figures["progress_reads"] = progress
         figures["gettask_per_s"] = round(calls / elapsed, 1)
         figures["p50_ms"] = round(_pct(latencies, 0.50) * 1000, 1)
         figures["p99_ms"] = round(_pct(latencies, 0.99) * 1000, 1)
@@ -462,6 +524,8 @@ GOALS = {
     "staleness_after_stall_again_s": ("<=", 5.0),
     "api_requests_per_s_during_stall": ("<=", 1.0),
 }
+PROGRESS_GOALS = {"answers_with_progress": (">=", 1.0)}
+"""With a record beside every job, every answer of the window carries its line."""
 """The connector's scale goals (a staleness figure is judged by its max): the watch cache's answers at 2,000 jobs on
 a quiet machine, one request per second per namespace at most while a watch is silent."""
 
@@ -477,7 +541,7 @@ def goals(result: dict[str, Any]) -> dict[str, str]:
         Goal name -> verdict.
     """
     out = {}
-    for key, (op, bound) in GOALS.items():
+    for key, (op, bound) in {**GOALS, **(PROGRESS_GOALS if result.get("progress") == "on" else {})}.items():
         value = result.get(key)
         if isinstance(value, dict):
             value = value.get("max")
@@ -501,7 +565,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2000, help="tracked Running jobs (default 2000)")
     parser.add_argument("--pollers", type=int, default=32, help="concurrent GetTask callers (default 32)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="added to every API request (default 20)")
-    parser.add_argument("--seconds", type=float, default=15.0, help="measured window (default 15)")
+    parser.add_argument(
+        "--seconds", type=float, default=35.0,
+        help="measured window (default 35: longer than the connector's 30 s between two reads of a job's record)",
+    )  # fmt: skip
     parser.add_argument("--big-workers", type=int, default=1000, help="workers of the Created job (0: none)")
     parser.add_argument("--cache", choices=("off", "on"), default="off", help="the connector's watch cache")
     parser.add_argument("--cache-setting", default="watch_cache", help="the backend config key that turns it on")
@@ -517,8 +584,14 @@ def main(argv: list[str] | None = None) -> int:
         "--sync-get", action="store_true",
         help="serve the sync JobConnector (get on the default executor) instead of the async ServedJobConnector",
     )  # fmt: skip
+    parser.add_argument(
+        "--progress", choices=("off", "on", "both"), default="off",
+        help="a progress record beside every job's outputs (on), none (off), or one run of each (both)",
+    )  # fmt: skip
     parser.add_argument("--kind", choices=KINDS, default="pytorchjob", help="the job kind tracked (default pytorchjob)")
-    parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the figures to PATH as JSON (--progress both: {off: ..., on: ...})"
+    )
     parser.add_argument("--role", choices=("api", "connector"), help=argparse.SUPPRESS)
     parser.add_argument("--api-host", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -534,34 +607,61 @@ def main(argv: list[str] | None = None) -> int:
         _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads, args.sync_get)
         return 0
 
+    modes = ("off", "on") if args.progress == "both" else (args.progress,)
+    results = {mode: run(args, mode) for mode in modes}
+    if len(results) > 1:
+        print(side_by_side(results["off"], results["on"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results if len(results) > 1 else results[modes[0]], indent=1))
+    return 0
+
+
+def run(args: argparse.Namespace, progress: str) -> dict[str, Any]:
+    """One measurement: a fake API and a connector of their own, over a fresh blob store (`progress` "on": a record
+    beside every job's outputs).
+
+    Args:
+        args: the parsed command line.
+        progress: "off" or "on".
+
+    Returns:
+        The figures, with the load average before and after and each goal's verdict.
+    """
+    global BLOBS
     load = os.getloadavg()
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
+    print(f"progress {progress}: load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
+          f"{os.cpu_count()} CPUs", flush=True)  # fmt: skip
     common = ["--jobs", str(args.jobs), "--big-workers", str(args.big_workers), "--latency-ms", str(args.latency_ms)]
-    api = _Child(["--role", "api", *common, "--kind", args.kind])
     if args.kind != "pytorchjob":
         _META_KIND["kind"] = "JobSet"
-    conn = None
-    try:
-        env = {f"PYTORCHJOB_{args.cache_setting.upper()}": "true" if args.cache == "on" else "false"}
-        if args.get_threads:
-            env["PYTORCHJOB_GET_THREADS"] = str(args.get_threads)
-        conn = _Child(["--role", "connector", "--api-host", api.hello["host"], "--cache", args.cache,
-                       "--cache-setting", args.cache_setting, "--executor-threads", str(args.executor_threads),
-                       *(["--sync-get"] if args.sync_get else [])],
-                      env=env)  # fmt: skip
-        figures = asyncio.run(_measure(args, api, conn))
-    finally:
-        if conn is not None:
-            conn.stop()
+    with tempfile.TemporaryDirectory(prefix="connector-scale-blobs-") as blobs:
+        BLOBS = Path(blobs)
+        if progress == "on":
+            write_records([f"job-{i:05d}" for i in range(args.jobs)], NAMESPACE)
+            write_records([f"job-{i:05d}" for i in range(64)], WARMUP_NAMESPACE)
+        api = _Child(["--role", "api", *common, "--kind", args.kind])
+        conn = None
         try:
-            api.ask("quit")
-        except (RuntimeError, BrokenPipeError, ValueError):
-            pass
-        api.stop()
+            env = {f"PYTORCHJOB_{args.cache_setting.upper()}": "true" if args.cache == "on" else "false"}
+            if args.get_threads:
+                env["PYTORCHJOB_GET_THREADS"] = str(args.get_threads)
+            conn = _Child(["--role", "connector", "--api-host", api.hello["host"], "--cache", args.cache,
+                           "--cache-setting", args.cache_setting, "--executor-threads", str(args.executor_threads),
+                           *(["--sync-get"] if args.sync_get else [])],
+                          env=env)  # fmt: skip
+            figures = asyncio.run(_measure(args, api, conn))
+        finally:
+            if conn is not None:
+                conn.stop()
+            try:
+                api.ask("quit")
+            except (RuntimeError, BrokenPipeError, ValueError):
+                pass
+            api.stop()
     after = os.getloadavg()
     result = {
         "jobs": args.jobs, "pollers": args.pollers, "latency_ms": args.latency_ms, "seconds": args.seconds,
-        "kind": args.kind, "cache": args.cache, "cpus": conn.hello["cpus"] if conn else None,
+        "kind": args.kind, "cache": args.cache, "progress": progress, "cpus": conn.hello["cpus"] if conn else None,
         "executor_threads": conn.hello["executor_threads"] if conn else None, "sync_get": args.sync_get,
         "get_threads": args.get_threads or None,
         "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in after], **figures,
@@ -569,9 +669,46 @@ def main(argv: list[str] | None = None) -> int:
     result["goals"] = goals(result)
     for key, value in result.items():
         print(f"{key:32} {value}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    return 0
+    return result
+
+
+SIDE_BY_SIDE = (
+    ("load_before", "1-minute load average before"),
+    ("gettask_per_s", "GetTask/s"),
+    ("p50_ms", "p50 ms"),
+    ("p99_ms", "p99 ms"),
+    ("api_requests_per_gettask", "API requests per GetTask"),
+    ("connector_cpu_ms_per_gettask", "connector CPU ms per GetTask"),
+    ("rss_per_1000_jobs_mib", "RSS MiB per 1,000 jobs"),
+    ("answers_with_progress", "answers with a progress line"),
+    ("progress_reads_per_s", "record reads/s in the window"),
+    ("errors", "errors"),
+)
+"""The figures printed side by side by `--progress both`."""
+
+
+def side_by_side(off: dict[str, Any], on: dict[str, Any]) -> str:
+    """The two runs of `--progress both` as a table: without records, then with a record beside every job.
+
+    Args:
+        off: the figures of the run without records.
+        on: the figures of the run with them.
+
+    Returns:
+        The table's text.
+    """
+
+    def shown(result: dict[str, Any], key: str) -> str:
+        value = result.get(key)
+        return f"{value[0]:.2f}" if key == "load_before" and isinstance(value, list) else str(value)
+
+    lines = [f"\n{'':34} {'progress off':>14} {'progress on':>14}"]
+    for key, label in SIDE_BY_SIDE:
+        lines.append(f"{label:34} {shown(off, key):>14} {shown(on, key):>14}")
+    missed = [f"{mode}: {key} {verdict}" for mode, result in (("off", off), ("on", on))
+              for key, verdict in result["goals"].items() if verdict.startswith("MISSED")]  # fmt: skip
+    lines.append("goals: " + ("; ".join(missed) if missed else "all met in both runs"))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

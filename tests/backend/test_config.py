@@ -126,6 +126,8 @@ def test_from_env_overrides_yaml(tmp_path: Path):
             "interruptible_node_selector['spot']='true\\n' is not a Kubernetes label value",
         ),
         ({"default_labels": {"team\n": "ml"}}, "is not a Kubernetes label key"),
+        ({"progress_read_interval_s": 0}, "progress_read_interval_s=0 must be a positive number of seconds"),
+        ({"status": {"progress_read_interval_s": "30s"}}, "progress_read_interval_s='30s' must be a positive number"),
     ],
     ids=lambda v: str(v)[:40] if isinstance(v, str) else None,
 )
@@ -223,3 +225,11 @@ def test_target_config_from_yaml_and_env():
         BackendConfig.from_dict(dict(trainjob_runtime_kind="Runtime"))
     with pytest.raises(ConfigError, match="trainjob_managed_by"):
         BackendConfig.from_dict(dict(trainjob_managed_by="me"))
+
+
+def test_the_progress_read_interval_is_a_status_key():
+    """30 s by default; set by its key, in the `status` section, or from the environment."""
+    assert BackendConfig().status.progress_read_interval_s == 30.0
+    assert BackendConfig.from_dict({"progress_read_interval_s": 10}).status.progress_read_interval_s == 10
+    assert BackendConfig.from_yaml("status:\n  progress_read_interval_s: 60\n").progress_read_interval_s == 60
+    assert load_config({"PYTORCHJOB_PROGRESS_READ_INTERVAL_S": "12.5"}).status.progress_read_interval_s == 12.5

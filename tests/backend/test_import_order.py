@@ -47,6 +47,7 @@ PURE_BACKEND = (
     "backend_plugin.retry",
     "backend_plugin.sections",
     "backend_plugin.build",
+    "backend_plugin.progress",
     "backend_plugin.admission",
     "backend_plugin.targets",
     "backend_plugin.targets.registry",

@@ -25,7 +25,7 @@ from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 from google.protobuf import json_format
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.connector import JobConnector
+from backend_plugin.connector import JobConnector, ServedJobConnector
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 NOW = datetime.datetime(2025, 1, 1, 0, 10, tzinfo=datetime.timezone.utc)
@@ -149,14 +149,15 @@ class Propeller:
         return context
 
 
-def make_connector(api_client: Any, clock: Any = None, **config: Any) -> JobConnector:
-    """A connector over `api_client` with small timeouts and instant retries (real clock unless given).
+def make_connector(api_client: Any, clock: Any = None, served: bool = False, **config: Any) -> JobConnector:
+    """A connector over `api_client` with small timeouts and instant retries (real clock unless given); with `served`,
+    the `ServedJobConnector` `pyflyte serve connector` registers (its `get` a coroutine).
 
     The watch cache is off unless `watch_cache=True` is passed: these connectors' tests set a job's status on the fake
     API and read it back at once, and pin the requests of each call, which is the behaviour with the cache off; the
     cache's own tests, the e2e tests and the benchmark turn it on."""
     settings = {"watch_cache": False, **_FAST, **config}
-    return JobConnector(
+    return (ServedJobConnector if served else JobConnector)(
         config=BackendConfig.from_dict(settings),
         api_client_factory=lambda: api_client,
         clock=clock,

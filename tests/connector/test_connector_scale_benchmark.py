@@ -62,6 +62,19 @@ def test_cache_on_needs_the_setting(tmp_path):
     assert "BackendConfig has no setting 'no_such_setting'" in result.output
 
 
+def test_small_run_with_a_record_beside_every_job_answers_with_its_line(tmp_path):
+    out = tmp_path / "figures.json"
+    result = run(tmp_path, "--cache", "on", "--progress", "on", "--json", str(out))
+    assert result.returncode == 0, result.output[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["progress"] == "on" and figures["errors"] == 0
+    # Every answer of the window carried the record's line, and still no API request: the cache and the record held.
+    assert figures["answers_with_progress"] == 1.0 and figures["goals"]["answers_with_progress"].startswith("met")
+    assert figures["api_requests_per_gettask"] == 0.0, figures["api_requests_by_verb"]
+    reads = figures["progress_reads"]
+    assert reads["found"] >= 20 + 64 and reads["missing"] == reads["malformed"] == reads["failed"] == 0, reads
+
+
 def test_small_run_tracks_jobsets_with_one_get_per_poll_without_cache(tmp_path):
     """`--kind jobset`: every steady poll of a Running JobSet is one GET of the JobSet, nothing else."""
     out = tmp_path / "figures.json"

@@ -17,6 +17,8 @@ and `pytest tests/e2e` (or `-m e2e`) runs only these.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,7 +29,7 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
 from backend_plugin.targets.registry import BY_CONFIG, KINDS, JobTarget
-from tests.connector.helpers import execution_metadata, make_connector
+from tests.connector.helpers import Propeller, execution_metadata, make_connector
 from tests.e2e import harness
 from tests.e2e.harness import TRAINJOB_PET_ENV, BlobStore, FakeJobSet, FakeOperator, FakeTrainer, JobRun, JobSetRun
 from tests.fakeapi.fixtures import running_fake_api
@@ -276,6 +278,49 @@ def test_a_rank_that_raises_fails_the_job_naming_it(cluster: Cluster, templates)
     RANK_TWO_FAILED[cluster.kind.config_name](cluster, run, message)
     assert cluster.controller.wait_processes_gone(run) == []
     assert "outputs.pb" not in cluster.blobs.files(prefix)
+
+
+def test_gettask_carries_the_live_progress_while_the_job_runs(cluster: Cluster, templates, tmp_path: Path) -> None:
+    """Rank 0 of a pod writes the progress record beside the outputs; the served connector, asked by GetTask as
+    propeller asks it, adds its line to the RUNNING message, and drops it when the job ends."""
+    from tests.e2e.workflows import reports_progress
+
+    iface = reports_progress.python_interface
+    env = {"FLYTE_PYTORCH_PROGRESS_INTERVAL_S": "1"}  # rank 0 writes every second (10 s by default)
+    meta, prefix = cluster.submit(
+        templates["reports_progress"], {"steps": 10, "hold_at": 4}, iface.inputs, "live1", env
+    )
+    run = cluster.controller.run_for(meta.name)
+    record = Path(prefix) / "pytorch-progress.json"
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not (record.exists() and b'"step":4,' in record.read_bytes()):
+        assert time.monotonic() < deadline, _logs(run)
+        assert all(r.exit_code is None for r in run.replicas), _logs(run)
+        time.sleep(0.2)
+    served = make_connector(cluster.connector.api().api_client, served=True, watch_cache=True,
+                            target=cluster.kind.config_name)  # fmt: skip
+    propeller = Propeller(cluster.server, served)
+    try:
+        answers = [propeller.get(meta.encode())]
+        while answers[-1].name != "RUNNING" and time.monotonic() < deadline:  # the nodes may still be starting
+            time.sleep(0.2)
+            answers.append(propeller.get(meta.encode()))
+        running = answers[-1]
+        print(f"\n[e2e {cluster.kind.config_name}] live1: GetTask {running.name}: {running.message}")
+        assert running.name == "RUNNING", answers
+        assert re.fullmatch(r"running.*; step 4/10 \(40%\)(, ETA [0-9dhms]+)?, loss 0\.25", running.message), running
+        (tmp_path / "release").touch()
+        seen = harness.poll_until_terminal(cluster.connector, meta, JOB_TIMEOUT_S)
+        assert harness.phase_names(seen)[-1] == "SUCCEEDED", _logs(run) + "\n" + seen[-1].message
+        done = propeller.get(meta.encode())
+        assert done.name == "SUCCEEDED" and "step" not in done.message, done
+        assert served.progress.stats()["attempts"] == 0
+    finally:
+        (tmp_path / "release").touch()
+        served.close()
+    assert harness.read_outputs(prefix, iface.outputs) == {"o0": 10}
+    final = json.loads(record.read_bytes())
+    assert (final["step"], final["total"], final["done"]) == (10, 10, True)
 
 
 # --- the PyTorchJob kind ---------------------------------------------------------------------------------------------

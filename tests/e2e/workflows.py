@@ -12,7 +12,7 @@ import time
 
 from flytekit import task
 
-from flytekitplugins_pytorch import Elastic, pytorch_task
+from flytekitplugins_pytorch import Elastic, pytorch_task, report_progress
 
 
 def _all_reduce(value: int) -> tuple[int, int, int]:
@@ -74,3 +74,23 @@ def sleeps(seconds: int) -> int:
             f.write(str(os.getpid()))
     time.sleep(seconds)
     return seconds
+
+
+@pytorch_task(workers_count=1)
+def reports_progress(steps: int, hold_at: int) -> int:
+    """Every rank reports `steps` steps of progress (loss 1/step), holding at step `hold_at` (still reporting it) until
+    the test drops `release` in `E2E_MARKER_DIR` (at most 120 s), so that the test sees the job run at a known step."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    release = os.path.join(os.environ.get("E2E_MARKER_DIR", "."), "release")
+    for step in range(1, steps + 1):
+        report_progress(step, steps, loss=1.0 / step)
+        waited = 0.0
+        while step == hold_at and not os.path.exists(release) and waited < 120:
+            time.sleep(0.1)
+            waited += 0.1
+            report_progress(step, steps, loss=1.0 / step)  # a step that takes long: its report is handed on
+    dist.barrier()
+    dist.destroy_process_group()
+    return steps

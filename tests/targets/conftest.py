@@ -1,6 +1,6 @@
 """The `kind` fixture: every registered job kind (`backend_plugin.targets.registry.KINDS`), so that one test covers
 each of them. A kind's test folder (`tests/targets/<kind>/`) holds its own tests and `facts.py`, what the shared tests
-need of it (its pods, its success condition, its validator)."""
+need of it (its pods, its success condition, its steady running status, its validator)."""
 
 from __future__ import annotations
 

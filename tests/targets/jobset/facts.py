@@ -1,5 +1,5 @@
-"""What the tests of every kind (`tests/targets/test_every_kind.py`) need of the JobSet kind: how its controllers
-name its pods and say a job succeeded, and its validator."""
+"""What the tests of every kind (`tests/targets/test_every_kind.py`, the connector's) need of the JobSet kind: how its
+controllers name its pods, say a job succeeded and show a job running steadily, and its validator."""
 
 from __future__ import annotations
 
@@ -65,6 +65,17 @@ def pod(job: dict, index: int, phase: str = "Running", role: str = "worker", att
             ],
         },
     }
+
+
+def running(job: dict) -> dict:
+    """The status of `job` running steadily, as the JobSet controller writes it: every child Job of every replicated
+    job ready, no condition (its status needs no pods)."""
+    entries = [
+        {"name": r["name"], "ready": int(r.get("replicas", 1)), "succeeded": 0, "failed": 0,
+         "active": int(r.get("replicas", 1)), "suspended": 0}
+        for r in job["spec"]["replicatedJobs"]
+    ]  # fmt: skip
+    return {"conditions": [], "replicatedJobsStatus": entries, "restarts": 0}
 
 
 def validate(job: dict) -> None:

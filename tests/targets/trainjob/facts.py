@@ -1,5 +1,5 @@
-"""What the tests of every kind (`tests/targets/test_every_kind.py`) need of the TrainJob kind: how its JobSet names
-its pods and how the Trainer says a job succeeded, and its validator."""
+"""What the tests of every kind (`tests/targets/test_every_kind.py`, the connector's) need of the TrainJob kind: how its
+JobSet names its pods, how the Trainer says a job succeeded and shows a job running steadily, and its validator."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ WARM_UP = {
 def pod(job: dict, index: int, phase: str = "Running", **state: Any) -> dict:
     """Node `index` of `job` as the JobSet names and labels it."""
     return node_pod(job, index, phase, **state)
+
+
+def running(job: dict) -> dict:
+    """The status of `job` running steadily: every node active and ready (its status needs no pods)."""
+    nodes = int(job["spec"]["trainer"]["numNodes"])
+    return {"jobsStatus": [{"name": "node", "active": nodes, "ready": nodes}]}
 
 
 def validate(job: dict) -> None:
