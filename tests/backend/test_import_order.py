@@ -220,7 +220,10 @@ def without_front_ends(entry_points):
 importlib.metadata.entry_points = without_front_ends(importlib.metadata.entry_points)
 importlib_metadata.entry_points = without_front_ends(importlib_metadata.entry_points)
 sys.meta_path.insert(0, Blocked())
-import backend_plugin.cli, backend_plugin.connector, flyte2_backend.connector
+import importlib.util
+import backend_plugin.cli, backend_plugin.connector
+if importlib.util.find_spec("flyte") is not None:  # the Flyte 2 connector needs the flyte2-backend extra
+    import flyte2_backend.connector
 from backend_plugin.cli import main
 code = main(["render", "--template", sys.argv[1], "--target", "trainjob"])
 print(json.dumps({"code": code, "front_ends": sorted(m for m in sys.modules if m.split(".")[0] in (
