@@ -134,8 +134,7 @@ def _older_patches(job: dict[str, Any], crd: InstalledCrd) -> tuple[dict[str, An
             problem += (
                 ", which every task's node pods carry (Flyte's execution labels, the backend's default labels and "
                 "annotations, a secret's injection): upgrade Kubeflow Trainer to v2.1 or later, whose "
-                f"{format_path(POD_TEMPLATE_OVERRIDES)} carry them ({_NEWER} or later writes "
-                f"{format_path(RUNTIME_PATCHES)})"
+                f"{format_path(POD_TEMPLATE_OVERRIDES)} carry them (v2.2 and later take {format_path(RUNTIME_PATCHES)})"
             )
             return job, "", problem + (f", and remove {', '.join(lacking)} from the task" if lacking else "")
         return job, "", f"{problem}: {_UPGRADE}, or remove those settings from the task"
