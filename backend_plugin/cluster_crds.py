@@ -76,18 +76,6 @@ class ClusterCrds:
         with self._lock:
             self._entries.clear()
 
-    def known(self, target: JobTarget) -> Optional[InstalledCrd]:
-        """What is known of `target`'s CRD now, without asking.
-
-        Args:
-            target: the kind.
-
-        Returns:
-            The CRD as read or learnt, or None (not asked yet, or the vendored one assumed).
-        """
-        entry = self._entries.get(target.declaration.crd_name)
-        return entry.crd if entry is not None else None
-
     def current(self, target: JobTarget, api: Api, deadline: Deadline) -> Optional[InstalledCrd]:
         """The kind's installed CRD, read on its first create.
 
