@@ -13,16 +13,37 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from backend_plugin.admission import JobNotAdmitted, Problem, admit, stamp
+from backend_plugin.admission.installed import Fitted, InstalledCrd
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.pods import PodPlan
 from backend_plugin.spec import TaskSpec
 from backend_plugin.targets.base import JobTarget
 from backend_plugin.template import read_template
 
-__all__ = ["BuiltJob", "build_job"]
+__all__ = ["BuiltJob", "WrittenJob", "build_job", "write_job", "finish_job"]
+
+
+@dataclass(frozen=True)
+class WrittenJob:
+    """A job as its kind wrote it, before it is fitted to a cluster's CRD, stamped and judged (`write_job`).
+
+    Attributes:
+        job: the job as written (not stamped; never changed afterwards).
+        kind: its kind.
+        spec: the task it was built from.
+        plan: the plan it was written from.
+        warnings: the kind's warnings (`JobTarget.warnings`).
+    """
+
+    job: dict[str, Any]
+    kind: JobTarget
+    spec: TaskSpec
+    plan: PodPlan
+    warnings: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -36,6 +57,8 @@ class BuiltJob:
         warnings: backend defaults the kind cannot express and drops, a placement no node can match
             (`JobTarget.warnings`): logged by the connector, printed by `render`.
         problems: every finding of the admission model (`admission.admit`), refusing or not.
+        crd: the installed CRD the job was fitted to and judged by; None for the vendored one.
+        fitted: what `JobTarget.fit` wrote otherwise or dropped for `crd` (None without one).
     """
 
     job: dict[str, Any]
@@ -43,6 +66,13 @@ class BuiltJob:
     spec: TaskSpec
     warnings: tuple[str, ...]
     problems: tuple[Problem, ...]
+    crd: Optional[InstalledCrd] = None
+    fitted: Optional[Fitted] = None
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        """What fitting the job to the installed CRD dropped (said in the task's message too)."""
+        return self.fitted.dropped if self.fitted is not None else ()
 
     @property
     def notes(self) -> list[Problem]:
@@ -97,23 +127,72 @@ def _holds(value: Any, text: str) -> bool:
 
 
 def build_job(
-    template: Mapping[str, Any], execution: ExecutionMetadata, config: BackendConfig, kind: JobTarget
+    template: Mapping[str, Any],
+    execution: ExecutionMetadata,
+    config: BackendConfig,
+    kind: JobTarget,
+    crd: Optional[InstalledCrd] = None,
 ) -> BuiltJob:
-    """Build the job one execution of a task becomes, as the connector sends it (pure).
+    """Build the job one execution of a task becomes, as the connector sends it (pure): `write_job`, then
+    `finish_job`.
 
     Args:
         template: the task template (anything `template.read_template` accepts).
         execution: the execution (`execution.execution_metadata`, or `render`'s sample one).
         config: the backend config.
         kind: the job kind to build.
+        crd: the cluster's installed CRD of the kind, when known (read by the connector, `render --crd`): the job
+            is fitted to it and judged by it; None: the vendored CRD.
 
     Returns:
-        The stamped job, the kind's warnings and the admission model's findings.
+        The stamped job, the kind's warnings (and what fitting it to `crd` wrote otherwise or dropped) and the
+        admission model's findings.
 
     Raises:
         TemplateError: the template is not a valid pytorch task, or it cannot run as `kind` with this execution and
             config; the message names the setting and what is allowed.
     """
+    return finish_job(write_job(template, execution, config, kind), crd)
+
+
+def write_job(
+    template: Mapping[str, Any], execution: ExecutionMetadata, config: BackendConfig, kind: JobTarget
+) -> WrittenJob:
+    """Read the template, plan the job (refusing what the kind cannot express) and write it (pure).
+
+    Args:
+        template: the task template.
+        execution: the execution.
+        config: the backend config.
+        kind: the job kind.
+
+    Returns:
+        The job as written, with its plan and the kind's warnings.
+
+    Raises:
+        TemplateError: as `build_job`.
+    """
     spec = read_template(template)
-    job = stamp(kind.write(kind.plan(spec, execution, config)))
-    return BuiltJob(job, kind, spec, tuple(kind.warnings(spec, config)), tuple(admit(job)))
+    plan = kind.plan(spec, execution, config)
+    return WrittenJob(kind.write(plan), kind, spec, plan, tuple(kind.warnings(spec, config)))
+
+
+def finish_job(written: WrittenJob, crd: Optional[InstalledCrd] = None) -> BuiltJob:
+    """Fit a written job to the cluster's installed CRD (when given), stamp it and put it through the admission
+    model (pure; `written` is not changed).
+
+    Args:
+        written: what `write_job` returned.
+        crd: the installed CRD of its kind; None: the vendored CRD.
+
+    Returns:
+        The stamped job and what there is to say about it.
+    """
+    kind, spec = written.kind, written.spec
+    if crd is None:
+        job = stamp(written.job)
+        return BuiltJob(job, kind, spec, written.warnings, tuple(admit(job)))
+    fitted = kind.fit(written.job, written.plan, crd)
+    job = stamp(fitted.job)
+    problems = tuple(admit(job, crd, fitted.advice))
+    return BuiltJob(job, kind, spec, written.warnings + fitted.notes, problems, crd, fitted)

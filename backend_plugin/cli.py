@@ -14,7 +14,10 @@ for `kubectl create -f -` (docs/admission.md says why `kubectl apply` fails on j
 `metadata.namespace` is written only when `--namespace` is given, so `kubectl create -n NS -f job.yaml` works.
 Every job is put through the admission model (`backend_plugin.admission`): one the cluster would reject, silently
 prune or never start is refused with one line per problem naming the setting; `--check` prints the whole report
-instead of the job (exit 0 when the cluster would admit it intact, 1 when not).
+instead of the job (exit 0 when the cluster would admit it intact, 1 when not). `--crd FILE` takes the cluster's
+installed CRD of the kind (`kubectl get crd <plural>.<group> -o yaml`): the job is fitted to it and judged by it, as
+the connector does with the CRD it reads, so the YAML is what that cluster accepts (or the refusal is the one the
+connector would give).
 
 Flyte's placeholders (`{{.input}}`, `{{.outputPrefix}}`, ...) are filled with `--inputs`, `--output-prefix`,
 `--raw-output-prefix`, `--checkpoint-prefix` and `--prev-checkpoint`; by default they follow the connector's layout
@@ -59,6 +62,7 @@ from typing import Any, Optional
 import yaml
 
 from backend_plugin.admission import CEL_UNAVAILABLE, NOTE, Problem, job_size
+from backend_plugin.admission.installed import InstalledCrd, read_crd_file
 from backend_plugin.build import BuiltJob, build_job
 from backend_plugin.config import ENV_PREFIX, PROGRAM, BackendConfig, load_config
 from backend_plugin.errors import ConfigError, TemplateError
@@ -854,13 +858,18 @@ def render_job(template: dict[str, Any], args: argparse.Namespace, config: Backe
     if problem:
         raise RenderError(problem)
     meta = render_metadata(template, args, config)
-    built = build_job(template, meta, config, _render_target(args, config))
+    target = _render_target(args, config)
+    built = build_job(template, meta, config, target, installed_crd(args, target))
     if args.name:
         problem = generated_name_problem(built.job, args.name)
         if problem:
             raise RenderError(problem)
+    fitted = built.fitted.notes if built.fitted is not None else ()
     for warning in built.warnings:
-        print(f"{PROGRAM} render: warning: {warning}", file=sys.stderr)
+        if warning not in fitted:
+            print(f"{PROGRAM} render: warning: {warning}", file=sys.stderr)
+    if fitted:  # what fitting the job to --crd wrote otherwise or dropped: a note (a `--check` line too)
+        built = dataclasses.replace(built, problems=(*built.problems, *(Problem(NOTE, "", "--crd", n) for n in fitted)))
     job = built.job
     lines = default_image_warnings(job, built.kind) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)
     for line in lines:
@@ -869,6 +878,35 @@ def render_job(template: dict[str, Any], args: argparse.Namespace, config: Backe
     if note is not None:
         built = dataclasses.replace(built, problems=(*built.problems, note))
     return built
+
+
+def installed_crd(args: argparse.Namespace, target: JobTarget) -> Optional[InstalledCrd]:
+    """The cluster's installed CRD `--crd` names, which must be the CRD of the kind render writes.
+
+    Args:
+        args: parsed arguments.
+        target: the kind render writes.
+
+    Returns:
+        The CRD, or None without `--crd`.
+
+    Raises:
+        RenderError: the file holds no CRD, or the CRD of another kind (the message names it and the `--target`).
+        OSError: the file cannot be read.
+    """
+    path = getattr(args, "crd", None)
+    if not path:
+        return None
+    try:
+        crd = read_crd_file(path)
+    except ValueError as e:
+        raise RenderError(str(e)) from None
+    if crd.declaration is not target.declaration:
+        raise RenderError(
+            f"--crd {path} defines {crd.declaration.crd_name}, the CRD of the {crd.kind}, but render writes a "
+            f"{target.kind}: pass --target {crd.declaration.config_name}, or the {target.declaration.crd_name} CRD"
+        )
+    return crd
 
 
 def render_metadata(template: dict[str, Any], args: argparse.Namespace, config: BackendConfig) -> ExecutionMetadata:
@@ -1002,6 +1040,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print what the cluster would reject, silently drop or never start, and why, instead of the job "
         "(exit 0: admitted intact, 1: refused)",
+    )
+    r.add_argument(
+        "--crd",
+        metavar="FILE",
+        help="the cluster's installed CRD of the job's kind (kubectl get crd <plural>.<group> -o yaml): the job is "
+        "written for it and checked against it, as the connector does with the CRD it reads",
     )
     r.add_argument("--namespace", help="metadata.namespace (default: none, so that kubectl -n NS decides)")
     r.add_argument("--name", help="metadata.name (default: derived from the task name)")

@@ -524,6 +524,7 @@ class ApiSettings(Section):
         "delete_budget_s": "api_delete_budget_s",
         "backoff_initial_s": "api_backoff_initial_s",
         "backoff_max_s": "api_backoff_max_s",
+        "crd_recheck_s": "api_crd_recheck_s",
     }
 
     connect_timeout_s: float = 3.0
@@ -563,6 +564,14 @@ class ApiSettings(Section):
     backoff_max_s: float = 4.0
     """Upper bound of one backoff sleep. Key: `api_backoff_max_s`."""
 
+    crd_recheck_s: float = 300.0
+    """How old the connector's knowledge of a kind's installed CRD may be before a create it would change (a job
+    fitted to an older CRD, or refused) reads the CRD again. The CRD is read before the first create of each kind
+    (`get` on customresourcedefinitions, where RBAC allows it) and again at once when a create answers a strict 400;
+    a job the cached CRD accepts as written never needs it read again, since a CRD downgraded under it answers that
+    400. What an upgrade makes possible is noticed within this time: five minutes of refusing a task after the
+    cluster's controller was upgraded, for at most one read per kind per five minutes. Key: `api_crd_recheck_s`."""
+
     get_threads: int = 32
     """Threads of the pool the served connector runs `get` calls in when the cache cannot answer them inline (a GET,
     pod and event lists, error documents), and the size of the kubernetes client's connection pool. flytekit would
@@ -573,7 +582,7 @@ class ApiSettings(Section):
     def __post_init__(self) -> None:
         for name in ("connect_timeout_s", "timeout_s", "backoff_initial_s", "backoff_max_s"):
             check_seconds(self.key(name), getattr(self, name), positive=True)
-        for name in ("get_budget_s", "create_budget_s", "delete_budget_s"):
+        for name in ("get_budget_s", "create_budget_s", "delete_budget_s", "crd_recheck_s"):
             check_seconds(self.key(name), getattr(self, name), positive=True)
         check_int("get_threads", self.get_threads, low=1, high=1024)
 

@@ -25,6 +25,11 @@ Failure handling:
   a job the API server would reject or silently prune, or whose pods could never start, is a permanent failure
   naming the user's setting, and the create is sent with `fieldValidation=Strict`, so that a cluster whose CRD
   declares less than the vendored one refuses a field rather than dropping it;
+- the job is written for the kind's installed CRD (`cluster_crds.ClusterCrds`: read once per kind before its first
+  create where RBAC allows, else learnt from a strict 400) and judged by it: what an older release has in another
+  form is written so, what the task does not need is dropped and said (in every `get`'s message too), and a task
+  the release cannot run fails at once naming the release and what to do; a strict 400 is never passed on nor sent
+  again: the job is built once more for what it named and created, or the task fails in our words;
 - a create that got no answer is followed by a GET before it is retried, so a slow API server never gets two jobs;
 - AlreadyExists, or a create whose answer was lost, adopts the existing job when it is ours (`admission.is_our_job`:
   its stamp is our digest, so defaults, pruning and mutating webhooks do not count), and is a `Conflict` otherwise
@@ -75,6 +80,7 @@ from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 from backend_plugin import admission, blobs
 from backend_plugin import api as api_module
 from backend_plugin.admission import crds, structural
+from backend_plugin.admission.installed import strict_refusal, unknown_fields
 from backend_plugin.api import (
     PAGE,
     Api,
@@ -87,7 +93,8 @@ from backend_plugin.api import (
     with_pool_size,
     without_client_retries,
 )
-from backend_plugin.build import BuiltJob, build_job
+from backend_plugin.build import BuiltJob, WrittenJob, finish_job, write_job
+from backend_plugin.cluster_crds import ClusterCrds
 from backend_plugin.config import BackendConfig, load_config
 from backend_plugin.errors import (
     Conflict,
@@ -163,6 +170,8 @@ class JobMetadata(ResourceMeta):
             was created, and `get` reports FAILED with this message. "" for a created job.
         kind: the job's kind (a registered kind's `kind`); metadata stored before kinds were recorded has none and
             is the default kind's (`targets.DEFAULT`).
+        dropped: what the job was created without because the cluster's CRD is older than the vendored one (the
+            job's meaning kept), said in every `get`'s message; "" when nothing was dropped.
     """
 
     namespace: str
@@ -172,9 +181,11 @@ class JobMetadata(ResourceMeta):
     task_config: dict[str, str] = field(default_factory=dict)
     error: str = ""
     kind: str = DEFAULT.kind
+    dropped: str = ""
 
     def encode(self) -> bytes:
-        """JSON of the fields; `kind` only when it is not the default kind's, so such metadata reads as before.
+        """JSON of the fields; `kind` only when it is not the default kind's and `dropped` only when set, so such
+        metadata reads as before.
 
         Returns:
             The encoded metadata.
@@ -182,6 +193,8 @@ class JobMetadata(ResourceMeta):
         fields = dataclasses.asdict(self)
         if target_for_kind(self.kind) is DEFAULT:
             del fields["kind"]
+        if not self.dropped:
+            del fields["dropped"]
         return json.dumps(fields).encode("utf-8")
 
 
@@ -253,6 +266,7 @@ class JobConnector(AsyncConnectorBase):
         self._caches: dict[str, Optional[JobWatchCache]] = {}
         self._progress: Optional[LiveProgress] = None
         self._progress_reads: Optional[ThreadPoolExecutor] = None
+        self.crds = ClusterCrds()
         self.server_clock = ServerClock()
 
     # ------------------------------------------------------------------ lazy dependencies
@@ -281,6 +295,7 @@ class JobConnector(AsyncConnectorBase):
                 backoff = Backoff(api.backoff_initial_s, api.backoff_max_s, sleep=self._sleep)
                 self._client = (factory, Api(api_client, backoff, api.connect_timeout_s, self.server_clock))
                 self._stop_caches()  # built over the previous factory's client
+                self.crds.clear()  # another client may talk to another cluster
             return self._client[1]
 
     def now(self) -> datetime.datetime:
@@ -601,21 +616,82 @@ class JobConnector(AsyncConnectorBase):
             task_config=task_config,
         )
         try:
-            built = build_job(template, meta, self.config, target)
+            written = write_job(template, meta, self.config, target)
+            built = self.for_cluster(written, deadline)
             job = self.admitted(built)
         except TemplateError as e:  # admission.JobNotAdmitted included: nothing has been sent
             logger.warning("task template for %s/%s cannot run as a %s: %s", base.namespace, base.name, target.kind, e)
             return replace(base, error=f"the task template cannot run: {e}")
-        for warning in built.warnings:
-            logger.warning("%s %s/%s: %s", target.kind, job["metadata"]["namespace"], job["metadata"]["name"], warning)
+        _log_warnings(job, built)
         if built.reads(meta.input_path):  # not when Flyte rendered `{{.input}}` to the run's own inputs file
             self.write_inputs(inputs, meta.input_path)
         try:
             created = self.create_job(job, deadline)
         except Rejected as e:
+            fields = unknown_fields(e.status.message if e.status is not None else "")
+            if fields:  # the installed CRD lacks what we sent: never the raw 400, never the same request again
+                return self._create_for_installed_crd(written, base, job, fields, deadline)
             logger.warning("%s", e)
             return replace(base, error=f"the API server rejected the job: {e}")
-        return replace(base, namespace=created.namespace, name=created.name, uid=created.uid, kind=created.kind)
+        return replace(base, namespace=created.namespace, name=created.name, uid=created.uid, kind=created.kind,
+                       dropped="; ".join(built.dropped))  # fmt: skip
+
+    def for_cluster(self, written: WrittenJob, deadline: Deadline) -> BuiltJob:
+        """A written job fitted to the cluster's installed CRD of its kind and judged by it (`build.finish_job`;
+        `ClusterCrds` reads the CRD before the kind's first create); when that CRD changes the job (fits it, or
+        refuses it) and was read more than `api_crd_recheck_s` ago, it is read again first.
+
+        Args:
+            written: the job as its kind wrote it (`build.write_job`).
+            deadline: the create's deadline.
+
+        Returns:
+            The built job.
+        """
+        api = self.api()
+        target = written.kind
+        crd = self.crds.current(target, api, deadline)
+        built = finish_job(written, crd)
+        if crd is not None and built.fitted is not None and (built.fitted.notes or built.refusals):
+            fresh, changed = self.crds.recheck(target, api, deadline, self.config.api.crd_recheck_s)
+            if changed:
+                built = finish_job(written, fresh)
+        return built
+
+    def _create_for_installed_crd(
+        self, written: WrittenJob, base: JobMetadata, sent: dict, fields: list[str], deadline: Deadline
+    ) -> JobMetadata:
+        """After a strict 400 naming `fields`: learn what the installed CRD declares (`ClusterCrds.learn`), and
+        create the job built for it, once; or fail for good, naming the fields, the release and what to do."""
+        target = written.kind
+        crd, unmapped = self.crds.learn(target, fields, self.api(), deadline)
+        refused = f"the API server rejected the job: {strict_refusal(crd, target.declaration, fields)}"
+        if unmapped:
+            logger.warning("%s", refused)
+            return replace(base, error=refused)
+        try:
+            built = finish_job(written, crd)
+            job = self.admitted(built)
+        except TemplateError as e:
+            logger.warning("task template for %s/%s cannot run as a %s: %s", base.namespace, base.name, target.kind, e)
+            return replace(base, error=f"the task template cannot run: {e}")
+        if job == sent:  # nothing the kind can write otherwise: the same request would be refused again
+            logger.warning("%s", refused)
+            return replace(base, error=refused)
+        _log_warnings(job, built)
+        try:
+            created = self.create_job(job, deadline)
+        except Rejected as e:
+            again = unknown_fields(e.status.message if e.status is not None else "")
+            if again:
+                crd, _ = self.crds.learn(target, again, self.api(), deadline, read=False)
+                message = f"the API server rejected the job: {strict_refusal(crd, target.declaration, again)}"
+            else:
+                message = f"the API server rejected the job: {e}"
+            logger.warning("%s", message)
+            return replace(base, error=message)
+        return replace(base, namespace=created.namespace, name=created.name, uid=created.uid, kind=created.kind,
+                       dropped="; ".join(built.dropped))  # fmt: skip
 
     def write_inputs(self, inputs: Any, path: str) -> None:
         """Write the task's inputs where its pods read them (`{{.input}}`), in the form their entrypoint reads.
@@ -884,7 +960,7 @@ class JobConnector(AsyncConnectorBase):
                 ) from None
         return Resource(
             phase=status.phase,
-            message=status.message + note,
+            message=status.message + note + (f"; note: {resource_meta.dropped}" if resource_meta.dropped else ""),
             log_links=links,
             custom_info=_custom_info(job, target),
         )
@@ -947,6 +1023,14 @@ class JobConnector(AsyncConnectorBase):
                      deadline)  # fmt: skip
         except NotFound:
             logger.info("%s %s/%s already deleted", target.kind, ns, name)
+
+
+def _log_warnings(job: dict, built: BuiltJob) -> None:
+    """The kind's warnings for a job about to be created: backend defaults it drops, and what fitting it to the
+    cluster's installed CRD wrote otherwise or dropped."""
+    meta = job["metadata"]
+    for warning in built.warnings:
+        logger.warning("%s %s/%s: %s", built.kind.kind, meta.get("namespace"), meta.get("name"), warning)
 
 
 def _how_it_differs(sent: dict, stored: dict) -> str:

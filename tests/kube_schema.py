@@ -197,19 +197,31 @@ def rendered_node_pod(job: dict) -> dict:
         container["resources"] = trainer["resourcesPerNode"]
     for patch in job["spec"].get("runtimePatches") or []:
         for job_patch in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
-            if job_patch["name"] != "node":
-                continue
-            tpl = job_patch["template"]["spec"]["template"]
-            for key in ("labels", "annotations"):
-                pod["metadata"].setdefault(key, {}).update((tpl.get("metadata") or {}).get(key) or {})
-            for key, value in (tpl.get("spec") or {}).items():
-                if key == "containers":
-                    for c in value:
-                        target = next(x for x in pod["spec"]["containers"] if x["name"] == c["name"])
-                        target.update({k: v for k, v in c.items() if k != "name"})
-                else:
-                    pod["spec"][key] = value
+            if job_patch["name"] == "node":
+                tpl = job_patch["template"]["spec"]["template"]
+                _merge_pod(pod, tpl.get("metadata") or {}, tpl.get("spec") or {})
+    # Trainer v2.1's podTemplateOverrides (`mergePodTemplateOverrides`) and v2.0's podSpecOverrides
+    # (`mergePodSpecOverrides`): the same merge into the targeted job's pod template, or its pod spec alone.
+    for override in job["spec"].get("podTemplateOverrides") or []:
+        if any(t.get("name") == "node" for t in override.get("targetJobs") or []):
+            _merge_pod(pod, override.get("metadata") or {}, override.get("spec") or {})
+    for override in job["spec"].get("podSpecOverrides") or []:
+        if any(t.get("name") == "node" for t in override.get("targetJobs") or []):
+            _merge_pod(pod, {}, {k: v for k, v in override.items() if k != "targetJobs"})
     return pod
+
+
+def _merge_pod(pod: dict, metadata: dict, spec: dict) -> None:
+    """Merge a runtime patch's (or an older override's) pod metadata and spec into the runtime's node pod."""
+    for key in ("labels", "annotations"):
+        pod["metadata"].setdefault(key, {}).update(metadata.get(key) or {})
+    for key, value in spec.items():
+        if key == "containers":
+            for c in value:
+                target = next(x for x in pod["spec"]["containers"] if x["name"] == c["name"])
+                target.update({k: v for k, v in c.items() if k != "name"})
+        else:
+            pod["spec"][key] = value
 
 
 def assert_valid_trainjob(job: dict) -> None:

@@ -26,6 +26,11 @@ rule follows is named in its docstring (and in `pytorch_contract` for the shared
 Where a kind holds its pod templates and env lists, which CRD serves it and what its limits are, is the kind's own
 declaration (`backend_plugin.targets.<kind>.declaration`); this module never names a kind.
 
+By default the schema is the vendored CRD's; `admit(job, crd)` judges the job by a cluster's installed CRD instead
+(`installed.InstalledCrd`: read from the cluster, given to `render --crd`, or learned from a strict 400), and a field
+that CRD does not declare is refused naming the release it is from and what to do (the kind's own advice where its
+`JobTarget.fit` gave one).
+
 Every problem names the user's setting (`Worker.pod_template labels`, `environment`), what is wrong and what to do.
 """
 
@@ -34,10 +39,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from backend_plugin.admission import cel, crds, structural
 from backend_plugin.admission.identity import SPEC_DIGEST_ANNOTATION, is_our_job, spec_digest, stamp
+from backend_plugin.admission.installed import InstalledCrd, schema_declares
 from backend_plugin.admission.settings import get_path, setting_for
 from backend_plugin.admission.structural import NOTE, PRUNED, REJECTED, Path, format_path
 from backend_plugin.errors import TemplateError
@@ -148,11 +154,17 @@ def job_size(job: Mapping[str, Any]) -> int:
     return len(json.dumps(job, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def admit(job: Mapping[str, Any]) -> list[Problem]:
+def admit(
+    job: Mapping[str, Any], crd: Optional[InstalledCrd] = None, advice: Optional[Mapping[str, str]] = None
+) -> list[Problem]:
     """Every problem the cluster would have with creating `job`.
 
     Args:
         job: a job of a registered kind, as its writer wrote it.
+        crd: the cluster's installed CRD of its kind, to judge the job by instead of the vendored one (None: the
+            vendored CRD).
+        advice: for a field `crd` does not declare (formatted path), what to do, in the kind's words
+            (`installed.Fitted.advice`).
 
     Returns:
         Problems in a stable order (schema, CEL, the kind's own rules, metadata, pod rules, size); empty when it is
@@ -162,9 +174,15 @@ def admit(job: Mapping[str, Any]) -> list[Problem]:
         KeyError: no vendored CRD serves the job's apiVersion and kind.
     """
     api_version, kind = str(job.get("apiVersion")), str(job.get("kind"))
-    schema = crds.schema_for(api_version, kind)
     declaration = declaration_for(job)
-    out = [_schema_problem(job, f, declaration) for f in structural.check(job, schema)]
+    schema: Mapping[str, Any]
+    if crd is None:
+        schema = crds.schema_for(api_version, kind)
+    elif crd.schema is None:
+        return [_unserved(crd)]
+    else:
+        schema = crd.schema
+    out = [_schema_problem(job, f, declaration, crd, advice or {}) for f in structural.check(job, schema)]
     try:
         rules = cel.rules_of(schema)
         out += [_cel_problem(job, f) for f in cel.check(job, rules)]
@@ -183,11 +201,12 @@ def admit(job: Mapping[str, Any]) -> list[Problem]:
     return _dedup(out)
 
 
-def check_admission(job: Mapping[str, Any]) -> list[Problem]:
+def check_admission(job: Mapping[str, Any], crd: Optional[InstalledCrd] = None) -> list[Problem]:
     """`admit`, raising when anything refuses the job.
 
     Args:
         job: the job.
+        crd: the cluster's installed CRD to judge it by (None: the vendored one).
 
     Returns:
         The notes (problems that do not refuse).
@@ -195,7 +214,7 @@ def check_admission(job: Mapping[str, Any]) -> list[Problem]:
     Raises:
         JobNotAdmitted: with every refusing problem.
     """
-    problems = admit(job)
+    problems = admit(job, crd)
     refusing = [p for p in problems if p.refuses]
     if refusing:
         raise JobNotAdmitted(str(job.get("kind")), refusing)
@@ -237,21 +256,57 @@ def _overlap(a: str, b: str) -> bool:
 
 
 _UNDECLARED_ADVICE = (
-    "the {source} CRD does not declare it (its embedded pod schema is older than the kubernetes client), so the API "
+    "{source} does not declare it (its embedded pod schema is older than the kubernetes client), so the API "
     "server would drop it silently; remove it from the pod template, or install a CRD that declares it"
 )
 
 
-def _schema_problem(job: Mapping[str, Any], f: structural.Finding, declaration: Declaration) -> Problem:
+def _schema_problem(
+    job: Mapping[str, Any],
+    f: structural.Finding,
+    declaration: Declaration,
+    crd: Optional[InstalledCrd] = None,
+    advice: Optional[Mapping[str, str]] = None,
+) -> Problem:
     where = setting_for(job, f.path)
     path = format_path(f.path)
     limit = declaration.limits.env_max_items
     if f.path in declaration.limits.env_paths and "maxItems" in f.detail and limit is not None:
         return Problem(REJECTED, path, where, _env_over_limit(job, f.path, limit, declaration))
     if f.verdict == PRUNED and "not declared" in f.detail:
-        advice = _UNDECLARED_ADVICE.format(source=declaration.crd.release)
-        return Problem(PRUNED, path, where, f"{where}: field {path!r}: " + advice)
+        vendored = crds.schema_for(declaration.api_version, declaration.kind)
+        if crd is None or not schema_declares(vendored, f.path):
+            source = f"the {declaration.crd.release} CRD" if crd is None else crd.describe()
+            return Problem(PRUNED, path, where, f"{where}: field {path!r}: " + _UNDECLARED_ADVICE.format(source=source))
+        what = (advice or {}).get(path) or _installed_advice(where, declaration)
+        message = (
+            f"{where}: field {path!r}: {crd.describe()} does not declare it, so the API server would refuse the "
+            f"create (fieldValidation=Strict; without it the field would be dropped silently): {what}"
+        )
+        return Problem(PRUNED, path, where, message)
     return Problem(f.verdict, path, where, f"{where}: {path} {f.detail}")
+
+
+def _installed_advice(where: str, declaration: Declaration) -> str:
+    """What to do about a field the installed CRD lacks and the vendored one declares, when the kind said nothing of
+    its own."""
+    newer = f"upgrade {declaration.controller} to a release whose CRD declares it ({declaration.crd.release}'s does)"
+    return newer if where.endswith(_BACKEND_WRITES) else f"{newer}, or remove it from {where}"
+
+
+_BACKEND_WRITES = "(written by the backend)"
+
+
+def _unserved(crd: InstalledCrd) -> Problem:
+    """The problem of a job whose version the installed CRD does not serve (the create would find no resource)."""
+    declaration = crd.declaration
+    served = ", ".join(crd.served) or "no version"
+    message = (
+        f"job: {crd.describe()} serves {served}, not {declaration.version}, the version the backend writes "
+        f"({declaration.api_version}): upgrade {declaration.controller} (the backend is built against "
+        f"{declaration.crd.release})"
+    )
+    return Problem(REJECTED, "apiVersion", "job", message)
 
 
 def _cel_problem(job: Mapping[str, Any], f: structural.Finding) -> Problem:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Optional
 
 from flyteidl.core.execution_pb2 import TaskLog
 
+from backend_plugin.admission.installed import Fitted, InstalledCrd
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
 from backend_plugin.pods import PodPlan, plan_pods
@@ -180,6 +181,22 @@ class JobTarget(abc.ABC):
             TemplateError: the task cannot run as this kind; the message names the setting and what is allowed.
         """
         return plan_pods(spec, metadata, config)
+
+    def fit(self, job: dict[str, Any], plan: PodPlan, crd: InstalledCrd) -> Fitted:
+        """The job as a cluster's installed CRD accepts it with the same meaning, where that CRD is older than the
+        vendored one: fields written otherwise (in what the older CRD has for them), or dropped where the task does
+        not need them, each said in `Fitted.notes`; a field the meaning needs stays, with advice on what to do, and
+        the admission model refuses it. The default fits nothing: every field the installed CRD lacks is refused.
+
+        Args:
+            job: what `write` returned (the function may change a copy, never this one).
+            plan: the plan it was written from (where each value came from: the task, the config, the execution).
+            crd: the installed CRD.
+
+        Returns:
+            The fitted job, the notes, and advice for what stays undeclared.
+        """
+        return Fitted(job)
 
     @abc.abstractmethod
     def write(self, plan: PodPlan) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from backend_plugin.sections import Section
 __all__ = [
     "Declaration",
     "Crd",
+    "CrdRelease",
+    "CrdHistory",
     "PodTemplates",
     "Limits",
     "KindCheck",
@@ -52,6 +54,37 @@ class Crd:
 
     file: str
     release: str
+
+
+@dataclass(frozen=True)
+class CrdRelease:
+    """A release of a kind's controller, known by fields its CRD declares and the release before it does not.
+
+    Attributes:
+        name: the release, for messages (`Trainer v2.2`).
+        declares: path patterns into a job (`ANY` for every key or index) that its CRD first declares.
+    """
+
+    name: str
+    declares: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class CrdHistory:
+    """What a kind knows of its CRD's older releases, to name the release a cluster runs (by what its installed CRD
+    declares) and what to upgrade.
+
+    Attributes:
+        controller: what a cluster upgrades to get a newer CRD (`Kubeflow Trainer`, `the training operator`); ""
+            for the kind's `description`.
+        releases: newest first, each known by fields its CRD first declares.
+        before: the name of whatever is older than the last of `releases` (`training operator v1.7 or earlier`); ""
+            when nothing older is known.
+    """
+
+    controller: str = ""
+    releases: tuple[CrdRelease, ...] = ()
+    before: str = ""
 
 
 @dataclass(frozen=True)
@@ -145,6 +178,8 @@ class Declaration:
             label of at most 63 characters, so they bound the job's own name (`render --name`). By default none.
         checks: the kind's own admission rules beyond its CRD (its webhook's, the rules of the objects its controller
             creates), run by the admission model on every job of the kind; by default none.
+        history: the releases of its CRD the kind knows by what they declare (`admission.installed` names the release
+            a cluster's CRD is from); by default none.
     """
 
     kind: str
@@ -166,11 +201,22 @@ class Declaration:
         default_factory=lambda: no_generated_names
     )
     checks: Callable[[Mapping[str, Any]], list[KindCheck]] = field(default_factory=lambda: no_checks)
+    history: CrdHistory = field(default_factory=CrdHistory)
 
     @property
     def api_version(self) -> str:
         """`<group>/<version>`."""
         return f"{self.group}/{self.version}"
+
+    @property
+    def crd_name(self) -> str:
+        """The name of its CustomResourceDefinition (`<plural>.<group>`)."""
+        return f"{self.plural}.{self.group}"
+
+    @property
+    def controller(self) -> str:
+        """What a cluster upgrades to get a newer CRD of this kind, for messages."""
+        return self.history.controller or self.description
 
     def pod_template_paths(self, job: Mapping[str, Any]) -> list[tuple[Path, str]]:
         """Every embedded pod template of one of this kind's jobs, with the user's name for it.

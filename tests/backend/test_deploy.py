@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.targets import DECLARED
 from tests.kube_schema import KUBERNETES_VERSION
 
 DEPLOY = Path(__file__).resolve().parents[2] / "backend_plugin" / "deploy"
@@ -59,9 +60,13 @@ def test_rbac_is_least_privilege():
         ("jobset.x-k8s.io", "jobsets", "delete"),
         ("jobset.x-k8s.io", "jobsets", "list"),
         ("jobset.x-k8s.io", "jobsets", "watch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "get"),  # optional: the installed release
         ("", "pods", "list"),
         ("", "events", "list"),
     }
+    (crds,) = [r for r in rules if r["resources"] == ["customresourcedefinitions"]]
+    assert crds["resourceNames"] == [d.crd_name for d in DECLARED]  # only the job kinds' CRDs, by name
+    assert all("resourceNames" not in r for r in rules if r is not crds)
     lines = (DEPLOY / "rbac.yaml").read_text().splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("  - apiGroups:")]
     assert len(starts) == len(rules)

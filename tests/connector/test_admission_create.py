@@ -1,7 +1,8 @@
 """Create puts every job through the admission model before anything is sent, asks for `fieldValidation=Strict`, and
 adopts its own job after a lost answer or a 409. Every case goes through flytekit's `AsyncConnectorService` as
 propeller calls it (CreateTask, then GetTask), against the fake API server through the real kubernetes client, and
-counts the API requests it cost: a refused job costs none."""
+counts the API requests it cost: a refused job costs no create, only the kind's one CRD read (before its first
+create; tests/connector/test_crd_versions.py covers the older CRDs)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from tests.fakeapi.server import FakeKubeApi
 NS = "flytesnacks-development"
 FAST = {"api_backoff_initial_s": 0.01, "api_backoff_max_s": 0.05, "api_create_budget_s": 10.0}
 PLURAL = {"pytorchjob": "pytorchjobs", "trainjob": "trainjobs"}
+CRD_READ = ("get", 200)
+"""The kind's installed CRD, read once before its first create."""
 
 
 def template(change: Callable[[dict], None] | None = None) -> Any:
@@ -64,12 +67,13 @@ def propeller(fake_api) -> Iterator[Callable[..., Propeller]]:
 
 def refused(p: Propeller, tmp_path: Path, change: Callable[[dict], None]) -> str:
     """CreateTask, then GetTask, of a job the admission model refuses: its permanent failure's message, after
-    checking that no API request was made and no inputs.pb written."""
+    checking that no API request but the kind's CRD read was made and no inputs.pb written."""
     meta, context = p.try_create(tmp_path, template=template(change))
     assert context.code is None, context.details  # an error in the metadata, not a gRPC error propeller retries
     answer = p.get(meta)
     assert answer.phase == TaskExecution.FAILED, answer
-    assert p.server.requests == []  # nothing left the connector: not a create, not a discovery, not a get
+    # nothing left the connector but the CRD read: not a create, not a discovery, not a get of the job
+    assert [(r.verb, r.resource) for r in p.server.requests] == [("get", "customresourcedefinitions")]
     assert not (tmp_path / "abc123" / "inputs.pb").exists()
     return answer.message
 
@@ -95,7 +99,7 @@ def test_the_same_env_heavy_task_is_created_as_a_pytorchjob(propeller, tmp_path)
     """The TrainJob's limit is no false positive on the kind without it."""
     p = propeller("pytorchjob")
     p.create(tmp_path, template=template(env({f"VAR_{i}": "v" for i in range(120)})))
-    assert [(r.verb, r.status) for r in p.server.requests] == [("create", 201)]
+    assert [(r.verb, r.status) for r in p.server.requests] == [CRD_READ, ("create", 201)]
 
 
 def test_an_oversize_pytorchjob_is_refused_naming_the_setting(propeller, tmp_path) -> None:
@@ -109,7 +113,7 @@ def test_an_oversize_pytorchjob_is_refused_naming_the_setting(propeller, tmp_pat
 def test_the_same_large_task_is_created_as_a_trainjob(propeller, tmp_path) -> None:
     p = propeller("trainjob")
     p.create(tmp_path, template=template(env({"CONFIG_JSON": "j" * 800_000})))
-    assert [(r.verb, r.status) for r in p.server.requests] == [("create", 201)]
+    assert [(r.verb, r.status) for r in p.server.requests] == [CRD_READ, ("create", 201)]
 
 
 def partial_admission(_server: FakeKubeApi, job: dict) -> None:
@@ -133,14 +137,14 @@ def test_a_lost_create_response_is_adopted(propeller, tmp_path, mutated) -> None
     meta = p.create(tmp_path, template=template())
     (job,) = server.jobs()
     assert json.loads(meta)["uid"] == job["metadata"]["uid"]
-    assert [(r.verb, r.status) for r in server.requests] == [("create", 201), ("get", 200)]
+    assert [(r.verb, r.status) for r in server.requests] == [CRD_READ, ("create", 201), ("get", 200)]
     assert server.calls("create")[0].query["fieldValidation"] == ["Strict"]
     assert job["metadata"]["annotations"][SPEC_DIGEST_ANNOTATION]
     tolerations = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["tolerations"]
     assert (len(tolerations) == 2) is mutated
     again = p.create(tmp_path, template=template())
     assert json.loads(again)["uid"] == job["metadata"]["uid"] and len(server.jobs()) == 1
-    assert [(r.verb, r.status) for r in server.requests][2:] == [("create", 409), ("get", 200)]
+    assert [(r.verb, r.status) for r in server.requests][3:] == [("create", 409), ("get", 200)]
     assert p.get(meta).error == ""
 
 
@@ -166,10 +170,13 @@ def test_a_409_for_a_different_job_is_a_conflict(propeller, tmp_path) -> None:
     assert server.get_job(NS, name)["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 7
 
 
+@pytest.mark.parametrize("rbac", [True, False], ids=["crd-readable", "crd-forbidden"])
 @pytest.mark.parametrize("target", ["pytorchjob", "trainjob"])
-def test_a_cluster_crd_that_declares_less_refuses_under_strict(propeller, tmp_path, target) -> None:
-    """The cluster runs an older CRD that lacks a field we send: Strict makes the API server refuse it (a permanent
-    failure), where without it the field would be dropped silently."""
+def test_a_cluster_crd_that_declares_less_is_refused_naming_the_field(propeller, tmp_path, target, rbac) -> None:
+    """The cluster runs a CRD that lacks a field we send (here the pod template's tolerations), which the meaning
+    needs: where the CRD can be read, the job is refused before any create; where it cannot, Strict makes the API
+    server refuse the create, and the connector learns the field from the 400 and fails for good in its own words,
+    without a second create of the same job and never with the raw `strict decoding error`."""
     p = propeller(target)
     schema = pruning.crd_schema(PLURAL[target])
     pod = (
@@ -180,13 +187,17 @@ def test_a_cluster_crd_that_declares_less_refuses_under_strict(propeller, tmp_pa
     pod_spec = _pod_spec_schema(pod)
     del pod_spec["properties"]["tolerations"]
     p.server.crd_schemas[PLURAL[target]] = schema
+    if not rbac:
+        p.server.forbid("get", "customresourcedefinitions")
     meta, context = p.try_create(tmp_path, template=template())
     assert context.code is None, context.details
     answer = p.get(meta)
     assert answer.phase == TaskExecution.FAILED
-    assert "the API server rejected the job" in answer.message
-    assert "strict decoding error: unknown field" in answer.message and ".tolerations" in answer.message
-    assert [(r.verb, r.status) for r in p.server.requests] == [("create", 400)]
+    assert "would not be admitted by the cluster" in answer.message and ".tolerations" in answer.message
+    assert "does not declare it, so the API server would refuse the create" in answer.message
+    assert "strict decoding error" not in answer.message
+    expected = [CRD_READ] if rbac else [("get", 403), ("create", 400)]
+    assert [(r.verb, r.status) for r in p.server.requests] == expected
     assert p.server.jobs(PLURAL[target]) == []
 
 

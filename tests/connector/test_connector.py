@@ -64,15 +64,22 @@ def test_create_posts_a_valid_job_and_writes_inputs(fake_api, kind, kind_connect
     assert str(tmp_path / "0" / "inputs.pb") in json.dumps(stored["spec"])
     written = utils.load_proto_from_file(literals_pb2.LiteralMap, str(tmp_path / "0" / "inputs.pb"))
     assert written.literals["x"].scalar.primitive.integer == 7
-    assert [(r.verb, r.resource) for r in server.requests] == [("create", kind.target.plural)]
+    crd_read = ("get", "customresourcedefinitions")  # the kind's installed CRD, before its first create
+    assert [(r.verb, r.resource) for r in server.requests] == [crd_read, ("create", kind.target.plural)]
     assert [t.plural for t in KINDS if server.jobs(t.plural)] == [kind.target.plural]
 
 
-def test_409_with_same_spec_adopts_the_job(fake_api, kind_connector, tmp_path):
+def test_409_with_same_spec_adopts_the_job(fake_api, kind, kind_connector, tmp_path):
     server, _ = fake_api
     first = create(kind_connector, tmp_path, "sdk_seed_gpu")
     assert create(kind_connector, tmp_path, "sdk_seed_gpu") == first
-    assert [(r.verb, r.status) for r in server.requests] == [("create", 201), ("create", 409), ("get", 200)]
+    crd_read = ("get", "customresourcedefinitions", 200)  # once, before the kind's first create
+    assert [(r.verb, r.resource, r.status) for r in server.requests] == [
+        crd_read,
+        ("create", kind.target.plural, 201),
+        ("create", kind.target.plural, 409),
+        ("get", kind.target.plural, 200),
+    ]
 
 
 def test_get_failed_job_lists_pods_for_the_root_cause(fake_api, kind, kind_connector, tmp_path):

@@ -320,7 +320,7 @@ def test_a_retry_after_past_the_budget_gives_up_at_once_saying_so(propeller, tmp
     answer = p.get(meta)
     assert time.monotonic() - start < 2.0
     assert answer.error and "retry after 30s" in answer.error and name_of(meta) in answer.error, answer
-    assert len(server.calls(verb="get")) == 1
+    assert len(server.calls(verb="get", resource="pytorchjobs")) == 1
 
 
 @pytest.mark.parametrize("call", ["get", "delete"])

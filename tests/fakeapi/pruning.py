@@ -38,11 +38,28 @@ OBJECT_META_FIELDS = frozenset(
 
 
 @functools.cache
+def _vendored_crd(plural: str) -> dict[str, Any]:
+    file, _ = CRD_FILES[plural]
+    crd: dict[str, Any] = yaml.safe_load((CRD_DIR / file).read_text(encoding="utf-8"))
+    return crd
+
+
 def _vendored(plural: str) -> dict[str, Any]:
-    file, version = CRD_FILES[plural]
-    crd = yaml.safe_load((CRD_DIR / file).read_text(encoding="utf-8"))
-    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    _, version = CRD_FILES[plural]
+    (served,) = [v for v in _vendored_crd(plural)["spec"]["versions"] if v["name"] == version]
     return dict(served["schema"]["openAPIV3Schema"])
+
+
+def vendored_crd(plural: str) -> dict[str, Any]:
+    """A copy of the vendored CustomResourceDefinition of `plural` (what a cluster of the newest releases installs).
+
+    Args:
+        plural: a registered kind's plural.
+
+    Returns:
+        The whole CRD object.
+    """
+    return copy.deepcopy(_vendored_crd(plural))
 
 
 def crd_schema(plural: str) -> dict[str, Any]:

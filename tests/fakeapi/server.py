@@ -58,6 +58,9 @@ _JOB_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(
                        r"(?:/(?P<name>[^/]+))?/?$")  # fmt: skip
 _DISCOVERY = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$")
 _CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|events)(?:/(?P<name>[^/]+))?/?$")
+_CRD = re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions(?:/(?P<name>[^/]+))?/?$")
+CRD_GROUP, CRDS = "apiextensions.k8s.io", "customresourcedefinitions"
+_CRD_NAMES = {f"{d.plural}.{d.group}": d.plural for d in DECLARED}
 
 JobHook = Callable[["FakeKubeApi", dict], None]
 
@@ -115,10 +118,8 @@ def forbidden_message(verb: str, resource: str, group: str, namespace: str, name
     """
     qualified = f"{resource}.{group}" if group else resource
     subject = f'{qualified} "{name}"' if name else qualified
-    return (
-        f'{subject} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group "{group}" '
-        f'in the namespace "{namespace}"'
-    )
+    scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    return f'{subject} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group "{group}" {scope}'
 
 
 @dataclass
@@ -317,7 +318,10 @@ class FakeKubeApi:
         it may change the job in place, as a queue manager's or the operator's webhook does."""
         self.crd_schemas: dict[str, dict] = {}
         """The installed CRDs' `openAPIV3Schema` by plural; the vendored one when absent (tests install another to
-        model a cluster whose CRD declares less)."""
+        model a cluster whose CRD declares less; `install_crd` sets it from a whole CRD)."""
+        self.crds: dict[str, dict] = {}
+        """The installed CustomResourceDefinitions by plural, as `GET customresourcedefinitions/<name>` answers them
+        (`install_crd`); absent: the vendored CRD, with `crd_schemas`' schema when set."""
         self.requests: list[RequestRecord] = []
         self._jobs: dict[str, dict[tuple[str, str], dict]] = {plural: {} for plural in JOB_KINDS}
         self.served: set[str] = set(JOB_KINDS)
@@ -510,6 +514,49 @@ class FakeKubeApi:
         """Append a core/v1 Event to `namespace`."""
         with self._lock:
             self._events.setdefault(namespace, []).append(copy.deepcopy(event))
+
+    def install_crd(self, crd: dict) -> dict:
+        """Install (or replace: an upgrade) a registered kind's CustomResourceDefinition, as `kubectl apply` of a
+        release's manifest does: the CRD read answers it, and creates are decoded by the schema of the version the
+        backend writes (a CRD that does not serve that version answers them 404, as the API server does).
+
+        Args:
+            crd: the CRD (an upstream manifest).
+
+        Returns:
+            The CRD as stored (with its resourceVersion and generation).
+
+        Raises:
+            KeyError: it is not the CRD of a registered kind.
+        """
+        plural = _CRD_NAMES[f"{crd['spec']['names']['plural']}.{crd['spec']['group']}"]
+        version = JOB_KINDS[plural][1]
+        with self._lock:
+            stored = copy.deepcopy(crd)
+            meta = stored.setdefault("metadata", {})
+            old = self.crds.get(plural)
+            meta["uid"] = (old or {}).get("metadata", {}).get("uid") or str(uuid.uuid4())
+            meta["generation"] = (old or {}).get("metadata", {}).get("generation", 0) + 1
+            meta["resourceVersion"] = self._next_rv()
+            self.crds[plural] = stored
+            served = [v for v in stored["spec"]["versions"] if v.get("served") and v["name"] == version]
+            self.crd_schemas[plural] = served[0]["schema"]["openAPIV3Schema"] if served else {}
+            return copy.deepcopy(stored)
+
+    def crd_object(self, plural: str) -> dict:
+        """The CRD the server answers for `plural`: the installed one, else the vendored one (its schema replaced
+        by `crd_schemas[plural]` when a test set it)."""
+        with self._lock:
+            if plural in self.crds:
+                return copy.deepcopy(self.crds[plural])
+            crd = pruning.vendored_crd(plural)
+            if plural in self.crd_schemas:
+                version = JOB_KINDS[plural][1]
+                for v in crd["spec"]["versions"]:
+                    if v["name"] == version:
+                        v["schema"]["openAPIV3Schema"] = copy.deepcopy(self.crd_schemas[plural])
+            crd["metadata"].update({"resourceVersion": "1", "generation": 1})
+            return crd
 
     # ------------------------------------------------------------------ watch history and watch faults
     def _record(self, resource: str, etype: str, obj: dict, old: dict | None) -> None:
@@ -933,6 +980,8 @@ class FakeKubeApi:
             return self._handle_job(rec, body)
         if rec.resource == "discovery":
             return self._discovery(rec)
+        if rec.resource == CRDS:
+            return self._handle_crd(rec)
         if rec.resource == "pods":
             return self._handle_pods(rec)
         if rec.resource == "events":
@@ -943,6 +992,17 @@ class FakeKubeApi:
             return 200, {"kind": "EventList", "apiVersion": "v1", "metadata": {"resourceVersion": str(self._rv)},
                          "items": items}  # fmt: skip
         return 404, status_body(404, "NotFound", "the server could not find the requested resource", {})
+
+    def _handle_crd(self, rec: RequestRecord) -> tuple[int, dict]:
+        """GET a registered kind's CustomResourceDefinition (cluster-scoped); 404 for another name, or a kind whose
+        CRD is not served."""
+        plural = _CRD_NAMES.get(rec.name or "")
+        if rec.verb != "get":
+            return 405, status_body(405, "MethodNotAllowed", f"the server does not allow this method on {CRDS}")
+        if plural is None or plural not in self.served:
+            details = {"name": rec.name, "group": CRD_GROUP, "kind": CRDS}
+            return 404, status_body(404, "NotFound", f'{CRDS}.{CRD_GROUP} "{rec.name}" not found', details)
+        return 200, self.crd_object(plural)
 
     def _discovery(self, rec: RequestRecord) -> tuple[int, dict]:
         group_version = rec.name or ""
@@ -973,6 +1033,8 @@ class FakeKubeApi:
                 return 400, status_body(400, "BadRequest", msg)
             meta["namespace"] = rec.namespace
             rec.name = name
+            if self.crd_schemas.get(plural) == {}:  # the installed CRD does not serve this version
+                return 404, status_body(404, "NotFound", "the server could not find the requested resource", {})
             schema = self.crd_schemas.get(plural) or pruning.crd_schema(plural)
             job, unknown = pruning.prune(job, schema)
             if unknown and rec.query.get("fieldValidation", [""])[0] == "Strict":
@@ -1086,7 +1148,10 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         m_jobs, m_core = _job_path(url.path), _CORE.match(url.path)
         m_discovery = _DISCOVERY.match(url.path)
-        if m_jobs:
+        m_crd = _CRD.match(url.path)
+        if m_crd:
+            ns, name, resource, group = "", m_crd["name"], CRDS, CRD_GROUP
+        elif m_jobs:
             ns, name, resource, group = m_jobs["ns"], m_jobs["name"], m_jobs["plural"], m_jobs["group"]
         elif m_discovery:
             ns, name, resource = "", f"{m_discovery['group']}/{m_discovery['version']}", "discovery"

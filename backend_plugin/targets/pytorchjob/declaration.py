@@ -8,15 +8,50 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from backend_plugin.sections import Section, check_seconds
-from backend_plugin.targets.declaration import ANY, Crd, Declaration, GeneratedName, Limits, Path, PodTemplates
+from backend_plugin.targets.declaration import (
+    ANY,
+    Crd,
+    CrdHistory,
+    CrdRelease,
+    Declaration,
+    GeneratedName,
+    Limits,
+    Path,
+    PodTemplates,
+)
 from pytorch_contract.k8s_names import JOB_NAME_LABEL
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
-__all__ = ["DECLARATION", "PyTorchJobSettings", "GROUP", "VERSION", "PLURAL", "KIND", "API_VERSION"]
+__all__ = [
+    "DECLARATION",
+    "PyTorchJobSettings",
+    "GROUP",
+    "VERSION",
+    "PLURAL",
+    "KIND",
+    "API_VERSION",
+    "HISTORY",
+    "NATIVE_SIDECAR",
+]
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "PyTorchJob"
+
+NATIVE_SIDECAR = ("spec", "pytorchReplicaSpecs", ANY, "template", "spec", "initContainers", ANY, "restartPolicy")
+"""An init container's `restartPolicy` (`Always`: a native sidecar, Kubernetes 1.28+): the training operator v1.8
+CRD added it; an older CRD would prune it and turn the sidecar into a blocking init container."""
+
+HISTORY = CrdHistory(
+    controller="the training operator",
+    releases=(
+        CrdRelease("training operator v1.9", (("spec", "runPolicy", "managedBy"),)),
+        CrdRelease("training operator v1.8", (NATIVE_SIDECAR,)),
+    ),
+    before="training operator v1.7 or earlier",
+)
+"""What each release's PyTorchJob CRD first declares (the upstream CRDs of v1.7.0, v1.8.1 and v1.9.4; every field the
+writer itself writes is in all of them, only pod template fields differ)."""
 
 
 @dataclass
@@ -110,5 +145,6 @@ DECLARATION = Declaration(
     package=__name__.rpartition(".")[0],
     setting_names=setting_names,
     generated_names=generated_names,
+    history=HISTORY,
 )
 """The PyTorchJob kind, as `backend_plugin.targets` registers it."""

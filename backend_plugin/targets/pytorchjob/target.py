@@ -8,12 +8,13 @@ from typing import Any, Optional
 
 from flyteidl.core.execution_pb2 import TaskLog
 
+from backend_plugin.admission.installed import Fitted, InstalledCrd
 from backend_plugin.config import BackendConfig
 from backend_plugin.pods import PodPlan, placement_warnings
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
 from backend_plugin.targets.base import JobTarget, Observed, PrimaryImage, Reads
-from backend_plugin.targets.pytorchjob import links, status, writer
+from backend_plugin.targets.pytorchjob import links, status, versions, writer
 from backend_plugin.targets.pytorchjob.declaration import DECLARATION
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
@@ -31,6 +32,10 @@ class PyTorchJobTarget(JobTarget):
     def warnings(self, spec: TaskSpec, config: BackendConfig) -> list[str]:
         # a PyTorchJob expresses every backend default: only a placement no node can match.
         return placement_warnings(spec, config)
+
+    def fit(self, job: dict[str, Any], plan: PodPlan, crd: InstalledCrd) -> Fitted:
+        # only pod template fields differ between releases, and none can be dropped: advice, no change.
+        return versions.fit(job, crd)
 
     def primary_images(self, job: Mapping[str, Any]) -> list[PrimaryImage]:
         # the `pytorch` container of every replica spec.

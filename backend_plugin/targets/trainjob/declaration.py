@@ -9,7 +9,16 @@ from typing import Any, Optional
 
 from backend_plugin.errors import ConfigError
 from backend_plugin.sections import Section, check_choice, check_seconds
-from backend_plugin.targets.declaration import ANY, Crd, Declaration, GeneratedName, Limits, PodTemplates
+from backend_plugin.targets.declaration import (
+    ANY,
+    Crd,
+    CrdHistory,
+    CrdRelease,
+    Declaration,
+    GeneratedName,
+    Limits,
+    PodTemplates,
+)
 from pytorch_contract.job_limits import LIMITS
 from pytorch_contract.k8s_names import DNS1123_SUBDOMAIN, JOBSET_NAME_LABEL
 
@@ -27,6 +36,11 @@ __all__ = [
     "MANAGED_BY",
     "POD_NAME_SUFFIX",
     "generated_names",
+    "HISTORY",
+    "RUNTIME_PATCHES",
+    "POD_TEMPLATE_OVERRIDES",
+    "POD_SPEC_OVERRIDES",
+    "ACTIVE_DEADLINE",
 ]
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -45,6 +59,30 @@ RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 MANAGED_BY = ("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue")
 """`spec.managedBy` values the TrainJob CRD allows."""
 
+
+RUNTIME_PATCHES = ("spec", "runtimePatches")
+"""Where the writer patches the runtime's node pod: Trainer v2.2 added it (v2.0 and v2.1 had other fields)."""
+
+POD_TEMPLATE_OVERRIDES = ("spec", "podTemplateOverrides")
+"""Trainer v2.1's way to change a runtime job's pod template (labels, annotations and some pod spec fields), merged
+into it as a strategic merge patch, as `runtimePatches` are; v2.2 replaced it."""
+
+POD_SPEC_OVERRIDES = ("spec", "podSpecOverrides")
+"""Trainer v2.0's way to change a runtime job's pod spec (some of its fields, no pod metadata), merged the same way;
+v2.1 replaced it."""
+
+ACTIVE_DEADLINE = ("spec", "activeDeadlineSeconds")
+"""The task's deadline on the TrainJob: Trainer v2.2 added it."""
+
+HISTORY = CrdHistory(
+    controller="Kubeflow Trainer",
+    releases=(
+        CrdRelease("Trainer v2.2", (RUNTIME_PATCHES, ACTIVE_DEADLINE)),
+        CrdRelease("Trainer v2.1", (POD_TEMPLATE_OVERRIDES,)),
+        CrdRelease("Trainer v2.0", (POD_SPEC_OVERRIDES,)),
+    ),
+)
+"""What each release's TrainJob CRD first declares (the upstream CRDs of v2.0.0, v2.1.0, v2.2.1 and v2.3.0)."""
 
 POD_NAME_SUFFIX = "-xxxxx"
 """Stands for the 5 random characters a Job's controller ends each pod name with; JobSet's webhook checks a name
@@ -157,5 +195,6 @@ DECLARATION = Declaration(
     settings=TrainJobSettings,
     package=__name__.rpartition(".")[0],
     generated_names=generated_names,
+    history=HISTORY,
 )
 """The TrainJob kind, as `backend_plugin.targets` registers it."""

@@ -8,13 +8,14 @@ from typing import Any, Optional
 
 from flyteidl.core.execution_pb2 import TaskLog
 
+from backend_plugin.admission.installed import Fitted, InstalledCrd
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
 from backend_plugin.pods import PodPlan, placement_warnings
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
 from backend_plugin.targets.base import JobTarget, Observed, PrimaryImage, Reads
-from backend_plugin.targets.trainjob import links, status, writer
+from backend_plugin.targets.trainjob import links, status, versions, writer
 from backend_plugin.targets.trainjob.declaration import DECLARATION, NODE
 
 __all__ = ["TrainJobTarget", "TARGET"]
@@ -33,6 +34,11 @@ class TrainJobTarget(JobTarget):
 
     def warnings(self, spec: TaskSpec, config: BackendConfig) -> list[str]:
         return writer.dropped_defaults(spec, config) + placement_warnings(spec, config)
+
+    def fit(self, job: dict[str, Any], plan: PodPlan, crd: InstalledCrd) -> Fitted:
+        # runtimePatches as an older Trainer's override where that keeps its meaning; a deadline Flyte enforces
+        # anyway dropped (versions.py).
+        return versions.fit(job, plan, crd)
 
     def primary_images(self, job: Mapping[str, Any]) -> list[PrimaryImage]:
         # `spec.trainer.image`, the image of every node.

@@ -71,7 +71,9 @@ def test_create_track_and_delete_a_jobset(propeller, tmp_path: Path) -> None:
     name = name_of(meta)
     assert (job["kind"], job["metadata"]["name"]) == ("JobSet", name)
     assert SPEC_DIGEST_ANNOTATION in job["metadata"]["annotations"]
-    assert [(r.verb, r.resource, r.status) for r in server.requests] == [("create", JOBSETS, 201)]
+    # the kind's installed CRD is read before its first create, then the JobSet it accepts is created
+    crd = ("get", "customresourcedefinitions", 200)
+    assert [(r.verb, r.resource, r.status) for r in server.requests] == [crd, ("create", JOBSETS, 201)]
     assert (tmp_path / "abc123" / "inputs.pb").exists()
     steps = [
         ({}, "QUEUED", "waiting for the JobSet controller"),
