@@ -23,6 +23,7 @@ Which rank to blame for a failure is not decided here (``_failure.py``). torch i
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import signal
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from pytorch_contract.preemption import termination_grace_s
 from pytorch_core._codefiles import code_files
 from pytorch_core._control import ControlDir, ControlRecord, RankSpec, dumps
 from pytorch_core._failure import RankFailedError
@@ -50,7 +52,9 @@ from pytorch_core.frontend import FrontEnd, current
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between SIGTERM and SIGKILL when the local agent stops its ranks (torch's default, 30 s, is for pods).
+#: Seconds between SIGTERM and SIGKILL when the local agent stops its ranks (torch's default, 30 s, is for pods):
+#: a rank that ignores Ctrl-C (stuck in a C call) costs this long. ``FLYTE_PYTORCH_TERMINATION_GRACE_S`` sets it
+#: (``local_grace_s``), for a preemption-safe loop whose checkpoint takes longer to save.
 LOCAL_SHUTDOWN_TIMEOUT_S = 5
 #: The role name torchrun gives its workers (``ROLE_NAME``; ``--role`` defaults to it); torch's ``LaunchConfig``
 #: would say ``default_role``, which code written for torchrun does not expect.
@@ -78,12 +82,15 @@ class AgentResult:
         exit_codes: global rank -> exit code of every rank the agent saw fail (empty when none failed).
         agent_error: the agent's description of the failure, ``""`` when none failed.
         elapsed_s: seconds from the start of the agent to its end.
+        interrupted: the signal that stopped the launch, when its ranks stopped at the agreed step of a preemption
+            (a launch stopped by a signal whose ranks did not is not returned: the signal's handler acts).
     """
 
     record: ControlRecord
     exit_codes: Mapping[int, Optional[int]] = field(default_factory=dict)
     agent_error: str = ""
     elapsed_s: float = 0.0
+    interrupted: Optional[signal.Signals] = None
 
     @property
     def failed(self) -> bool:
@@ -170,6 +177,10 @@ def run_ranks(
                 agent_error=(str(failure) or type(failure).__name__) if failure is not None else "",
                 elapsed_s=time.monotonic() - started,
             )
+        stopped = ControlDir(control).read()
+        if stopped.preempted:
+            # The ranks stopped at the agreed step of a preemption (``preemption.py``): the launcher says so first.
+            return AgentResult(record=stopped, elapsed_s=time.monotonic() - started, interrupted=interrupted)
     finally:
         _restore_handlers(saved_handlers)
         shutil.rmtree(control, ignore_errors=True)
@@ -236,6 +247,9 @@ def _agent_config(plan: LaunchPlan, *, log_dir: Path) -> Any:
     endpoint = plan.rdzv_endpoint
     if plan.rdzv_backend == "static" and endpoint == f"{LOCAL_ADDR}:0":
         endpoint = f"{LOCAL_ADDR}:{free_port()}"  # the static store needs a real port: ranks are told this one
+    # Locally our own grace (the variable sets it); in a pod torch's (30 s, TORCH_ELASTIC_SHUTDOWN_TIMEOUT) unless the
+    # variable says what the pod's terminationGracePeriodSeconds is.
+    grace = local_grace_s(os.environ) if local else termination_grace_s(os.environ, 0.0)
     return LaunchConfig(
         min_nodes=plan.min_nodes,
         max_nodes=plan.max_nodes,
@@ -250,8 +264,24 @@ def _agent_config(plan: LaunchPlan, *, log_dir: Path) -> Any:
         start_method=plan.start_method,
         local_addr=LOCAL_ADDR if local else None,
         logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)),
-        shutdown_timeout=LOCAL_SHUTDOWN_TIMEOUT_S if local else None,
+        shutdown_timeout=math.ceil(grace) if grace > 0 else None,
     )
+
+
+def local_grace_s(env: Mapping[str, str]) -> float:
+    """Seconds between the SIGTERM a local launcher's agent forwards to its ranks and the SIGKILL that follows:
+    ``FLYTE_PYTORCH_TERMINATION_GRACE_S``, else :data:`LOCAL_SHUTDOWN_TIMEOUT_S`.
+
+    Args:
+        env: the launcher's environment.
+
+    Returns:
+        float: seconds.
+
+    Raises:
+        ValueError: the variable is set but not a positive number of seconds.
+    """
+    return termination_grace_s(env, float(LOCAL_SHUTDOWN_TIMEOUT_S))
 
 
 def _run_id(plan: LaunchPlan) -> str:

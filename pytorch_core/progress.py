@@ -39,7 +39,10 @@ __all__ = [
     "report_progress",
     "HANDOFF_INTERVAL_S",
     "set_step_boundary_hook",
+    "step_boundary_hook",
     "last_report",
+    "last_step",
+    "note_step",
     "active",
     "hand_off_due",
     "leave_trainer_status",
@@ -58,6 +61,9 @@ _reporter: Optional[_Reporter] = None
 _boundary_hook: Optional[Callable[[Optional[int]], None]] = None
 #: This process runs a task's function under the plugin's launcher (any rank).
 _active = False
+#: The step this rank passed last (every rank: ``report_progress(step)``, ``save_checkpoint``), else ``None``. The
+#: preemption watcher reads it when it announces where this rank stands (``preemption.py``).
+_step: Optional[int] = None
 
 _monotonic = time.monotonic
 
@@ -81,7 +87,7 @@ def report_progress(step: Optional[int] = None, total: Optional[int] = None, **m
             number.
         ValueError: ``step`` or ``total`` is negative.
     """
-    global _last_report
+    global _last_report, _step
     now = _monotonic()
     _last_report = now
     if step is not None:
@@ -89,6 +95,7 @@ def report_progress(step: Optional[int] = None, total: Optional[int] = None, **m
             step = _count("step", step)
         elif step < 0:
             raise ValueError(f"report_progress(step={step}): step must be >= 0")
+        _step = step  # before the hook is read: the preemption watcher relies on this order
     if total is not None and type(total) is not int:
         total = _count("total", total)
     reporter = _reporter
@@ -213,8 +220,9 @@ def start_reporting(send: Callable[[dict[str, Any]], None], *, interval_s: float
 
 def start_rank() -> None:
     """This process runs a task's function (any rank): the callbacks' factories see it (:func:`active`)."""
-    global _active
+    global _active, _step
     _active = True
+    _step = None
 
 
 def end_rank() -> None:
@@ -241,6 +249,26 @@ def reset() -> None:
     """Forget everything (the group was set up again: a new round of an elastic job, or a new in-process launch)."""
     global _last_report
     _last_report = None
+
+
+def last_step() -> Optional[int]:
+    """The step this rank passed last (``report_progress(step)``, a checkpoint save or load), or ``None``."""
+    return _step
+
+
+def note_step(step: int) -> None:
+    """Record that this rank passed ``step`` (a checkpoint was saved or loaded there).
+
+    Args:
+        step: the steps done.
+    """
+    global _step
+    _step = step
+
+
+def step_boundary_hook() -> Optional[Callable[[Optional[int]], None]]:
+    """The hook :func:`set_step_boundary_hook` set, or ``None``."""
+    return _boundary_hook
 
 
 def last_report() -> Optional[float]:
