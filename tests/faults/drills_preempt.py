@@ -288,3 +288,180 @@ def inside_collective(directory: Path, run: str, rank: int, at: float) -> Option
         elif step in entered and entered[step] <= at <= when:
             return step
     return None
+
+
+# ---------------------------------------------------------------- one rank per pod: three pyflyte-execute ---------
+
+
+@dataclass
+class Pod:
+    """One pod of a pod drill's attempt.
+
+    Attributes:
+        rank: its rank (``RANK``).
+        returncode: the container's exit code (``None``: the guard killed it).
+        log: its output.
+    """
+
+    rank: int
+    returncode: Optional[int]
+    log: str
+
+
+def _serialized_args() -> list[str]:
+    from collections import OrderedDict
+
+    from flytekit.configuration import Image, ImageConfig, SerializationSettings
+    from flytekit.tools.translator import get_serializable
+
+    from tests.faults.preempt_pod_tasks import pod_train
+
+    image = Image.look_up_image_info("default", "localhost/flytekitplugins-pytorch-drill:venv")
+    settings = SerializationSettings(image_config=ImageConfig(default_image=image, images=[image]))
+    return list(get_serializable(OrderedDict(), settings, pod_train).template.container.args)
+
+
+def write_pod_inputs(path: Path, inputs: dict[str, Any]) -> None:
+    """Write the pod task's ``inputs.pb`` as propeller would.
+
+    Args:
+        path: the file.
+        inputs: the task's inputs.
+    """
+    from flytekit.core import utils
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.type_engine import TypeEngine
+
+    from tests.faults.preempt_pod_tasks import pod_train
+
+    hints = {name: var for name, var in pod_train.python_interface.inputs.items()}
+    literals = TypeEngine.dict_to_literal_map(FlyteContextManager.current_context(), inputs, hints)
+    utils.write_proto_to_file(literals.to_flyte_idl(), str(path))
+
+
+def read_pod_output(output_prefix: Path) -> Optional[list[float]]:
+    """The weights in an attempt's ``outputs.pb``, or ``None`` when there is none.
+
+    Args:
+        output_prefix: the attempt's output prefix.
+
+    Returns:
+        Optional[list[float]]: the weights.
+    """
+    from flyteidl.core import literals_pb2
+    from flytekit.core import utils
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.type_engine import TypeEngine
+    from flytekit.models.literals import LiteralMap
+
+    path = output_prefix / "outputs.pb"
+    if not path.exists():
+        return None
+    literals = LiteralMap.from_flyte_idl(utils.load_proto_from_file(literals_pb2.LiteralMap, str(path)))
+    values = TypeEngine.literal_map_to_kwargs(FlyteContextManager.current_context(), literals, {"o0": list[float]})
+    return list(values["o0"])
+
+
+def run_pods(
+    directory: Path, run: str, *, attempt: int, checkpoint: Path, prev: str, act: Any = None, grace_s: float = GRACE_S
+) -> tuple[list[Pod], Path, float]:
+    """One attempt of the pod drill: three ``pyflyte-execute`` pods (ranks 0, 1, 2) over loopback.
+
+    Args:
+        directory: the drill's folder (``inputs.pb`` is written there first).
+        run: this attempt's run name in the notes.
+        attempt: Flyte's attempt number.
+        checkpoint: this attempt's checkpoint prefix.
+        prev: the previous attempt's, or ``""``.
+        act: as for :func:`launch`, once every pod's rank finished its first step.
+        grace_s: the termination grace the pods count on.
+
+    Returns:
+        tuple[list[Pod], Path, float]: the pods, the attempt's output prefix, and the attempt's wall time.
+    """
+    from tests.faults.drills_retry import fill_args
+    from tests.helpers.tcp_store import free_port
+
+    inputs_pb = directory / "inputs.pb"
+    if not inputs_pb.exists():
+        write_pod_inputs(
+            inputs_pb, {**{k: INPUTS[k] for k in ("steps", "step_seconds", "every")}, "directory": str(directory)}
+        )
+    output_prefix = directory / f"out-{attempt}"
+    cmd = fill_args(
+        _serialized_args(),
+        inputs=inputs_pb,
+        output_prefix=output_prefix,
+        raw=directory / "raw",
+        checkpoint=checkpoint,
+        prev=prev,
+    )
+    port = free_port()
+    procs = []
+    for rank in range(3):
+        env = _env(
+            directory,
+            run,
+            {
+                "RANK": str(rank),
+                "WORLD_SIZE": "3",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "_F_WN": f"pod-{rank}",
+                "_F_DES": "Earliest",
+                "FLYTE_FAIL_ON_ERROR": "true",
+                "FLYTE_ATTEMPT_NUMBER": str(attempt),
+                "FLYTE_PYTORCH_TERMINATION_GRACE_S": f"{grace_s:g}",
+                "HOME": str(directory / "home"),
+                "PATH": f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+            },
+        )
+        (directory / "home").mkdir(exist_ok=True)
+        log = (directory / f"pod-{run}-{rank}.log").open("wb")
+        procs.append(
+            (
+                rank,
+                subprocess.Popen(
+                    cmd, cwd=str(directory), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                ),
+                log,
+            )
+        )
+    started = time.monotonic()
+    ready = _ready_after(directory, run)
+    acted = False
+    killed = False
+    try:
+        while any(p.poll() is None for _, p, _ in procs):
+            count = sum(len(group_members(p.pid)) for _, p, _ in procs)
+            if count > 3 * 4 or time.monotonic() - started > RUN_TIMEOUT_S:
+                killed = True
+                break
+            if act is not None and (acted or ready()):
+                act(None, not acted)
+                acted = True
+            time.sleep(0.02)
+    finally:
+        for _, p, log in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+            log.close()
+    wall = time.monotonic() - started
+    pods = [
+        Pod(rank, None if killed else p.returncode, (directory / f"pod-{run}-{rank}.log").read_text(errors="replace"))
+        for rank, p, _ in procs
+    ]
+    return pods, output_prefix, wall
+
+
+def error_documents(output_prefix: Path) -> list[Any]:
+    """The error documents an attempt's pods wrote (``error-<uuid>.pb``), as flyteidl messages."""
+    from flyteidl.core import errors_pb2
+    from flytekit.core import utils
+
+    return [
+        utils.load_proto_from_file(errors_pb2.ErrorDocument, str(p)) for p in sorted(output_prefix.glob("error*.pb"))
+    ]

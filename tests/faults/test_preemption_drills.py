@@ -157,3 +157,48 @@ def test_a_loop_without_the_api_stops_at_once_as_before(tmp_path: Path) -> None:
     assert "preemption" not in first.output
     assert first.leftover == []
     assert PREEMPTED_EXIT_CODE != -signal.SIGTERM
+
+
+def test_one_pod_of_three_gets_sigterm_and_a_flyte_retry_resumes(baseline: list[float], tmp_path: Path) -> None:
+    """Three pods of one rank each (``_run_direct`` in ``pyflyte-execute``), sharing only the group's store: pod 1
+    gets SIGTERM mid-step (SIGKILL after the 5 s grace). Every pod stops after the same step and exits 200; each
+    writes a recoverable error document of system origin and the preemption record. The retry (attempt 1, the first
+    attempt's checkpoint prefix as ``--prev-checkpoint``) resumes at that step and ends as an uninterrupted run."""
+    from flyteidl.core import errors_pb2, execution_pb2
+
+    from pytorch_contract.preemption import FILE_NAME, parse_record
+
+    began = time.monotonic()
+    first_ckpt = tmp_path / "ckpt-0"
+    pods, out0, _ = drills.run_pods(
+        tmp_path, "a", attempt=0, checkpoint=first_ckpt, prev="", act=drills.signal_ranks(tmp_path, "a", [1])
+    )
+    logs = "\n".join(pod.log[-2500:] for pod in pods)
+    assert [pod.returncode for pod in pods] == [PREEMPTED_EXIT_CODE] * 3, logs
+    stopped = _agreed(drills.Launch(0, logs, 0.0), tmp_path)
+    documents = drills.error_documents(out0)
+    assert len(documents) == 3, logs
+    for document in documents:
+        assert document.error.kind == errors_pb2.ContainerError.RECOVERABLE
+        assert document.error.origin == execution_pb2.ExecutionError.SYSTEM
+        assert "PreemptedError: preempted: rank 1 (pod pod-1) got SIGTERM" in document.error.message
+        assert f"every rank stopped after step {stopped}; checkpoint saved at step {stopped}" in document.error.message
+    record = parse_record((out0 / FILE_NAME).read_bytes())
+    assert (record.stopped_at, record.checkpoint_step, record.rank, record.pod) == (stopped, stopped, 1, "pod-1")
+    assert not (out0 / "outputs.pb").exists()
+
+    pods, out1, _ = drills.run_pods(tmp_path, "b", attempt=1, checkpoint=tmp_path / "ckpt-1", prev=str(first_ckpt))
+    assert [pod.returncode for pod in pods] == [0, 0, 0], "\n".join(pod.log[-2500:] for pod in pods)
+    resumed = drills.notes(tmp_path, "b")["start"]
+    assert resumed == {0: stopped, 1: stopped, 2: stopped}
+    assert drills.same(drills.read_pod_output(out1), baseline)
+    lost = drills.recomputed(drills.notes(tmp_path, "a"), stopped)
+    assert lost == 0
+    _row(
+        "SIGTERM to pod 1 of 3, then a Flyte retry",
+        stopped,
+        stopped,
+        lost,
+        "0 user, 1 system (the retry)",
+        time.monotonic() - began,
+    )
