@@ -306,7 +306,7 @@ def tick(store: Any) -> Optional[float]:
     if run.stop_at is not None:
         return None
     if store.check([f"{key}stop"]):
-        _adopt(int(store.get(f"{key}stop").decode()))
+        _adopt(run, int(store.get(f"{key}stop").decode()))
         return None
     keys = [f"{key}at/{r}" for r in range(run.world_size)]
     late = time.time() > float(run.request["time"]) + _agree_wait_s(float(run.request["grace_s"]))
@@ -323,12 +323,11 @@ def tick(store: Any) -> Optional[float]:
     agreed = int(store.compare_set(f"{key}stop", "", str(proposed)).decode())
     if missing and agreed == proposed:
         _say(f"ranks {missing} did not say where they stand in time; agreed on step {agreed} without them")
-    _adopt(agreed)
+    _adopt(run, agreed)
     return None
 
 
-def _adopt(step: int) -> None:
-    run = _run
+def _adopt(run: _Run, step: int) -> None:
     with _lock:
         run.stop_at = step
         run.agreed.set()
@@ -343,10 +342,10 @@ def _deadline() -> float:
     return float(request.get("time", time.time())) + float(request.get("grace_s", grace_s()))
 
 
-def _decide(step: int) -> bool:
+def _decide(step: int, run: Optional[_Run] = None) -> bool:
     """At a boundary: whether this rank stops here (it waits for the agreed step when it must, see the module
     docstring)."""
-    run = _run
+    run = run if run is not None else _run
     if run.record is not None:
         return True
     request = run.request
@@ -384,7 +383,6 @@ def _conclude(step: int) -> PreemptionRecord:
     """At the agreed step: the loop's callbacks, rank 0's save, the others' wait for it; the record."""
     checkpoint = _checkpoints
     run = _run
-    progress.set_step_boundary_hook(None)
     for callback in list(run.callbacks):
         callback(step)
     request = run.request or {}
