@@ -221,13 +221,16 @@ class Flyte2FrontEnd:
         workdir.mkdir(parents=True, exist_ok=True)
         revive_background_loops()
         _rank_checkpoint = getattr(snapshot, "checkpoint", None)
-        if getattr(snapshot, "flytekit", None) is None:
-            yield _RankScope()
-            return
-        from flytekitplugins_pytorch._frontend import FLYTEKIT  # flytekit is loaded: the task's code imported it
+        try:
+            if getattr(snapshot, "flytekit", None) is None:
+                yield _RankScope()
+                return
+            from flytekitplugins_pytorch._frontend import FLYTEKIT  # flytekit is loaded: the task's code imported it
 
-        with FLYTEKIT.rank_scope(snapshot.flytekit, workdir):  # flytekit.current_context() as in a flytekit rank
-            yield _RankScope()
+            with FLYTEKIT.rank_scope(snapshot.flytekit, workdir):  # flytekit.current_context() as in a flytekit rank
+                yield _RankScope()
+        finally:
+            _rank_checkpoint = None
 
     def resumable_checkpoint(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
