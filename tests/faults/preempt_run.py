@@ -2,12 +2,14 @@
 
 python -m tests.faults.preempt_run train '{"steps": 12, "directory": "...", ...}'
 python -m tests.faults.preempt_run plain
+python -m torch.distributed.run --nproc-per-node 3 -m tests.faults.preempt_run rank
 
 ``train`` runs ``tests.faults.preempt_tasks.train`` on 3 local ranks through the core launcher (no Flyte SDK: the
 launch a front-end makes, minus the SDK's context) and prints ``RESULT <json weights>``; a run whose ranks stopped
 for a preemption prints ``PREEMPTED <message>`` and exits 3 (a launcher that got the signal itself ends as the signal
 ends it). The drill's run name is ``$PREEMPT_DRILL_RUN`` (the ranks read it too): the inputs stay the same from run to
-run, so the next run is the same execution and resumes. ``plain`` runs a loop that uses none of the API.
+run, so the next run is the same execution and resumes. ``plain`` runs a loop that uses none of the API on 3 local
+ranks; ``rank`` is one rank of it, for torchrun.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def main(argv: list[str]) -> int:
     """Run one launch.
 
     Args:
-        argv: ``["train", json kwargs]`` or ``["plain"]``.
+        argv: ``["train", json kwargs]``, ``["plain"]`` or ``["rank"]``.
 
     Returns:
         int: the exit status.
@@ -48,6 +50,9 @@ def main(argv: list[str]) -> int:
     from pytorch_core.launcher import run_distributed
     from tests.faults import preempt_tasks
 
+    if argv[0] == "rank":  # one rank of the plain loop, as torchrun's ranks run it
+        preempt_tasks.plain_loop()
+        return 0
     config = PyTorch(worker=Worker(replicas=2))
     if argv[0] == "plain":
         run_distributed(_Task(config, "preempt_drill.plain", preempt_tasks.plain_loop), {}, PLAIN)
