@@ -230,6 +230,20 @@ def signal_ranks(directory: Path, run: str, ranks: list[int], *, kill_after_s: f
     return act
 
 
+def ctrl_c() -> Any:
+    """An ``act`` that sends SIGINT to the run's whole process group once, as a terminal's Ctrl-C does: the launcher,
+    its fork server and every rank get it (and the launcher's agent forwards it again)."""
+
+    def act(proc: subprocess.Popen, first: bool) -> Optional[float]:
+        if first:
+            at = time.time()
+            os.killpg(proc.pid, signal.SIGINT)
+            return at
+        return None
+
+    return act
+
+
 def signal_launcher(sig: signal.Signals = signal.SIGTERM) -> Any:
     """An ``act`` that sends ``sig`` to the launcher once (its agent forwards it, and SIGKILLs after its grace)."""
 

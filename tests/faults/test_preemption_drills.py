@@ -125,13 +125,13 @@ def test_a_checkpoint_slower_than_the_grace_leaves_the_last_periodic_one(baselin
     _row("checkpoint slower than the grace", stopped, resumed, lost, "0 (a new local run)", time.monotonic() - began)
 
 
-def test_a_preemption_during_the_first_step(baseline: list[float], tmp_path: Path) -> None:
-    """``kill -TERM`` of the launcher while the ranks run their first step, before any checkpoint exists."""
+def test_ctrl_c_during_the_first_step(baseline: list[float], tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the run's whole process group, as a terminal sends it) while the ranks run their first
+    step, before any checkpoint exists: they stop after step 1, saved; the launcher ends with KeyboardInterrupt."""
     began = time.monotonic()
-    first = drills.run_local(
-        tmp_path, "a", ready=drills._ready_after(tmp_path, "a", "start"), act=drills.signal_launcher(signal.SIGTERM)
-    )
-    assert first.returncode == -signal.SIGTERM, first.output[-4000:]
+    first = drills.run_local(tmp_path, "a", ready=drills._ready_after(tmp_path, "a", "start"), act=drills.ctrl_c())
+    assert first.returncode == -signal.SIGINT, first.output[-4000:]  # Python's end for an uncaught KeyboardInterrupt
+    assert "KeyboardInterrupt" in first.output
     stopped = _agreed(first, tmp_path)
     assert stopped == 1, first.output[-3000:]
     assert "checkpoint of step 1 saved" in first.output
@@ -139,7 +139,7 @@ def test_a_preemption_during_the_first_step(baseline: list[float], tmp_path: Pat
     resumed, _ = _resume(tmp_path, baseline, stopped)
     lost = drills.recomputed(drills.notes(tmp_path, "a"), resumed)
     assert resumed == 1 and lost == 0
-    _row("preemption during the first step", stopped, resumed, lost, "0 (a new local run)", time.monotonic() - began)
+    _row("Ctrl-C during the first step", stopped, resumed, lost, "0 (a new local run)", time.monotonic() - began)
 
 
 def test_a_loop_without_the_api_stops_at_once_as_before(tmp_path: Path) -> None:
