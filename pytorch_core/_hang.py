@@ -10,6 +10,8 @@ each rank opens a second connection to it (``store.clone()``) and a daemon threa
 ``flyte-pytorch/<attempt>/answer/<r>``  rank ``r``'s answer: its node, pod and the stack of its main thread
 ``flyte-pytorch/<attempt>/done/<r>``    rank ``r``'s function returned
 ``flyte-pytorch/<attempt>/failed/<r>``  rank ``r`` raised an exception of its own: its type and first line
+``flyte-pytorch/<attempt>/preempt/...``  a preemption's request, announcements and agreed step: the watcher polls
+                                        them too (``preemption.tick``; the protocol is in ``preemption.py``)
 ======================================  ===============================================================================
 
 A rank that gives up waiting asks, collects the answers for up to :data:`ANSWER_WAIT_S`, and raises a

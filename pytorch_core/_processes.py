@@ -11,9 +11,11 @@ which ones the agent saw fail). It owns:
   (``_forkserver.py``: it starts at once and shares the launcher's memory); otherwise it is a fresh interpreter that
   preloads torch, flytekit, the rank entrypoint and the task's module (:func:`_preload_forkserver`). Either way a
   rank starts in a fraction of a second;
-- **signals**: for the whole launch, SIGTERM/SIGINT/SIGHUP/SIGQUIT make the agent stop every rank (SIGTERM, then
-  SIGKILL after :data:`LOCAL_SHUTDOWN_TIMEOUT_S` locally); then the previous handler acts as if the signal had just
-  arrived (default SIGTERM ends the process, default SIGINT raises ``KeyboardInterrupt``);
+- **signals**: for the whole launch, SIGTERM/SIGINT/SIGHUP/SIGQUIT make the agent stop every rank (it forwards the
+  signal, then SIGKILLs after :data:`LOCAL_SHUTDOWN_TIMEOUT_S` locally, or ``FLYTE_PYTORCH_TERMINATION_GRACE_S``);
+  then the previous handler acts as if the signal had just arrived (default SIGTERM ends the process, default SIGINT
+  raises ``KeyboardInterrupt``). Ranks whose loop uses the checkpoint or progress API stop after an agreed step
+  first (``preemption.py``), and the launcher says where the next run resumes before the handler acts;
 - **orphans**: a live launcher stops its ranks (the agent on a failure, the handlers above on a signal); when the
   launcher itself dies, each rank ends itself (``_rank.die_with_parent``, the first thing a rank does).
 

@@ -15,6 +15,9 @@ modules, one job each:
 ``_preflight.py``      in each rank, before the task's code: master address, ``/dev/shm``, one all-reduce
 ``progress.py``        ``report_progress``: in each rank the step boundary; global rank 0 hands its snapshots to
                        the launcher, whose thread (``_progress_follow.py``) shows them
+``preemption.py``      in each rank: on SIGTERM or Ctrl-C every rank stops after one agreed step (through the
+                       group's store) and rank 0 saves through ``checkpoint.py`` (``save_checkpoint``,
+                       ``load_checkpoint``); the launcher ends such a run as preempted (:func:`_preempted`)
 =====================  ==========================================================================================
 
 Where it runs (see ``_plan.py``): locally as real ranks on this machine; in-process with world size 1
@@ -41,6 +44,10 @@ Environment variables read here:
 - ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per local rank instead of ``max(1, cpus // local ranks)``.
 - ``FLYTE_PYTORCH_PROGRESS_LINE``, ``FLYTE_PYTORCH_PROGRESS_LOG_S``, ``FLYTE_PYTORCH_PROGRESS_INTERVAL_S``: how global
   rank 0's live progress is shown (``_progress_follow.py``).
+- ``FLYTE_PYTORCH_TERMINATION_GRACE_S``: seconds from a SIGTERM to the SIGKILL (locally also the agent's own wait,
+  5 s by default; in a pod, 30 s unless set): what a preemption's stop and save must fit in (``preemption.py``).
+- ``FLYTE_PYTORCH_CHECKPOINT_DIR``: where ``save_checkpoint`` writes; a local run that does not set it gets a folder
+  of its execution (the task's name and inputs), removed when the run ends without a preemption (``checkpoint.py``).
 
 torch is imported lazily; this module imports without torch.
 """

@@ -9,7 +9,9 @@ Every rank may call it once per step. What happens on each call:
   directory (``_control.ControlDir.write_progress``), or, when the function runs in the launcher's own process (the
   in-process mode, a pod with one rank), a call into the launcher's follower. Metric values are turned into floats
   only then, so a tensor's ``.item()`` (a device sync) runs once per hand-off, not once per step;
-- a step-boundary hook runs when one is set (:func:`set_step_boundary_hook`): one global read otherwise.
+- every rank records the step (one global store: the preemption watcher reads it, ``preemption.py``), and a
+  step-boundary hook runs when one is set (:func:`set_step_boundary_hook`): one global read otherwise. The first
+  call with a step arms the rank for a preemption (the hook that does it then leaves).
 
 The launcher's follower (``_progress_follow.py``) shows what rank 0 handed over: the console line, the front-end's
 page (flytekit's Deck, Flyte 2's report), the progress record beside the outputs on a cluster
@@ -17,9 +19,9 @@ page (flytekit's Deck, Flyte 2's report), the progress record beside the outputs
 never write anything. A run that never reports writes nothing.
 
 The step boundary: a loop that calls ``report_progress(step)`` hands control to the plugin between two steps, on
-every rank, at the same step. That is where a later stop at an agreed step (say, for preemption: the watcher of
-``_hang.py`` learns through the group's store at which step every rank stops) can act without any other code in the
-loop: the watcher sets the hook, and the hook runs in the main thread at the next call.
+every rank, at the same step. That is where a preemption stops the ranks at an agreed step (``preemption.py``: the
+watcher of ``_hang.py`` learns through the group's store at which step every rank stops) without any other code in
+the loop: the watcher sets the hook, and the hook runs in the main thread at the next call.
 
 Neither torch nor a Flyte SDK is imported here.
 """
