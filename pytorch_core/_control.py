@@ -13,6 +13,7 @@ written atomically (write a temporary file, then rename), so the launcher never 
                              asked for them (:meth:`ControlDir.request_stacks`); empty = never asked
 ``progress.json``            global rank 0's latest progress snapshot (``progress.py``), rewritten at most every
                              2 s while it reports; the launcher's follower reads it while the ranks run
+``rank-<n>.stopping``        the rank learnt of a preemption and is stopping at the agreed step
 ``rank-<n>.preempted``       the rank stopped at the agreed step of a preemption (``preemption.py``): the
                              preemption record as JSON, with ``where`` (the checkpoint place)
 ===========================  ==========================================================================
@@ -77,6 +78,7 @@ START_FILE = "rank-{rank}.started"
 STACK_FILE = "rank-{rank}.stack"
 PROGRESS_FILE = "progress.json"
 PREEMPTED_FILE = "rank-{rank}.preempted"
+STOPPING_FILE = "rank-{rank}.stopping"
 #: The signal on which a rank dumps its stacks to ``rank-<n>.stack`` (``faulthandler``; rarely used by programs).
 STACK_SIGNAL = signal.SIGUSR2
 
@@ -367,6 +369,28 @@ class ControlDir:
             stacks=self._stacks(),
             preempted=self._preempted(),
         )
+
+    def mark_stopping(self, rank: int) -> None:
+        """Record that ``rank`` is stopping at the agreed step of a preemption (its pid is in ``rank-<n>.started``).
+
+        Args:
+            rank: global rank.
+        """
+        _write_atomic(self.path / STOPPING_FILE.format(rank=rank), b"")
+
+    def stopping_pids(self) -> list[int]:
+        """The pids of the ranks that are stopping for a preemption (``rank-<n>.stopping``).
+
+        Returns:
+            list[int]: the pids.
+        """
+        pids = []
+        for rank in self._ranks(STOPPING_FILE):
+            try:
+                pids.append(int((self.path / START_FILE.format(rank=rank)).read_text()))
+            except (OSError, ValueError):
+                continue
+        return pids
 
     def _preempted(self) -> dict[int, dict[str, Any]]:
         found = {}

@@ -24,6 +24,7 @@ Which rank to blame for a failure is not decided here (``_failure.py``). torch i
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
@@ -148,6 +149,8 @@ def run_ranks(
     if plan.start_method == "forkserver":
         launch_env[PRELOAD_ENV] = _preload_forkserver(fn, plan.preload_modules)
     saved_handlers = _install_handlers()
+    off_main = threading.current_thread() is not threading.main_thread()
+    stop_waiting = _ranks_end_before_exit(ControlDir(control), plan) if off_main else None
     interrupted: Optional[signal.Signals] = None
     failure: Optional[ChildFailedError] = None
     started = time.monotonic()
@@ -185,6 +188,8 @@ def run_ranks(
             return AgentResult(record=stopped, elapsed_s=time.monotonic() - started, interrupted=interrupted)
     finally:
         _restore_handlers(saved_handlers)
+        if stop_waiting is not None:
+            stop_waiting()
         shutil.rmtree(control, ignore_errors=True)
         shutil.rmtree(run_dir / "torchelastic", ignore_errors=True)
         if base_dir is None and interrupted is not None:
@@ -455,6 +460,36 @@ def _install_handlers() -> dict[signal.Signals, _Handler]:
         saved[sig] = signal.getsignal(sig)
         signal.signal(sig, _signal_exception_handler)
     return saved
+
+
+def _ranks_end_before_exit(control: ControlDir, plan: LaunchPlan) -> Callable[[], None]:
+    """A launch outside Python's main thread (``flyte.run`` runs a task in a thread of its own) has no handlers for
+    the launcher's signals (only the main thread may set them). A terminal's Ctrl-C still reaches the ranks: those
+    whose loop uses the checkpoint API stop at an agreed step and save (``preemption.py``), while the main thread's
+    ``KeyboardInterrupt`` ends the program, and the ranks with it. While a rank that said it is stopping so
+    (``rank-<n>.stopping``) is alive, the program's exit waits for it (at most the grace and 5 s); a program that
+    exits while no rank is stopping exits at once, as it did.
+
+    Returns:
+        Callable[[], None]: stops waiting (the launch is over).
+    """
+    limit = local_grace_s(os.environ) + 5.0 if plan.kind is ExecutionKind.LOCAL else 35.0
+
+    def wait_for_the_ranks() -> None:
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and any(_pid_alive(pid) for pid in control.stopping_pids()):
+            time.sleep(0.05)
+
+    atexit.register(wait_for_the_ranks)
+    return lambda: atexit.unregister(wait_for_the_ranks)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _restore_handlers(saved: dict[signal.Signals, _Handler]) -> None:

@@ -480,6 +480,7 @@ def _start_progress(control: ControlDir, rank: int) -> None:
     progress.start_rank()
     _checkpoints.reset()
     preemption.start()
+    preemption.on_request(lambda: control.mark_stopping(rank))
     if rank != 0:
         return
 

@@ -220,10 +220,11 @@ def _local_checkpoints(name: str, kwargs: dict[str, Any], plan: LaunchPlan) -> t
     env = {TERMINATION_GRACE_ENV: f"{local_grace_s(os.environ):g}"}
     folder: Optional[str] = None
     if not os.environ.get(CHECKPOINT_DIR_ENV, "").strip():
+        inputs = sorted(kwargs.items(), key=lambda item: item[0])  # in name order: an SDK may pass them in any
         try:
-            digest = hashlib.sha256(dumps(kwargs)).hexdigest()
+            digest = hashlib.sha256(dumps(inputs)).hexdigest()
         except Exception:  # noqa: BLE001 - inputs that do not pickle (an in-process run): their text names them
-            digest = hashlib.sha256(repr(sorted(kwargs.items(), key=lambda item: item[0])).encode()).hexdigest()
+            digest = hashlib.sha256(repr(inputs).encode()).hexdigest()
         folder = local_checkpoint_dir(name, digest)
         env[CHECKPOINT_DIR_ENV] = folder
     return dataclasses.replace(plan, rank_env={**plan.rank_env, **env}), folder

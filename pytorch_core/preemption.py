@@ -140,6 +140,29 @@ class _Run:
 
 _lock = threading.Lock()
 _run = _Run()
+#: Called once in a rank when it learns of a preemption (the rank entrypoint notes it in the control directory, so a
+#: launcher whose program is exiting waits for the ranks' save; ``_processes._ranks_end_before_exit``).
+_on_request: Optional[Callable[[], None]] = None
+
+
+def on_request(callback: Optional[Callable[[], None]]) -> None:
+    """Have ``callback()`` run once when this rank learns of a preemption (``None``: nothing).
+
+    Args:
+        callback: the function; what it raises is ignored.
+    """
+    global _on_request
+    _on_request = callback
+
+
+def _requested() -> None:
+    callback = _on_request
+    if callback is None:
+        return
+    try:
+        callback()
+    except Exception:  # noqa: BLE001 - a note for the launcher; the stop goes on without it
+        pass
 
 
 def _say(text: str) -> None:
@@ -233,10 +256,16 @@ def _on_signal(signum: int, frame: object) -> None:
     grace = grace_s()
     run.request = {"signal": sig.name, "rank": run.rank, "pod": _pod(), "time": time.time(), "grace_s": grace}
     run.own_pending = True
-    _say(
-        f"rank {run.rank} got {sig.name}: every rank stops after the next step all of them can reach, and global "
-        f"rank 0 saves a checkpoint there (termination grace {grace:g}s)"
+    text = (
+        f"preemption: rank {run.rank} got {sig.name}: every rank stops after the next step all of them can reach, "
+        f"and global rank 0 saves a checkpoint there (termination grace {grace:g}s)\n"
     )
+    try:
+        # Straight to the descriptor: the handler may run inside a write to sys.stderr that a signal interrupted,
+        # and a second write to the same buffered stream from here would raise in the loop's thread.
+        os.write(2, text.encode())
+    except OSError:
+        pass
     progress.set_step_boundary_hook(_boundary_hook)
     if run.wake is not None:
         run.wake.set()
@@ -285,12 +314,14 @@ def tick(store: Any) -> Optional[float]:
         body = json.dumps(run.request)
         first = store.compare_set(f"{key}request", "", body).decode()
         run.own_pending = False
+        _requested()
         if first != body:
             run.request = json.loads(first)
     if run.request is None:
         if not store.check([f"{key}request"]):
             return None
         run.request = json.loads(store.get(f"{key}request").decode())
+        _requested()
         if run.rank == 0:
             _say(
                 f"rank {run.request['rank']} (pod {run.request['pod']}) got {run.request['signal']}: every rank "
@@ -357,6 +388,7 @@ def _decide(step: int, run: Optional[_Run] = None) -> bool:
             if run.stop_at is None and run.store is None:
                 run.stop_at = step  # no store to agree through: this rank alone decides, here
                 run.agreed.set()
+                _requested()
             if run.stop_at is not None:
                 return step >= run.stop_at
             announced = run.announced

@@ -108,13 +108,13 @@ def test_preemption_requested_without_a_step_needs_one_reported() -> None:
     assert preemption_requested() is False
 
 
-def test_no_state_means_a_stop_without_a_checkpoint(capsys) -> None:
+def test_no_state_means_a_stop_without_a_checkpoint(capfd) -> None:
     report_progress(1)
     preemption.request_stop()
     with pytest.raises(Preempted) as stop:
         report_progress(2)
     assert stop.value.record.checkpoint_step is None
-    assert "nothing to save" in capsys.readouterr().err
+    assert "nothing to save" in capfd.readouterr().err
 
 
 # ---------------------------------------------------------------- the agreement through the store -----------------

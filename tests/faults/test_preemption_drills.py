@@ -5,6 +5,8 @@ weights. Each drill prints its row of the table in docs/faults.md ("Preemption")
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import signal
 import time
 from pathlib import Path
@@ -202,3 +204,27 @@ def test_one_pod_of_three_gets_sigterm_and_a_flyte_retry_resumes(baseline: list[
         "0 user, 1 system (the retry)",
         time.monotonic() - began,
     )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flyte") is None, reason="the Flyte 2 SDK is not installed")
+def test_ctrl_c_of_a_flyte_run(baseline: list[float], tmp_path: Path) -> None:
+    """``flyte.run`` runs the task in a thread of Flyte 2's, where no signal handler can be set: the terminal's
+    Ctrl-C reaches the ranks, which stop after one step and save it, and the program's exit waits for them."""
+    began = time.monotonic()
+    body = json.dumps({**{k: drills.INPUTS[k] for k in ("steps", "step_seconds", "every")}, "directory": str(tmp_path)})
+    cmd = [drills.PY, "-m", "tests.faults.preempt_flyte2", body]
+    first = drills.launch(
+        cmd, drills._env(tmp_path, "a"), ready=drills._ready_after(tmp_path, "a"), act=drills.ctrl_c(), max_procs=14
+    )
+    assert first.returncode == -signal.SIGINT, first.output[-4000:]  # the KeyboardInterrupt ends it, as before
+    stopped = _agreed(first, tmp_path)
+    assert f"checkpoint of step {stopped} saved" in first.output
+    assert first.leftover == []
+    second = drills.launch(cmd, drills._env(tmp_path, "b"), max_procs=14)
+    assert second.returncode == 0, second.output[-4000:]
+    resumed = drills.notes(tmp_path, "b")["start"]
+    assert resumed == {0: stopped, 1: stopped, 2: stopped}
+    assert drills.same(drills.result(second), baseline)
+    lost = drills.recomputed(drills.notes(tmp_path, "a"), stopped)
+    assert lost == 0
+    _row("Ctrl-C of a flyte.run", stopped, stopped, lost, "0 (a new local run)", time.monotonic() - began)
