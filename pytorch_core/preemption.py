@@ -474,6 +474,13 @@ def _timed_save(state: Any, step: int) -> Optional[int]:
     timer.start()
     try:
         checkpoint.write_checkpoint(state, step)
+    except Exception as exc:  # noqa: BLE001 - a store that fails now must not turn a preemption into the user's error
+        stands = f"step {previous}" if previous is not None else "none"
+        _say(
+            f"the checkpoint of step {step} could not be saved ({type(exc).__name__}: {exc}); the last complete "
+            f"checkpoint stands ({stands})"
+        )
+        return None
     finally:
         timer.cancel()
     return step

@@ -212,3 +212,22 @@ def test_a_rank_that_never_announces_does_not_hold_the_others_past_the_agreement
     assert ranks[0].state.stop_at == 3 and ranks[1].state.stop_at is None
     _tick(ranks[1], monkeypatch)
     assert ranks[1].state.stop_at == 3  # adopted from the store, not computed again
+
+
+def test_a_save_that_fails_at_the_stop_leaves_the_last_checkpoint_and_is_still_a_preemption(monkeypatch, capfd) -> None:
+    """A blob store that fails just then must not turn the preemption into the user's own error."""
+    state = {"model": torch.nn.Linear(2, 1)}
+    load_checkpoint(state)
+    save_checkpoint(state, 2)
+
+    def broken(state: object, step: int) -> str:
+        raise OSError("the store is unreachable")
+
+    monkeypatch.setattr(_checkpoints, "write_checkpoint", broken)
+    preemption.request_stop()
+    with pytest.raises(Preempted) as stop:
+        report_progress(3)
+    assert stop.value.record.checkpoint_step is None
+    assert "could not be saved (OSError: the store is unreachable); the last complete checkpoint stands (step 2)" in (
+        capfd.readouterr().err
+    )
