@@ -190,6 +190,7 @@ class ControlRecord:
         stacks: global rank -> its stack dump (``faulthandler`` text), for ranks asked for one.
         preempted: global rank -> what it wrote when it stopped for a preemption (the record's JSON fields and
             ``where``).
+        stopping: global ranks that learnt of a preemption (whether or not they stopped before they were killed).
     """
 
     result_bytes: Optional[bytes] = None
@@ -198,6 +199,7 @@ class ControlRecord:
     done: frozenset[int] = frozenset()
     stacks: dict[int, str] = field(default_factory=dict)
     preempted: dict[int, dict[str, Any]] = field(default_factory=dict)
+    stopping: frozenset[int] = frozenset()
 
     def load_result(self) -> Optional[RankResult]:
         """Unpickle rank 0's result (only a successful launch needs it: a failed one never unpickles user values).
@@ -368,6 +370,7 @@ class ControlDir:
             done=self._ranks(DONE_FILE),
             stacks=self._stacks(),
             preempted=self._preempted(),
+            stopping=self._ranks(STOPPING_FILE),
         )
 
     def mark_stopping(self, rank: int) -> None:

@@ -183,7 +183,7 @@ def run_ranks(
                 elapsed_s=time.monotonic() - started,
             )
         stopped = ControlDir(control).read()
-        if stopped.preempted:
+        if stopped.preempted or stopped.stopping:
             # The ranks stopped at the agreed step of a preemption (``preemption.py``): the launcher says so first.
             return AgentResult(record=stopped, elapsed_s=time.monotonic() - started, interrupted=interrupted)
     finally:

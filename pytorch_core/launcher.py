@@ -64,6 +64,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, Optional, Protocol
 
@@ -448,7 +449,7 @@ def say_headline(headline: str) -> None:
 
 def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
     """Return rank 0's value (success), or raise for the root-cause rank (failure) or for a preemption."""
-    stop = _preemption_of(result)
+    stop = _preemption_of(result, plan)
     if stop is not None:
         record, where = stop
         raise _preempted(record, where, plan, result.interrupted)
@@ -479,7 +480,7 @@ def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
     return rank0.value
 
 
-def _preemption_of(result: AgentResult) -> Optional[tuple[PreemptionRecord, str]]:
+def _preemption_of(result: AgentResult, plan: LaunchPlan) -> Optional[tuple[PreemptionRecord, str]]:
     """The preemption the ranks stopped for, when they did: a rank wrote its record, and no rank failed for a reason
     of its own (a peer that lost a rank that left, or a rank killed at the end of the grace, are consequences).
 
@@ -488,8 +489,22 @@ def _preemption_of(result: AgentResult) -> Optional[tuple[PreemptionRecord, str]
         checkpoint's step) and where the checkpoints are; ``None`` when this launch was not preempted.
     """
     marks = result.record.preempted
-    if not marks or any(not error.collateral for error in result.record.errors):
+    if any(not error.collateral for error in result.record.errors):
         return None
+    if not marks:
+        if result.interrupted is None or not result.record.stopping:
+            return None
+        # The ranks were stopping when the grace ran out (a step longer than the grace): still not the task's error.
+        unfinished = PreemptionRecord(
+            stopped_at=None,
+            checkpoint_step=None,
+            signal=result.interrupted.name,
+            rank=min(result.record.stopping),
+            pod=os.environ.get("_F_WN") or os.environ.get("HOSTNAME") or os.uname().nodename,
+            requested_at=time.time(),
+            grace_s=local_grace_s(os.environ) if plan.kind is ExecutionKind.LOCAL else preemption.grace_s(),
+        )
+        return unfinished, ""
     if result.interrupted is None and not result.failed:
         return None  # a preemption that came too late to stop anyone: the ranks finished
     chosen = marks.get(0) or marks[min(marks)]
