@@ -188,12 +188,12 @@ def run_ranks(
             return AgentResult(record=stopped, elapsed_s=time.monotonic() - started, interrupted=interrupted)
     finally:
         _restore_handlers(saved_handlers)
-        if stop_waiting is not None:
-            stop_waiting()
         shutil.rmtree(control, ignore_errors=True)
         shutil.rmtree(run_dir / "torchelastic", ignore_errors=True)
         if base_dir is None and interrupted is not None:
             shutil.rmtree(run_dir, ignore_errors=True)
+        if stop_waiting is not None:
+            stop_waiting()
     # The ranks are stopped; now let the previous handler act as if the signal had arrived now.
     signal.raise_signal(interrupted)
     raise RankFailedError(f"the launch was stopped by {interrupted.name}; the ranks were stopped")
@@ -468,20 +468,30 @@ def _ranks_end_before_exit(control: ControlDir, plan: LaunchPlan) -> Callable[[]
     whose loop uses the checkpoint API stop at an agreed step and save (``preemption.py``), while the main thread's
     ``KeyboardInterrupt`` ends the program, and the ranks with it. While a rank that said it is stopping so
     (``rank-<n>.stopping``) is alive, the program's exit waits for it (at most the grace and 5 s); a program that
-    exits while no rank is stopping exits at once, as it did.
+    exits while no rank is stopping exits at once, as it did. Once the program is exiting, the launch's thread
+    reports nothing (nobody is left to tell, and the SDK's thread would log into a half-finalized interpreter): it
+    waits, quietly, for the end.
 
     Returns:
-        Callable[[], None]: stops waiting (the launch is over).
+        Callable[[], None]: called when the launch ends: stops the waiting, or, when the program is exiting, parks
+        the launch's thread for good.
     """
     limit = local_grace_s(os.environ) + 5.0 if plan.kind is ExecutionKind.LOCAL else 35.0
+    exiting = threading.Event()
 
     def wait_for_the_ranks() -> None:
+        exiting.set()
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline and any(_pid_alive(pid) for pid in control.stopping_pids()):
             time.sleep(0.05)
 
+    def launch_over() -> None:
+        atexit.unregister(wait_for_the_ranks)
+        if exiting.is_set():
+            threading.Event().wait()  # a daemon thread of an exiting program: the interpreter ends it
+
     atexit.register(wait_for_the_ranks)
-    return lambda: atexit.unregister(wait_for_the_ranks)
+    return launch_over
 
 
 def _pid_alive(pid: int) -> bool:

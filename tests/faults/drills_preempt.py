@@ -40,8 +40,8 @@ MAX_PROCS = 10
 RUN_TIMEOUT_S = 150.0
 #: The grace the drills run with: a local launcher's own (FLYTE_PYTORCH_TERMINATION_GRACE_S, default 5 s).
 GRACE_S = 5.0
-#: The inputs every local drill trains with (12 steps of 0.25 s, a checkpoint every 4).
-INPUTS: dict[str, Any] = {"steps": 12, "step_seconds": 0.25, "every": 4}
+#: The inputs every drill trains with (10 steps of 0.2 s, a checkpoint every 4).
+INPUTS: dict[str, Any] = {"steps": 10, "step_seconds": 0.2, "every": 4}
 
 
 @dataclass

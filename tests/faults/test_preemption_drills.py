@@ -201,7 +201,7 @@ def test_one_pod_of_three_gets_sigterm_and_a_flyte_retry_resumes(baseline: list[
         stopped,
         stopped,
         lost,
-        "0 user, 1 system (the retry)",
+        "1, which the error documents mark as system (through the connector: one of the task's)",
         time.monotonic() - began,
     )
 
