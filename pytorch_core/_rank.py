@@ -84,7 +84,8 @@ def call_function(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pytorch-task") as pool:
-        return pool.submit(asyncio.run, value).result()
+        with preemption.signals_for_a_thread():  # only this thread may handle signals for the function's loop
+            return pool.submit(asyncio.run, value).result()
 
 
 #: Environment variable: collective timeout in seconds used for ``init_process_group`` calls without ``timeout=``.

@@ -54,13 +54,14 @@ Neither torch nor a Flyte SDK is imported at module level.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 from pytorch_contract.preemption import (
@@ -229,6 +230,49 @@ def arm() -> None:
             signal.signal(sig, _on_signal)
         except (ValueError, OSError):
             run.handlers.pop(sig, None)
+
+
+@contextlib.contextmanager
+def signals_for_a_thread() -> Iterator[None]:
+    """While the task's function runs in another thread of this process (an ``async def`` function in a process that
+    already runs an event loop, as Flyte 2's runtime does in a pod): this, the main thread, handles SIGTERM and
+    SIGINT on the function's behalf, since only the main thread may set handlers. Until the function's loop arms
+    (see the module docstring) a signal does what it did before: the previous handler runs, or the default action
+    is taken (SIGTERM ends the process); once armed, the ranks stop at an agreed step. Elsewhere it does nothing.
+
+    Yields:
+        None: for the block in which the function runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[signal.Signals, Any] = {}
+
+    def on_behalf(signum: int, frame: Any) -> None:
+        if _run.armed:
+            _on_signal(signum, frame)
+            return
+        sig = signal.Signals(signum)
+        before = previous.get(sig)
+        if callable(before):
+            before(signum, frame)
+        elif before != signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)  # the default action, as if no handler had been set
+            os.kill(os.getpid(), signum)
+
+    for name in SIGNALS:
+        sig = getattr(signal, name)
+        try:
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, on_behalf)
+        except (ValueError, OSError):
+            previous.pop(sig, None)
+    try:
+        yield
+    finally:
+        for sig, before in previous.items():
+            if signal.getsignal(sig) is on_behalf:
+                signal.signal(sig, before if before is not None else signal.SIG_DFL)
 
 
 def grace_s() -> float:

@@ -231,3 +231,24 @@ def test_a_save_that_fails_at_the_stop_leaves_the_last_checkpoint_and_is_still_a
     assert "could not be saved (OSError: the store is unreachable); the last complete checkpoint stands (step 2)" in (
         capfd.readouterr().err
     )
+
+
+def test_a_function_in_another_thread_has_its_signals_handled_by_the_main_thread() -> None:
+    """An ``async def`` function in a process that already runs an event loop (Flyte 2's runtime in a pod) runs in a
+    thread of its own, which cannot set handlers: the main thread holds them for it. Unarmed, a signal does what it
+    did (here Ctrl-C raises KeyboardInterrupt); once the function's loop arms, SIGTERM asks for the agreed stop."""
+    import os
+
+    before = signal.getsignal(signal.SIGINT)
+    with preemption.signals_for_a_thread():
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs at the next bytecode; the sleep is interrupted
+        worker = threading.Thread(target=lambda: report_progress(1))  # the loop's first step arms it
+        worker.start()
+        worker.join()
+        assert preemption._run.armed
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+    assert preemption._run.request is not None and preemption._run.request["signal"] == "SIGTERM"
+    assert signal.getsignal(signal.SIGINT) is before
