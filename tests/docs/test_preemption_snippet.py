@@ -106,4 +106,6 @@ def test_a_run_stopped_half_way_resumes_and_prints_what_an_uninterrupted_run_pri
     first = min(int(s) for s in PROGRESS.findall(resumed.output))
     assert first == step + 1, resumed.output[-3000:]  # no step done twice
     assert resumed.output.strip().splitlines()[-1] == claim.output  # the uninterrupted run's line
+    last_loss = re.compile(r"progress: step 40/40 \(100%\), took \d+s, loss (\S+)")
+    assert last_loss.search(resumed.output)[1] == last_loss.search(whole.output)[1]  # and the same last loss
     assert list((tmp_path / "tmp").rglob("pytorch-checkpoint.json")) == []
