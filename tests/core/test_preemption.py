@@ -237,6 +237,15 @@ def test_a_function_in_another_thread_has_its_signals_handled_by_the_main_thread
     """An ``async def`` function in a process that already runs an event loop (Flyte 2's runtime in a pod) runs in a
     thread of its own, which cannot set handlers: the main thread holds them for it. Unarmed, a signal does what it
     did (here Ctrl-C raises KeyboardInterrupt); once the function's loop arms, SIGTERM asks for the agreed stop."""
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own (flytekit, if loaded, sets one)
+    try:
+        _signals_for_a_thread()
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _signals_for_a_thread() -> None:
     import os
 
     before = signal.getsignal(signal.SIGINT)
