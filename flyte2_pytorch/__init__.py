@@ -32,6 +32,9 @@ from flyte2_pytorch.config import (
     Worker,
 )
 from flyte2_pytorch.task import Connector, ConnectorTask, ElasticTask, PyTorchTask
+from pytorch_core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from pytorch_core.frontend import PreemptedError
+from pytorch_core.preemption import on_preemption, preemption_requested
 from pytorch_core.progress import report_progress
 
 __all__ = [
@@ -50,4 +53,10 @@ __all__ = [
     "Connector",
     "ConnectorTask",
     "report_progress",
+    "save_checkpoint",
+    "load_checkpoint",
+    "preemption_requested",
+    "on_preemption",
+    "CheckpointError",
+    "PreemptedError",
 ]

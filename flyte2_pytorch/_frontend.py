@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pytorch_core import _failure
-from pytorch_core.frontend import recoverable_class
+from pytorch_core.frontend import CheckpointPrefixes, PreemptedError, recoverable_class
 
 __all__ = ["FLYTE2", "FLYTE2_DIRECT_CALL", "Flyte2FrontEnd", "Flyte2DirectCall", "Flyte2Snapshot", "WithheldOutputs"]
 
@@ -49,6 +49,8 @@ def __getattr__(name: str) -> type:
     Raises:
         AttributeError: any other name.
     """
+    if name == "Flyte2PreemptedError":
+        return _preempted_class()
     base_name = name.removeprefix("Permanent")
     if not name.startswith("Permanent") or base_name not in _BASES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -57,6 +59,38 @@ def __getattr__(name: str) -> type:
     cls = recoverable_class(__name__, getattr(_failure, base_name), NonRecoverableError, prefix="Permanent")
     globals()[name] = cls
     return cls
+
+
+def _preempted_class() -> type:
+    """``Flyte2PreemptedError``: the core's ``PreemptedError`` and ``flyte.errors.RuntimeSystemError`` (code
+    ``Preempted``), made at first use."""
+    from flyte.errors import RuntimeSystemError
+
+    class Flyte2PreemptedError(PreemptedError, RuntimeSystemError):
+        """The ranks stopped for a preemption: Flyte 2 writes a recoverable error of system origin."""
+
+        def __init__(self, message: str) -> None:
+            RuntimeSystemError.__init__(self, "Preempted", message)
+
+    Flyte2PreemptedError.__module__ = __name__
+    globals()["Flyte2PreemptedError"] = Flyte2PreemptedError
+    return Flyte2PreemptedError
+
+
+#: In a rank: the checkpoint prefixes the task process captured (``Flyte2Snapshot.checkpoint``).
+_rank_checkpoint: Optional[tuple[str, Optional[str]]] = None
+
+
+def _prefixes() -> Optional[tuple[str, Optional[str]]]:
+    """``flyte.ctx().checkpoint_paths`` as (this attempt's, the previous attempt's), or ``None``."""
+    import flyte
+
+    paths = getattr(flyte.ctx(), "checkpoint_paths", None)
+    dest = str(getattr(paths, "checkpoint_path", None) or "").strip()
+    if not dest:
+        return None
+    src = str(getattr(paths, "prev_checkpoint_path", None) or "").strip().strip('"')
+    return dest, src or None
 
 
 def revive_background_loops() -> int:
@@ -115,10 +149,13 @@ class Flyte2Snapshot:
         flytekit: for flytekit code that ``flyte-migrate`` made a Flyte 2 task (flytekit is loaded in the task
             process): the flytekit context its ranks get (``flytekitplugins_pytorch._context``), with a checkpoint
             in a folder of this run, as a flytekit local run gives; ``None`` otherwise.
+        checkpoint: in a pod, the action's checkpoint prefixes (this attempt's, the previous attempt's) from
+            ``flyte.ctx().checkpoint_paths``, for ``pytorch_core.checkpoint`` in the ranks; ``None`` locally.
     """
 
     working_dir: Optional[str] = None
     flytekit: Any = None
+    checkpoint: Optional[tuple[str, Optional[str]]] = None
 
 
 def _flytekit_snapshot() -> Any:
@@ -170,7 +207,7 @@ class Flyte2FrontEnd:
         return bool(flyte.ctx().mode == "local")
 
     def snapshot(self) -> Flyte2Snapshot:
-        return Flyte2Snapshot(flytekit=_flytekit_snapshot())
+        return Flyte2Snapshot(flytekit=_flytekit_snapshot(), checkpoint=None if self.is_local() else _prefixes())
 
     def run_id(self) -> str:
         import flyte
@@ -180,15 +217,20 @@ class Flyte2FrontEnd:
 
     @contextlib.contextmanager
     def rank_scope(self, snapshot: Any, workdir: Path) -> Iterator[_RankScope]:
+        global _rank_checkpoint
         workdir.mkdir(parents=True, exist_ok=True)
         revive_background_loops()
-        if getattr(snapshot, "flytekit", None) is None:
-            yield _RankScope()
-            return
-        from flytekitplugins_pytorch._frontend import FLYTEKIT  # flytekit is loaded: the task's code imported it
+        _rank_checkpoint = getattr(snapshot, "checkpoint", None)
+        try:
+            if getattr(snapshot, "flytekit", None) is None:
+                yield _RankScope()
+                return
+            from flytekitplugins_pytorch._frontend import FLYTEKIT  # flytekit is loaded: the task's code imported it
 
-        with FLYTEKIT.rank_scope(snapshot.flytekit, workdir):  # flytekit.current_context() as in a flytekit rank
-            yield _RankScope()
+            with FLYTEKIT.rank_scope(snapshot.flytekit, workdir):  # flytekit.current_context() as in a flytekit rank
+                yield _RankScope()
+        finally:
+            _rank_checkpoint = None
 
     def resumable_checkpoint(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
@@ -224,6 +266,23 @@ class Flyte2FrontEnd:
         from flyte2_pytorch import _progress
 
         return _progress.write_output_file(name, data)
+
+    def checkpoint_place(self) -> Optional[CheckpointPrefixes]:
+        """The action's checkpoint prefixes (in a rank: as the task process saw them) with flyte's file system;
+        ``None`` in a local run (the launcher's folder) or without a checkpoint path."""
+        prefixes = _rank_checkpoint if _rank_checkpoint is not None else (None if self.is_local() else _prefixes())
+        if prefixes is None:
+            return None
+        from flyte.storage._storage import get_underlying_filesystem
+
+        dest, src = prefixes
+        return CheckpointPrefixes(dest, src, lambda path: get_underlying_filesystem(path=path))
+
+    def preempted(self, message: str) -> BaseException:
+        """A ``flyte.errors.RuntimeSystemError`` that is also the core's ``PreemptedError``: Flyte 2's runtime
+        writes it as a recoverable error of ``SYSTEM`` origin."""
+        cls: type[BaseException] = __getattr__("Flyte2PreemptedError")
+        return cls(message)
 
 
 FLYTE2 = Flyte2FrontEnd()

@@ -12,6 +12,8 @@ Local-run environment variables (read by the launcher):
 - ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per rank (default: an even share of the cores).
 - ``FLYTE_PYTORCH_PROGRESS_LINE=0``, ``FLYTE_PYTORCH_PROGRESS_LOG_S``, ``FLYTE_PYTORCH_PROGRESS_INTERVAL_S``: the live
   progress of ``report_progress`` (docs/progress.md).
+- ``FLYTE_PYTORCH_CHECKPOINT_DIR``, ``FLYTE_PYTORCH_TERMINATION_GRACE_S``: where ``save_checkpoint`` writes, and the
+  seconds between a SIGTERM and the SIGKILL (docs/faults.md, "Preemption").
 """
 
 from flytekitplugins_pytorch._frontend import FLYTEKIT
@@ -30,7 +32,9 @@ from flytekitplugins_pytorch.config import (
     Worker,
 )
 from flytekitplugins_pytorch.task import ElasticPyTorchFunctionTask, PyTorchFunctionTask, pytorch_task
-from pytorch_core.frontend import set_default
+from pytorch_core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from pytorch_core.frontend import PreemptedError, set_default
+from pytorch_core.preemption import on_preemption, preemption_requested
 from pytorch_core.progress import report_progress
 
 # Outside a launch (a unit of the launcher called directly), errors are classified as flytekit's.
@@ -53,4 +57,10 @@ __all__ = [
     "PyTorchFunctionTask",
     "ElasticPyTorchFunctionTask",
     "report_progress",
+    "save_checkpoint",
+    "load_checkpoint",
+    "preemption_requested",
+    "on_preemption",
+    "CheckpointError",
+    "PreemptedError",
 ]

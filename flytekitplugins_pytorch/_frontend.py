@@ -2,9 +2,10 @@
 
 The core launcher asks it for everything that is flytekit's: the execution context a rank rebuilds and its
 checkpoint (``_context.py``), which exceptions Flyte retries (``FlyteRecoverableException``), ``IgnoreOutputs`` for
-the replicas that are not global rank 0, the error documents a restarted run left behind, and rank 0's Decks and
-output metadata. ``RecoverableRankFailure``, ``RecoverableHangError`` and ``RecoverablePeerFailedError`` live here
-(made at first use), so that pickle finds them in the rank and in the launcher.
+the replicas that are not global rank 0, the error documents a restarted run left behind, rank 0's Decks and output
+metadata, and the checkpoint prefixes of ``pytorch_core.checkpoint``. ``RecoverableRankFailure``,
+``RecoverableHangError`` and ``RecoverablePeerFailedError`` live here (made at first use), so that pickle finds them
+in the rank and in the launcher.
 
 flytekit is imported inside the methods (a rank imports it once, in the fork server); torch is never imported.
 """
@@ -20,7 +21,7 @@ from typing import Any, Optional
 
 from flytekitplugins_pytorch import _context, _progress
 from pytorch_core import _failure
-from pytorch_core.frontend import recoverable_class
+from pytorch_core.frontend import CheckpointPrefixes, PreemptedError, recoverable_class
 
 __all__ = ["FLYTEKIT", "FlytekitFrontEnd"]
 
@@ -181,6 +182,27 @@ class FlytekitFrontEnd:
     def write_output_file(self, name: str, data: bytes) -> Optional[str]:
         """A file in the task's output metadata prefix, through flytekit's file access (``_progress.py``)."""
         return _progress.write_output_file(name, data)
+
+    def checkpoint_place(self) -> Optional[CheckpointPrefixes]:
+        """The prefixes of ``current_context().checkpoint`` (this attempt's, the previous attempt's) and flytekit's
+        file system for them; ``None`` in a local run (the launcher's folder) or without a checkpoint."""
+        from flytekit.core.context_manager import FlyteContextManager
+
+        if self.is_local():
+            return None
+        ctx = FlyteContextManager.current_context()
+        params = ctx.user_space_params
+        checkpoint = getattr(params, "_checkpoint", None) if params is not None else None
+        dest = getattr(checkpoint, "_checkpoint_dest", None)
+        if not dest:
+            return None
+        src = getattr(checkpoint, "_checkpoint_src", None)
+        return CheckpointPrefixes(str(dest), str(src) if src else None, ctx.file_access.get_filesystem_for_path)
+
+    def preempted(self, message: str) -> BaseException:
+        """The core's ``PreemptedError``: the task class raises it outside flytekit's user scope, so
+        ``pyflyte-execute`` writes a ``RECOVERABLE`` error document of ``SYSTEM`` origin (``task.py``)."""
+        return PreemptedError(message)
 
 
 FLYTEKIT = FlytekitFrontEnd()

@@ -248,11 +248,13 @@ class _DistributedFunctionTask(PythonFunctionTask):
         return run_distributed(self, kwargs, FLYTEKIT)
 
     def dispatch_execute(self, ctx: Any, input_literal_map: Any) -> Any:
-        """flytekit's ``dispatch_execute``, with a failed preflight handed to Flyte as an infrastructure error.
+        """flytekit's ``dispatch_execute``, with a failed preflight and a preemption handed to Flyte as the
+        infrastructure's errors.
 
-        flytekit wraps whatever ``execute`` raises as the user's error; a :class:`PreflightError` is the
-        infrastructure's, so it is raised outside that wrapper and ``pyflyte-execute`` writes a retryable ``SYSTEM``
-        error document for it.
+        flytekit wraps whatever ``execute`` raises as the user's error; a :class:`PreflightError` and a
+        ``PreemptedError`` (the ranks stopped for a SIGTERM, ``pytorch_core.preemption``) are the infrastructure's,
+        so they are raised outside that wrapper and ``pyflyte-execute`` writes a retryable ``SYSTEM`` error document
+        for them: Flyte retries from its system budget, not the user's ``retries``.
 
         Args:
             ctx: the Flyte context.
@@ -263,15 +265,17 @@ class _DistributedFunctionTask(PythonFunctionTask):
 
         Raises:
             PreflightError: a rank's preflight failed.
+            PreemptedError: the ranks stopped for a preemption.
         """
         from flytekit.exceptions.user import FlyteUserRuntimeException
 
         from pytorch_core._preflight import PreflightError
+        from pytorch_core.frontend import PreemptedError
 
         try:
             return super().dispatch_execute(ctx, input_literal_map)
         except FlyteUserRuntimeException as exc:
-            if isinstance(exc.value, PreflightError):
+            if isinstance(exc.value, (PreflightError, PreemptedError)):
                 raise exc.value from None
             raise
 

@@ -14,6 +14,8 @@
 - `pytorch_contract.suggest`: the "did you mean ...?" hint for a misspelled keyword or config key.
 - `pytorch_contract.progress`: the live-progress record global rank 0's launcher writes beside the task's outputs,
   its staleness rule and the one-line message a reader (the connector) shows for it.
+- `pytorch_contract.preemption`: how a pod that stopped for a SIGTERM says so: the exit code, the record beside the
+  outputs, the termination-grace variable, and the words for a pod's `DisruptionTarget` condition.
 
 Each rule names the upstream function it follows (apimachinery's `IsQualifiedName`, `IsRelaxedEnvVarName`,
 `ParseQuantity`; core validation's `ValidateTolerations`; distribution/reference's `ParseNormalizedNamed`), and

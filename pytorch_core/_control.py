@@ -13,6 +13,9 @@ written atomically (write a temporary file, then rename), so the launcher never 
                              asked for them (:meth:`ControlDir.request_stacks`); empty = never asked
 ``progress.json``            global rank 0's latest progress snapshot (``progress.py``), rewritten at most every
                              2 s while it reports; the launcher's follower reads it while the ranks run
+``rank-<n>.stopping``        the rank learnt of a preemption and is stopping at the agreed step
+``rank-<n>.preempted``       the rank stopped at the agreed step of a preemption (``preemption.py``): the
+                             preemption record as JSON, with ``where`` (the checkpoint place)
 ===========================  ==========================================================================
 
 ``<n>`` is the global rank. After the ranks ended the launcher reads the whole directory once with
@@ -74,6 +77,8 @@ DONE_FILE = "rank-{rank}.done"
 START_FILE = "rank-{rank}.started"
 STACK_FILE = "rank-{rank}.stack"
 PROGRESS_FILE = "progress.json"
+PREEMPTED_FILE = "rank-{rank}.preempted"
+STOPPING_FILE = "rank-{rank}.stopping"
 #: The signal on which a rank dumps its stacks to ``rank-<n>.stack`` (``faulthandler``; rarely used by programs).
 STACK_SIGNAL = signal.SIGUSR2
 
@@ -183,6 +188,9 @@ class ControlRecord:
         started: global ranks whose entrypoint began.
         done: global ranks whose function returned.
         stacks: global rank -> its stack dump (``faulthandler`` text), for ranks asked for one.
+        preempted: global rank -> what it wrote when it stopped for a preemption (the record's JSON fields and
+            ``where``).
+        stopping: global ranks that learnt of a preemption (whether or not they stopped before they were killed).
     """
 
     result_bytes: Optional[bytes] = None
@@ -190,6 +198,8 @@ class ControlRecord:
     started: frozenset[int] = frozenset()
     done: frozenset[int] = frozenset()
     stacks: dict[int, str] = field(default_factory=dict)
+    preempted: dict[int, dict[str, Any]] = field(default_factory=dict)
+    stopping: frozenset[int] = frozenset()
 
     def load_result(self) -> Optional[RankResult]:
         """Unpickle rank 0's result (only a successful launch needs it: a failed one never unpickles user values).
@@ -276,6 +286,15 @@ class ControlDir:
         """``progress.json`` (see the module docstring)."""
         return self.path / PROGRESS_FILE
 
+    def write_preempted(self, rank: int, record: dict[str, Any]) -> None:
+        """Record that ``rank`` stopped for a preemption.
+
+        Args:
+            rank: global rank.
+            record: the preemption record's fields and ``where``.
+        """
+        _write_atomic(self.path / PREEMPTED_FILE.format(rank=rank), json.dumps(record).encode())
+
     def mark_done(self, rank: int) -> None:
         """Record that ``rank``'s function returned.
 
@@ -350,7 +369,40 @@ class ControlDir:
             started=self._ranks(START_FILE),
             done=self._ranks(DONE_FILE),
             stacks=self._stacks(),
+            preempted=self._preempted(),
+            stopping=self._ranks(STOPPING_FILE),
         )
+
+    def mark_stopping(self, rank: int) -> None:
+        """Record that ``rank`` is stopping at the agreed step of a preemption (its pid is in ``rank-<n>.started``).
+
+        Args:
+            rank: global rank.
+        """
+        _write_atomic(self.path / STOPPING_FILE.format(rank=rank), b"")
+
+    def stopping_pids(self) -> list[int]:
+        """The pids of the ranks that are stopping for a preemption (``rank-<n>.stopping``).
+
+        Returns:
+            list[int]: the pids.
+        """
+        pids = []
+        for rank in self._ranks(STOPPING_FILE):
+            try:
+                pids.append(int((self.path / START_FILE.format(rank=rank)).read_text()))
+            except (OSError, ValueError):
+                continue
+        return pids
+
+    def _preempted(self) -> dict[int, dict[str, Any]]:
+        found = {}
+        for path in self.path.glob(PREEMPTED_FILE.format(rank="*")):
+            try:
+                found[int(path.name.split(".")[0].split("-")[1])] = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+        return found
 
     def _stacks(self) -> dict[int, str]:
         stacks = {}

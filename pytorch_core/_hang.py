@@ -10,6 +10,8 @@ each rank opens a second connection to it (``store.clone()``) and a daemon threa
 ``flyte-pytorch/<attempt>/answer/<r>``  rank ``r``'s answer: its node, pod and the stack of its main thread
 ``flyte-pytorch/<attempt>/done/<r>``    rank ``r``'s function returned
 ``flyte-pytorch/<attempt>/failed/<r>``  rank ``r`` raised an exception of its own: its type and first line
+``flyte-pytorch/<attempt>/preempt/...``  a preemption's request, announcements and agreed step: the watcher polls
+                                        them too (``preemption.tick``; the protocol is in ``preemption.py``)
 ======================================  ===============================================================================
 
 A rank that gives up waiting asks, collects the answers for up to :data:`ANSWER_WAIT_S`, and raises a
@@ -45,7 +47,7 @@ import threading
 import time
 from typing import Any, Optional
 
-from pytorch_core import progress
+from pytorch_core import preemption, progress
 from pytorch_core._failure import (
     HangError,
     PeerFailedError,
@@ -174,6 +176,8 @@ class HangWatch:
         self.prefix = _prefix()
         self.stopped = threading.Event()
         self.giving_up = threading.Event()
+        #: Set to poll at once: the watch stops, or this rank got a signal to publish (``preemption.py``).
+        self.wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pytorch-hang-watch", daemon=True)
 
     def start(self) -> None:
@@ -183,6 +187,7 @@ class HangWatch:
     def stop(self) -> None:
         """Stop polling (the group is gone or the function returned)."""
         self.stopped.set()
+        self.wake.set()
 
     def mark_done(self) -> None:
         """Tell the others that this rank's function returned (a rank waiting for it learns it left), and stop."""
@@ -194,14 +199,19 @@ class HangWatch:
 
     def _run(self) -> None:
         request = f"{self.prefix}request"
+        interval: Optional[float] = POLL_S
         try:
-            while not self.stopped.wait(POLL_S):
+            while True:
+                self.wake.wait(interval)
+                self.wake.clear()
+                if self.stopped.is_set():
+                    return
                 if self.store.check([request]):
                     break
                 if self._stalled():
                     return
-            else:
-                return
+                # A preemption: publish this rank's signal, learn of a peer's, announce, agree (preemption.py).
+                interval = preemption.tick(self.store) or POLL_S
             asker = self.store.get(request).decode()
             if self.giving_up.is_set() or asker == str(self.rank):
                 return
@@ -330,6 +340,7 @@ def start_watch(*, recoverable: bool, progress_timeout_s: Optional[float] = None
     except Exception:  # noqa: BLE001 - a store that cannot be cloned (FileStore): no watch, errors as before
         return
     _current = watch
+    preemption.attach(watch.store, watch.wake, watch.rank, watch.world_size, watch.prefix)
     watch.start()
 
 

@@ -11,9 +11,11 @@ which ones the agent saw fail). It owns:
   (``_forkserver.py``: it starts at once and shares the launcher's memory); otherwise it is a fresh interpreter that
   preloads torch, flytekit, the rank entrypoint and the task's module (:func:`_preload_forkserver`). Either way a
   rank starts in a fraction of a second;
-- **signals**: for the whole launch, SIGTERM/SIGINT/SIGHUP/SIGQUIT make the agent stop every rank (SIGTERM, then
-  SIGKILL after :data:`LOCAL_SHUTDOWN_TIMEOUT_S` locally); then the previous handler acts as if the signal had just
-  arrived (default SIGTERM ends the process, default SIGINT raises ``KeyboardInterrupt``);
+- **signals**: for the whole launch, SIGTERM/SIGINT/SIGHUP/SIGQUIT make the agent stop every rank (it forwards the
+  signal, then SIGKILLs after :data:`LOCAL_SHUTDOWN_TIMEOUT_S` locally, or ``FLYTE_PYTORCH_TERMINATION_GRACE_S``);
+  then the previous handler acts as if the signal had just arrived (default SIGTERM ends the process, default SIGINT
+  raises ``KeyboardInterrupt``). Ranks whose loop uses the checkpoint or progress API stop after an agreed step
+  first (``preemption.py``), and the launcher says where the next run resumes before the handler acts;
 - **orphans**: a live launcher stops its ranks (the agent on a failure, the handlers above on a signal); when the
   launcher itself dies, each rank ends itself (``_rank.die_with_parent``, the first thing a rank does).
 
@@ -22,7 +24,9 @@ Which rank to blame for a failure is not decided here (``_failure.py``). torch i
 
 from __future__ import annotations
 
+import atexit
 import logging
+import math
 import os
 import shutil
 import signal
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from pytorch_contract.preemption import termination_grace_s
 from pytorch_core._codefiles import code_files
 from pytorch_core._control import ControlDir, ControlRecord, RankSpec, dumps
 from pytorch_core._failure import RankFailedError
@@ -50,7 +55,9 @@ from pytorch_core.frontend import FrontEnd, current
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between SIGTERM and SIGKILL when the local agent stops its ranks (torch's default, 30 s, is for pods).
+#: Seconds between SIGTERM and SIGKILL when the local agent stops its ranks (torch's default, 30 s, is for pods):
+#: a rank that ignores Ctrl-C (stuck in a C call) costs this long. ``FLYTE_PYTORCH_TERMINATION_GRACE_S`` sets it
+#: (``local_grace_s``), for a preemption-safe loop whose checkpoint takes longer to save.
 LOCAL_SHUTDOWN_TIMEOUT_S = 5
 #: The role name torchrun gives its workers (``ROLE_NAME``; ``--role`` defaults to it); torch's ``LaunchConfig``
 #: would say ``default_role``, which code written for torchrun does not expect.
@@ -78,12 +85,15 @@ class AgentResult:
         exit_codes: global rank -> exit code of every rank the agent saw fail (empty when none failed).
         agent_error: the agent's description of the failure, ``""`` when none failed.
         elapsed_s: seconds from the start of the agent to its end.
+        interrupted: the signal that stopped the launch, when its ranks stopped at the agreed step of a preemption
+            (a launch stopped by a signal whose ranks did not is not returned: the signal's handler acts).
     """
 
     record: ControlRecord
     exit_codes: Mapping[int, Optional[int]] = field(default_factory=dict)
     agent_error: str = ""
     elapsed_s: float = 0.0
+    interrupted: Optional[signal.Signals] = None
 
     @property
     def failed(self) -> bool:
@@ -139,6 +149,8 @@ def run_ranks(
     if plan.start_method == "forkserver":
         launch_env[PRELOAD_ENV] = _preload_forkserver(fn, plan.preload_modules)
     saved_handlers = _install_handlers()
+    off_main = threading.current_thread() is not threading.main_thread()
+    stop_waiting = _ranks_end_before_exit(ControlDir(control), plan) if off_main else None
     interrupted: Optional[signal.Signals] = None
     failure: Optional[ChildFailedError] = None
     started = time.monotonic()
@@ -170,12 +182,18 @@ def run_ranks(
                 agent_error=(str(failure) or type(failure).__name__) if failure is not None else "",
                 elapsed_s=time.monotonic() - started,
             )
+        stopped = ControlDir(control).read()
+        if stopped.preempted or stopped.stopping:
+            # The ranks stopped at the agreed step of a preemption (``preemption.py``): the launcher says so first.
+            return AgentResult(record=stopped, elapsed_s=time.monotonic() - started, interrupted=interrupted)
     finally:
         _restore_handlers(saved_handlers)
         shutil.rmtree(control, ignore_errors=True)
         shutil.rmtree(run_dir / "torchelastic", ignore_errors=True)
         if base_dir is None and interrupted is not None:
             shutil.rmtree(run_dir, ignore_errors=True)
+        if stop_waiting is not None:
+            stop_waiting()
     # The ranks are stopped; now let the previous handler act as if the signal had arrived now.
     signal.raise_signal(interrupted)
     raise RankFailedError(f"the launch was stopped by {interrupted.name}; the ranks were stopped")
@@ -236,6 +254,9 @@ def _agent_config(plan: LaunchPlan, *, log_dir: Path) -> Any:
     endpoint = plan.rdzv_endpoint
     if plan.rdzv_backend == "static" and endpoint == f"{LOCAL_ADDR}:0":
         endpoint = f"{LOCAL_ADDR}:{free_port()}"  # the static store needs a real port: ranks are told this one
+    # Locally our own grace (the variable sets it); in a pod torch's (30 s, TORCH_ELASTIC_SHUTDOWN_TIMEOUT) unless the
+    # variable says what the pod's terminationGracePeriodSeconds is.
+    grace = local_grace_s(os.environ) if local else termination_grace_s(os.environ, 0.0)
     return LaunchConfig(
         min_nodes=plan.min_nodes,
         max_nodes=plan.max_nodes,
@@ -250,8 +271,24 @@ def _agent_config(plan: LaunchPlan, *, log_dir: Path) -> Any:
         start_method=plan.start_method,
         local_addr=LOCAL_ADDR if local else None,
         logs_specs=DefaultLogsSpecs(log_dir=str(log_dir)),
-        shutdown_timeout=LOCAL_SHUTDOWN_TIMEOUT_S if local else None,
+        shutdown_timeout=math.ceil(grace) if grace > 0 else None,
     )
+
+
+def local_grace_s(env: Mapping[str, str]) -> float:
+    """Seconds between the SIGTERM a local launcher's agent forwards to its ranks and the SIGKILL that follows:
+    ``FLYTE_PYTORCH_TERMINATION_GRACE_S``, else :data:`LOCAL_SHUTDOWN_TIMEOUT_S`.
+
+    Args:
+        env: the launcher's environment.
+
+    Returns:
+        float: seconds.
+
+    Raises:
+        ValueError: the variable is set but not a positive number of seconds.
+    """
+    return termination_grace_s(env, float(LOCAL_SHUTDOWN_TIMEOUT_S))
 
 
 def _run_id(plan: LaunchPlan) -> str:
@@ -423,6 +460,46 @@ def _install_handlers() -> dict[signal.Signals, _Handler]:
         saved[sig] = signal.getsignal(sig)
         signal.signal(sig, _signal_exception_handler)
     return saved
+
+
+def _ranks_end_before_exit(control: ControlDir, plan: LaunchPlan) -> Callable[[], None]:
+    """A launch outside Python's main thread (``flyte.run`` runs a task in a thread of its own) has no handlers for
+    the launcher's signals (only the main thread may set them). A terminal's Ctrl-C still reaches the ranks: those
+    whose loop uses the checkpoint API stop at an agreed step and save (``preemption.py``), while the main thread's
+    ``KeyboardInterrupt`` ends the program, and the ranks with it. While a rank that said it is stopping so
+    (``rank-<n>.stopping``) is alive, the program's exit waits for it (at most the grace and 5 s); a program that
+    exits while no rank is stopping exits at once, as it did. Once the program is exiting, the launch's thread
+    reports nothing (nobody is left to tell, and the SDK's thread would log into a half-finalized interpreter): it
+    waits, quietly, for the end.
+
+    Returns:
+        Callable[[], None]: called when the launch ends: stops the waiting, or, when the program is exiting, parks
+        the launch's thread for good.
+    """
+    limit = local_grace_s(os.environ) + 5.0 if plan.kind is ExecutionKind.LOCAL else 35.0
+    exiting = threading.Event()
+
+    def wait_for_the_ranks() -> None:
+        exiting.set()
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and any(_pid_alive(pid) for pid in control.stopping_pids()):
+            time.sleep(0.05)
+
+    def launch_over() -> None:
+        atexit.unregister(wait_for_the_ranks)
+        if exiting.is_set():
+            threading.Event().wait()  # a daemon thread of an exiting program: the interpreter ends it
+
+    atexit.register(wait_for_the_ranks)
+    return launch_over
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _restore_handlers(saved: dict[signal.Signals, _Handler]) -> None:

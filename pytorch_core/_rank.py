@@ -21,6 +21,7 @@ import datetime
 import faulthandler
 import functools
 import inspect
+import json
 import os
 import pickle
 import signal
@@ -34,7 +35,8 @@ from typing import Any, Optional
 
 import cloudpickle
 
-from pytorch_core import progress
+from pytorch_contract.preemption import PREEMPTED_EXIT_CODE
+from pytorch_core import _checkpoints, preemption, progress
 from pytorch_core._codefiles import restore_code_files
 from pytorch_core._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
 from pytorch_core._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec, dumps
@@ -53,6 +55,7 @@ from pytorch_core._nested import LAUNCHER_PID_ENV, raise_if_refused_at_preload
 from pytorch_core._plan import node_view
 from pytorch_core._preflight import run_preflight
 from pytorch_core.frontend import current, enter
+from pytorch_core.preemption import Preempted
 
 
 def call_function(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
@@ -81,7 +84,8 @@ def call_function(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pytorch-task") as pool:
-        return pool.submit(asyncio.run, value).result()
+        with preemption.signals_for_a_thread():  # only this thread may handle signals for the function's loop
+            return pool.submit(asyncio.run, value).result()
 
 
 #: Environment variable: collective timeout in seconds used for ``init_process_group`` calls without ``timeout=``.
@@ -433,11 +437,19 @@ def rank_entrypoint(spec: RankSpec) -> None:
             with spec.frontend.rank_scope(spec.context, base / f"rank-{rank}") as scope:
                 _start_progress(control, rank)
                 value = call_function(fn, kwargs)
+                stopped = preemption.outcome()  # it returned because preemption_requested() said so
+                if stopped is not None:
+                    raise stopped
                 progress.finish_reporting()
                 mark_done()
                 if rank == 0:
                     decks, metadata = scope.result_extras(value)
                     control.write_result(RankResult(value=value, decks=decks, metadata=metadata))
+        except Preempted as stop:
+            # Stopped at the agreed step of a preemption: not a failure of this rank; the launcher reads the record.
+            progress.stop_reporting()
+            control.write_preempted(rank, {**json.loads(stop.record.to_json()), "where": stop.where})
+            raise SystemExit(PREEMPTED_EXIT_CODE) from None
         except BaseException as raised:
             progress.stop_reporting()
             exc = pending_error(raised)
@@ -464,8 +476,12 @@ def rank_entrypoint(spec: RankSpec) -> None:
 
 def _start_progress(control: ControlDir, rank: int) -> None:
     """``report_progress`` in this rank: every rank notes the time; global rank 0 also hands snapshots to the
-    launcher through ``progress.json`` (``progress.py``); a snapshot that cannot be written is skipped."""
+    launcher through ``progress.json`` (``progress.py``); a snapshot that cannot be written is skipped. The step
+    boundary arms the rank for a preemption (``preemption.py``), and the checkpoint API starts afresh."""
     progress.start_rank()
+    _checkpoints.reset()
+    preemption.start()
+    preemption.on_request(lambda: control.mark_stopping(rank))
     if rank != 0:
         return
 

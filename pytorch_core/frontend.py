@@ -16,15 +16,17 @@ Nothing here imports a Flyte SDK or torch.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, runtime_checkable
 
 __all__ = [
     "FrontEnd",
+    "CheckpointPrefixes",
     "RankScope",
     "RecoverableError",
+    "PreemptedError",
     "current",
     "using",
     "enter",
@@ -40,6 +42,21 @@ class RankScope(Protocol):
     def result_extras(self, value: Any) -> tuple[list[tuple[str, str]], Any]:
         """Rank 0's Decks as ``(name, html)`` pairs and the output metadata of ``value`` (or ``None``)."""
         ...
+
+
+@dataclass(frozen=True)
+class CheckpointPrefixes:
+    """Where a Flyte execution keeps its checkpoints (``pytorch_core.checkpoint``).
+
+    Attributes:
+        dest: this attempt's checkpoint prefix (Flyte's ``--checkpoint-path``): where saves go.
+        src: the previous attempt's (``--prev-checkpoint``), or ``None`` on a first attempt.
+        filesystem: the SDK's fsspec file system for a path (its credentials and endpoints configured).
+    """
+
+    dest: str
+    src: Optional[str]
+    filesystem: Callable[[str], Any]
 
 
 @runtime_checkable
@@ -115,9 +132,31 @@ class FrontEnd(Protocol):
         path written, or ``None`` when this execution has no output prefix."""
         ...
 
+    def checkpoint_place(self) -> Optional[CheckpointPrefixes]:
+        """In a pod: the execution's checkpoint prefixes and the SDK's file system for them; ``None`` in a local run
+        (the launcher's own folder is used) or when the execution has none."""
+        ...
+
+    def preempted(self, message: str) -> BaseException:
+        """The exception an attempt whose ranks stopped for a preemption ends with: the SDK writes it as a
+        recoverable error of system origin, so Flyte spends a system retry, not one of the user's."""
+        ...
+
 
 class RecoverableError(Exception):
     """The retryable marker of a front-end whose SDK has none of its own (`PLAIN`)."""
+
+
+class PreemptedError(Exception):
+    """A task whose ranks stopped for a preemption (SIGTERM, Ctrl-C): not the task's own failure.
+
+    On a cluster the front-end has it written as a recoverable error of system origin (Flyte retries it from its
+    system budget, and the retry resumes from the checkpoint); locally it ends the run, saying the step the next run
+    resumes from (``pytorch_core.preemption``).
+
+    Args:
+        message: the message (it starts with ``preempted: ``).
+    """
 
 
 def recoverable_class(
@@ -215,6 +254,12 @@ class PlainFrontEnd:
 
     def write_output_file(self, name: str, data: bytes) -> Optional[str]:
         return None
+
+    def checkpoint_place(self) -> Optional[CheckpointPrefixes]:
+        return None
+
+    def preempted(self, message: str) -> BaseException:
+        return PreemptedError(message)
 
 
 PLAIN: FrontEnd = PlainFrontEnd()

@@ -15,6 +15,9 @@ modules, one job each:
 ``_preflight.py``      in each rank, before the task's code: master address, ``/dev/shm``, one all-reduce
 ``progress.py``        ``report_progress``: in each rank the step boundary; global rank 0 hands its snapshots to
                        the launcher, whose thread (``_progress_follow.py``) shows them
+``preemption.py``      in each rank: on SIGTERM or Ctrl-C every rank stops after one agreed step (through the
+                       group's store) and rank 0 saves through ``checkpoint.py`` (``save_checkpoint``,
+                       ``load_checkpoint``); the launcher ends such a run as preempted (:func:`_preempted`)
 =====================  ==========================================================================================
 
 Where it runs (see ``_plan.py``): locally as real ranks on this machine; in-process with world size 1
@@ -41,22 +44,37 @@ Environment variables read here:
 - ``FLYTE_PYTORCH_LOCAL_THREADS=N``: intra-op threads per local rank instead of ``max(1, cpus // local ranks)``.
 - ``FLYTE_PYTORCH_PROGRESS_LINE``, ``FLYTE_PYTORCH_PROGRESS_LOG_S``, ``FLYTE_PYTORCH_PROGRESS_INTERVAL_S``: how global
   rank 0's live progress is shown (``_progress_follow.py``).
+- ``FLYTE_PYTORCH_TERMINATION_GRACE_S``: seconds from a SIGTERM to the SIGKILL (locally also the agent's own wait,
+  5 s by default; in a pod, 30 s unless set): what a preemption's stop and save must fit in (``preemption.py``).
+- ``FLYTE_PYTORCH_CHECKPOINT_DIR``: where ``save_checkpoint`` writes; a local run that does not set it gets a folder
+  of its execution (the task's name and inputs), removed when the run ends without a preemption (``checkpoint.py``).
 
 torch is imported lazily; this module imports without torch.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import dataclasses
+import hashlib
+import json
 import logging
 import os
 import re
+import signal
 import sys
+import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Optional, Protocol
 
 from pytorch_contract.install import install_hint
-from pytorch_core import progress
+from pytorch_contract.preemption import FILE_NAME as PREEMPTION_FILE
+from pytorch_contract.preemption import PREEMPTED_EXIT_CODE, TERMINATION_GRACE_ENV, PreemptionRecord
+from pytorch_contract.preemption import parse_record as parse_preemption_record
+from pytorch_core import _checkpoints, preemption, progress
+from pytorch_core._checkpoints import CHECKPOINT_DIR_ENV, local_checkpoint_dir, remove_local_checkpoints
+from pytorch_core._control import dumps
 from pytorch_core._failure import (
     HangError,
     RankFailedError,
@@ -84,10 +102,11 @@ from pytorch_core._plan import (
     resolve_nproc,
 )
 from pytorch_core._preflight import run_preflight
-from pytorch_core._processes import AgentResult, EnvPatch, free_port, run_ranks
+from pytorch_core._processes import AgentResult, EnvPatch, free_port, local_grace_s, run_ranks
 from pytorch_core._progress_follow import ProgressFollower
 from pytorch_core._rank import COLLECTIVE_TIMEOUT_ENV, call_function, install_collective_timeout, preflight_timeout_s
-from pytorch_core.frontend import FrontEnd, current, using
+from pytorch_core.frontend import FrontEnd, PreemptedError, current, using
+from pytorch_core.preemption import Preempted
 
 __all__ = [
     "run_distributed",
@@ -176,30 +195,70 @@ def _run(task: DistributedTask, kwargs: dict[str, Any], frontend: FrontEnd) -> A
         )
     if plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS) and cuda_devices == 0:
         _say_cpu_fallback(task)
-    follower = ProgressFollower(
-        frontend, task, local=plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS), env=os.environ
-    )
-    if plan.kind is ExecutionKind.IN_PROCESS:
-        return _run_in_process(fn, kwargs, plan, follower)
+    local = plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS)
+    follower = ProgressFollower(frontend, task, local=local, env=os.environ)
     if plan.kind is ExecutionKind.CLUSTER_DIRECT:
         return _run_direct(fn, kwargs, plan, follower)
-    return _outcome(run_ranks(fn, kwargs, plan, follower=follower), plan)
+    if not local:
+        return _outcome(run_ranks(fn, kwargs, plan, follower=follower), plan)
+    plan, folder = _local_checkpoints(task.name, kwargs, plan)
+    try:
+        if plan.kind is ExecutionKind.IN_PROCESS:
+            value = _run_in_process(fn, kwargs, plan, follower)
+        else:
+            value = _outcome(run_ranks(fn, kwargs, plan, follower=follower), plan)
+    except (PreemptedError, KeyboardInterrupt, SystemExit):
+        raise  # stopped by a signal: the next run of this execution resumes from the folder
+    except BaseException:
+        if folder is not None:
+            remove_local_checkpoints(folder)
+        raise
+    if folder is not None:
+        remove_local_checkpoints(folder)
+    return value
+
+
+def _local_checkpoints(name: str, kwargs: dict[str, Any], plan: LaunchPlan) -> tuple[LaunchPlan, Optional[str]]:
+    """A local run's checkpoint folder and termination grace, given to its ranks (``checkpoint.py``,
+    ``preemption.py``).
+
+    Returns:
+        tuple[LaunchPlan, Optional[str]]: the plan with both in ``rank_env``, and the folder when it is the
+        launcher's own (``None`` when ``$FLYTE_PYTORCH_CHECKPOINT_DIR`` names one: the user's folder stays).
+    """
+    env = {TERMINATION_GRACE_ENV: f"{local_grace_s(os.environ):g}"}
+    folder: Optional[str] = None
+    if not os.environ.get(CHECKPOINT_DIR_ENV, "").strip():
+        inputs = sorted(kwargs.items(), key=lambda item: item[0])  # in name order: an SDK may pass them in any
+        try:
+            digest = hashlib.sha256(dumps(inputs)).hexdigest()
+        except Exception:  # noqa: BLE001 - inputs that do not pickle (an in-process run): their text names them
+            digest = hashlib.sha256(repr(inputs).encode()).hexdigest()
+        folder = local_checkpoint_dir(name, digest)
+        env[CHECKPOINT_DIR_ENV] = folder
+    return dataclasses.replace(plan, rank_env={**plan.rank_env, **env}), folder
 
 
 def _call_reporting(fn: Callable[..., Any], kwargs: dict[str, Any], follower: ProgressFollower) -> Any:
     """Run ``fn`` in this process with live progress: global rank 0 hands its snapshots straight to ``follower``
     (``progress.py``), which shows them in its thread until the function ended."""
     progress.start_rank()
+    _checkpoints.reset()
+    preemption.start()
     if progress.in_rank_zero():
         progress.start_reporting(follower.offer)
     follower.start()
     failed = True
     try:
         value = call_function(fn, kwargs)
+        stopped = preemption.outcome()  # it returned because preemption_requested() said so
+        if stopped is not None:
+            raise stopped
         progress.finish_reporting()
         failed = False
         return value
     finally:
+        preemption.end()
         progress.stop_reporting()
         progress.end_rank()
         follower.stop(failed=failed)
@@ -339,6 +398,9 @@ def _run_in_process(
         )
         try:
             return _call_reporting(fn, kwargs, follower)
+        except Preempted as stop:
+            # This process got the signal (it is the only rank): once saved, it ends as the signal ends it today.
+            raise _preempted(stop.record, stop.where, plan, signal.Signals[stop.record.signal]) from None
         finally:
             restore()
 
@@ -356,6 +418,8 @@ def _run_direct(fn: Callable[..., Any], kwargs: dict[str, Any], plan: LaunchPlan
                 run_preflight(shm_size=plan.shm_size, join_timeout_s=preflight_timeout_s(plan.collective_timeout_s))
             value = _call_reporting(fn, kwargs, follower)
             mark_done()
+        except Preempted as stop:
+            raise _preempted(stop.record, stop.where, plan, None) from None
         except BaseException as raised:
             exc = pending_error(raised)
             collateral = is_collateral(exc)
@@ -392,7 +456,11 @@ def say_headline(headline: str) -> None:
 
 
 def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
-    """Return rank 0's value (success), or raise for the root-cause rank (failure)."""
+    """Return rank 0's value (success), or raise for the root-cause rank (failure) or for a preemption."""
+    stop = _preemption_of(result, plan)
+    if stop is not None:
+        record, where = stop
+        raise _preempted(record, where, plan, result.interrupted)
     if result.failed:
         outcomes = RankOutcomes(
             world_size=plan.world_size,
@@ -418,6 +486,94 @@ def _outcome(result: AgentResult, plan: LaunchPlan) -> Any:
     if plan.kind is not ExecutionKind.LOCAL:
         remove_recovered_errors()
     return rank0.value
+
+
+def _preemption_of(result: AgentResult, plan: LaunchPlan) -> Optional[tuple[PreemptionRecord, str]]:
+    """The preemption the ranks stopped for, when they did: a rank wrote its record, and no rank failed for a reason
+    of its own (a peer that lost a rank that left, or a rank killed at the end of the grace, are consequences).
+
+    Returns:
+        Optional[tuple[PreemptionRecord, str]]: the record (global rank 0's when it wrote one: it knows the
+        checkpoint's step) and where the checkpoints are; ``None`` when this launch was not preempted.
+    """
+    marks = result.record.preempted
+    if any(not error.collateral for error in result.record.errors):
+        return None
+    if not marks:
+        if result.interrupted is None or not result.record.stopping:
+            return None
+        # The ranks were stopping when the grace ran out (a step longer than the grace): still not the task's error.
+        unfinished = PreemptionRecord(
+            stopped_at=None,
+            checkpoint_step=None,
+            signal=result.interrupted.name,
+            rank=min(result.record.stopping),
+            pod=os.environ.get("_F_WN") or os.environ.get("HOSTNAME") or os.uname().nodename,
+            requested_at=time.time(),
+            grace_s=local_grace_s(os.environ) if plan.kind is ExecutionKind.LOCAL else preemption.grace_s(),
+        )
+        return unfinished, ""
+    if result.interrupted is None and not result.failed:
+        return None  # a preemption that came too late to stop anyone: the ranks finished
+    chosen = marks.get(0) or marks[min(marks)]
+    try:
+        record = parse_preemption_record(json.dumps({k: v for k, v in chosen.items() if k != "where"}))
+    except ValueError:
+        return None
+    return record, str(chosen.get("where", ""))
+
+
+def _preempted(
+    record: PreemptionRecord, where: str, plan: LaunchPlan, interrupted: Optional[signal.Signals]
+) -> BaseException:
+    """The end of a launch whose ranks stopped for a preemption.
+
+    Locally: one line on stderr saying where the next run resumes from; a launcher that got the signal itself then
+    lets the signal's previous handler act, as it did before (SIGTERM ends the process, Ctrl-C raises
+    ``KeyboardInterrupt``); otherwise the front-end's preempted error. In a pod: the record beside the outputs, the
+    container's exit code :data:`PREEMPTED_EXIT_CODE` once the SDK has written its error document, and the
+    front-end's preempted error (a recoverable error of system origin).
+
+    Returns:
+        BaseException: what the task raises.
+    """
+    local = plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS)
+    message = preemption.error_message(record, where, local=local)
+    if local:
+        sys.stderr.write(f"pytorch task {message}\n")
+        sys.stderr.flush()
+        if interrupted is not None:
+            signal.raise_signal(interrupted)
+            return RankFailedError(f"the launch was stopped by {interrupted.name}; the ranks were stopped")
+        return current().preempted(message)
+    try:
+        current().write_output_file(PREEMPTION_FILE, record.to_json())
+    except Exception as exc:  # noqa: BLE001 - the error document says it too
+        logger.warning("could not write %s beside the outputs: %s", PREEMPTION_FILE, exc)
+    exit_as_preempted()
+    return current().preempted(message)
+
+
+_EXIT_REGISTERED = False
+
+
+def exit_as_preempted() -> None:
+    """End this pod's process with :data:`PREEMPTED_EXIT_CODE` when it exits, whatever code the SDK's entrypoint
+    exits with after it wrote its error document (flytekit's ``FLYTE_FAIL_ON_ERROR`` exits 1, Flyte 2's runtime 0).
+    Registered once, in a pod only: the training operator's ``ExitCode`` policy restarts the pod for it."""
+    global _EXIT_REGISTERED
+    if _EXIT_REGISTERED:
+        return
+    _EXIT_REGISTERED = True
+
+    def exit_now() -> None:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(PREEMPTED_EXIT_CODE)
+
+    atexit.register(exit_now)
 
 
 def _resumable_checkpoint() -> contextlib.AbstractContextManager[None]:

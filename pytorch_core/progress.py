@@ -9,7 +9,9 @@ Every rank may call it once per step. What happens on each call:
   directory (``_control.ControlDir.write_progress``), or, when the function runs in the launcher's own process (the
   in-process mode, a pod with one rank), a call into the launcher's follower. Metric values are turned into floats
   only then, so a tensor's ``.item()`` (a device sync) runs once per hand-off, not once per step;
-- a step-boundary hook runs when one is set (:func:`set_step_boundary_hook`): one global read otherwise.
+- every rank records the step (one global store: the preemption watcher reads it, ``preemption.py``), and a
+  step-boundary hook runs when one is set (:func:`set_step_boundary_hook`): one global read otherwise. The first
+  call with a step arms the rank for a preemption (the hook that does it then leaves).
 
 The launcher's follower (``_progress_follow.py``) shows what rank 0 handed over: the console line, the front-end's
 page (flytekit's Deck, Flyte 2's report), the progress record beside the outputs on a cluster
@@ -17,9 +19,9 @@ page (flytekit's Deck, Flyte 2's report), the progress record beside the outputs
 never write anything. A run that never reports writes nothing.
 
 The step boundary: a loop that calls ``report_progress(step)`` hands control to the plugin between two steps, on
-every rank, at the same step. That is where a later stop at an agreed step (say, for preemption: the watcher of
-``_hang.py`` learns through the group's store at which step every rank stops) can act without any other code in the
-loop: the watcher sets the hook, and the hook runs in the main thread at the next call.
+every rank, at the same step. That is where a preemption stops the ranks at an agreed step (``preemption.py``: the
+watcher of ``_hang.py`` learns through the group's store at which step every rank stops) without any other code in
+the loop: the watcher sets the hook, and the hook runs in the main thread at the next call.
 
 Neither torch nor a Flyte SDK is imported here.
 """
@@ -39,7 +41,10 @@ __all__ = [
     "report_progress",
     "HANDOFF_INTERVAL_S",
     "set_step_boundary_hook",
+    "step_boundary_hook",
     "last_report",
+    "last_step",
+    "note_step",
     "active",
     "hand_off_due",
     "leave_trainer_status",
@@ -58,6 +63,9 @@ _reporter: Optional[_Reporter] = None
 _boundary_hook: Optional[Callable[[Optional[int]], None]] = None
 #: This process runs a task's function under the plugin's launcher (any rank).
 _active = False
+#: The step this rank passed last (every rank: ``report_progress(step)``, ``save_checkpoint``), else ``None``. The
+#: preemption watcher reads it when it announces where this rank stands (``preemption.py``).
+_step: Optional[int] = None
 
 _monotonic = time.monotonic
 
@@ -81,7 +89,7 @@ def report_progress(step: Optional[int] = None, total: Optional[int] = None, **m
             number.
         ValueError: ``step`` or ``total`` is negative.
     """
-    global _last_report
+    global _last_report, _step
     now = _monotonic()
     _last_report = now
     if step is not None:
@@ -89,6 +97,7 @@ def report_progress(step: Optional[int] = None, total: Optional[int] = None, **m
             step = _count("step", step)
         elif step < 0:
             raise ValueError(f"report_progress(step={step}): step must be >= 0")
+        _step = step  # before the hook is read: the preemption watcher relies on this order
     if total is not None and type(total) is not int:
         total = _count("total", total)
     reporter = _reporter
@@ -213,8 +222,9 @@ def start_reporting(send: Callable[[dict[str, Any]], None], *, interval_s: float
 
 def start_rank() -> None:
     """This process runs a task's function (any rank): the callbacks' factories see it (:func:`active`)."""
-    global _active
+    global _active, _step
     _active = True
+    _step = None
 
 
 def end_rank() -> None:
@@ -241,6 +251,26 @@ def reset() -> None:
     """Forget everything (the group was set up again: a new round of an elastic job, or a new in-process launch)."""
     global _last_report
     _last_report = None
+
+
+def last_step() -> Optional[int]:
+    """The step this rank passed last (``report_progress(step)``, a checkpoint save or load), or ``None``."""
+    return _step
+
+
+def note_step(step: int) -> None:
+    """Record that this rank passed ``step`` (a checkpoint was saved or loaded there).
+
+    Args:
+        step: the steps done.
+    """
+    global _step
+    _step = step
+
+
+def step_boundary_hook() -> Optional[Callable[[Optional[int]], None]]:
+    """The hook :func:`set_step_boundary_hook` set, or ``None``."""
+    return _boundary_hook
 
 
 def last_report() -> Optional[float]:

@@ -59,13 +59,16 @@ def main(mode: str, name: str) -> int:
         from flytekit.core.base_task import IgnoreOutputs
 
         from pytorch_core._plan import ExecutionKind, plan_launch
+        from pytorch_core._progress_follow import ProgressFollower
+        from pytorch_core.frontend import current
         from pytorch_core.launcher import _run_direct
 
         task = getattr(parity_cases, f"pod_{name}")
         plan = plan_launch(task.task_config, os.environ, local=False)
         assert plan.kind is ExecutionKind.CLUSTER_DIRECT, plan.kind
+        follower = ProgressFollower(current(), task, local=False, env=os.environ)  # what run_distributed makes
         try:
-            value = _run_direct(task._task_function, {}, plan)
+            value = _run_direct(task._task_function, {}, plan, follower)
         except IgnoreOutputs:
             _say({"ok": True, "value": None, "pod": int(os.environ["RANK"])})
             return 0

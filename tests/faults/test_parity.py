@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -249,3 +250,47 @@ def test_in_pods_the_task_can_host_a_store_on_master_port() -> None:
     theirs = pods("user_tcpstore", "plain")
     assert theirs[0]["ok"] and theirs[1]["ok"], theirs
     assert ours[0]["ok"] and ours[1]["ok"], ours
+
+
+# ---------------------------------------------------------------- SIGTERM to a loop that uses none of the API ----
+
+
+def _sigterm_launcher(cmd: list[str], tmp_path: Path) -> tuple[int | None, float]:
+    """Start ``cmd`` (3 ranks of ``preempt_tasks.plain_loop``), SIGTERM the launcher once every rank is up; return
+    its exit status and the seconds until every rank was gone."""
+    from tests.faults import drills_preempt as drills
+
+    env = drills._env(tmp_path, "plain")
+    ranks_gone: dict[str, float] = {}
+
+    def act(proc, first: bool) -> float | None:
+        pids = drills._pids(tmp_path, "plain")
+        if first:
+            ranks_gone["sent"] = time.time()
+            proc.send_signal(signal.SIGTERM)
+            return ranks_gone["sent"]
+        if "gone" not in ranks_gone and not any(drills._alive(pid) for pid in pids.values()):
+            ranks_gone["gone"] = time.time()
+        return None
+
+    run = drills.launch(cmd, env, ready=drills._ready_after(tmp_path, "plain"), act=act, max_procs=MAX_PROCS)
+    assert not run.killed_for and run.leftover == [], run.output[-3000:]
+    pids = drills._pids(tmp_path, "plain")
+    assert len(pids) == 3 and not any(drills._alive(pid) for pid in pids.values())
+    gone = ranks_gone.get("gone", time.time())
+    return run.returncode, gone - ranks_gone["sent"]
+
+
+@pytest.mark.timeout(400)
+def test_sigterm_ends_the_ranks_of_a_loop_without_the_api_at_once_as_torchrun_does(tmp_path: Path) -> None:
+    """A loop that never calls report_progress(step) nor the checkpoint API keeps the signals' default actions: its
+    ranks end within moments of the SIGTERM under both launchers, not at the end of a grace (5 s locally, 30 s
+    torchrun's). The launchers' own exit statuses differ, as they always did (the plugin's ends as SIGTERM ends a
+    process; torchrun's raises)."""
+    ours, ours_s = _sigterm_launcher([PY, "-m", "tests.faults.preempt_run", "plain"], tmp_path / "plugin")
+    theirs, theirs_s = _sigterm_launcher(
+        [PY, "-m", "torch.distributed.run", "--nproc-per-node", "3", "-m", "tests.faults.preempt_run", "rank"],
+        tmp_path / "torchrun",
+    )
+    assert ours == -signal.SIGTERM and theirs not in (0, None), (ours, theirs)
+    assert ours_s < 3.0 and theirs_s < 3.0, (ours_s, theirs_s)

@@ -1,0 +1,99 @@
+"""How the launcher ends a launch whose ranks stopped for a preemption (``launcher._preemption_of``,
+``launcher._preempted``): which launches count as preempted, whose record it takes, and what each kind raises."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from pytorch_contract.preemption import FILE_NAME, PreemptionRecord, parse_record
+from pytorch_core import launcher
+from pytorch_core._control import ControlRecord, RankError
+from pytorch_core._plan import ExecutionKind, LaunchPlan
+from pytorch_core._processes import AgentResult
+from pytorch_core.frontend import PreemptedError
+
+LOCAL = LaunchPlan(kind=ExecutionKind.LOCAL, start_method="forkserver", collective_timeout_s=None, world_size=3)
+POD = LaunchPlan(kind=ExecutionKind.CLUSTER_FANOUT, start_method="forkserver", collective_timeout_s=None)
+
+
+def _mark(rank: int, checkpoint_step: int | None) -> dict:
+    record = PreemptionRecord(7, checkpoint_step, "SIGTERM", 1, "pod-1", time.time(), 5.0)
+    return {**json.loads(record.to_json()), "where": "/ckpt"}
+
+
+def _error(rank: int, collateral: bool) -> RankError:
+    return RankError(rank, time.time(), "builtins.ValueError", "boom", "", recoverable=False, collateral=collateral)
+
+
+@pytest.mark.parametrize(
+    ("record", "exit_codes", "interrupted", "expected"),
+    [
+        pytest.param(
+            ControlRecord(preempted={0: _mark(0, 7), 1: _mark(1, 7), 2: _mark(2, 7)}),
+            {0: 200, 1: 200, 2: 200},
+            None,
+            (7, 7),
+            id="every-rank-stopped-rank-0-saved",
+        ),
+        pytest.param(
+            ControlRecord(preempted={1: _mark(1, None), 2: _mark(2, None)}),
+            {0: -9, 1: 200, 2: 200},
+            signal.SIGTERM,
+            (7, None),
+            id="rank-0-killed-mid-save",
+        ),
+        pytest.param(
+            ControlRecord(preempted={1: _mark(1, 7)}, errors=(_error(2, collateral=True),)),
+            {1: 200, 2: 1},
+            None,
+            (7, 7),
+            id="a-peer-lost-a-rank-that-left",
+        ),
+        pytest.param(ControlRecord(stopping=frozenset({1, 2})), {}, signal.SIGTERM, (None, None), id="grace-too-short"),
+        pytest.param(
+            ControlRecord(preempted={1: _mark(1, 7)}, errors=(_error(2, collateral=False),)),
+            {1: 200, 2: 1},
+            None,
+            None,
+            id="a-ranks-own-error-wins",
+        ),
+        pytest.param(ControlRecord(), {}, signal.SIGTERM, None, id="unarmed-ranks-as-before"),
+        pytest.param(ControlRecord(preempted={0: _mark(0, 7)}), {}, None, None, id="too-late-the-run-finished"),
+    ],
+)
+def test_which_launches_ended_in_a_preemption(record, exit_codes, interrupted, expected) -> None:
+    result = AgentResult(record=record, exit_codes=exit_codes, interrupted=interrupted)
+    found = launcher._preemption_of(result, LOCAL)
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert (found[0].stopped_at, found[0].checkpoint_step) == expected
+
+
+RECORD = PreemptionRecord(7, 7, "SIGTERM", 1, "pod-1", 1_800_000_000.0, 5.0)
+
+
+def test_locally_the_error_says_where_the_next_run_resumes(capfd) -> None:
+    error = launcher._preempted(RECORD, "/tmp/ckpt", LOCAL, None)
+    assert isinstance(error, PreemptedError)
+    assert str(error).startswith("preempted: rank 1 (pod pod-1) got SIGTERM; every rank stopped after step 7")
+    assert "the next run of this task with the same inputs resumes from step 7 (/tmp/ckpt)" in str(error)
+    assert capfd.readouterr().err.startswith("pytorch task preempted: rank 1")
+
+
+def test_in_a_pod_the_record_goes_beside_the_outputs_and_the_exit_code_is_set(monkeypatch) -> None:
+    written: dict[str, bytes] = {}
+    exits: list[bool] = []
+    front = launcher.current()
+    monkeypatch.setattr(front, "write_output_file", lambda name, data: written.setdefault(name, data))
+    monkeypatch.setattr(launcher, "exit_as_preempted", lambda: exits.append(True))  # not atexit in pytest
+    error = launcher._preempted(RECORD, "s3://bucket/ckpt", POD, signal.SIGTERM)
+    assert isinstance(error, PreemptedError)
+    assert "Flyte retries it as a system error" in str(error)
+    assert parse_record(written[FILE_NAME]) == RECORD
+    assert exits == [True]
