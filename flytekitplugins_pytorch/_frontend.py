@@ -163,12 +163,21 @@ class FlytekitFrontEnd:
             logger.warning("could not remove recovered error documents under %s: %s", prefix, exc)
 
     def adopt(self, decks: list[tuple[str, str]], value: Any, metadata: Any) -> None:
-        """Add rank 0's Decks and output metadata to the task process's current context."""
+        """Add rank 0's Decks and output metadata to the task process's current context.
+
+        Rank 0's Decks go ahead of the ``Progress`` Deck, in rank 0's order: mid-run the Deck opens on progress, and
+        once the run has ended on the tab the user's code chose (flytekit opens the first Deck).
+        """
         from flytekit.core.context_manager import FlyteContextManager
         from flytekit.deck.deck import Deck
 
-        for name, html in decks:
-            Deck(name, html)  # a new Deck adds itself to flytekit.current_context().decks
+        params = FlyteContextManager.current_context().user_space_params
+        held = list(params.decks) if params is not None else []
+        added = [Deck(name, html) for name, html in decks]  # a new Deck adds itself to the context's decks
+        if params is not None and added:
+            kept = [d for d in params.decks if all(d is not a for a in added)]
+            at = next((i for i, d in enumerate(kept) if d.name == _progress.DECK_NAME and d in held), len(kept))
+            params.decks[:] = kept[:at] + added + kept[at:]
         if metadata is None:
             return
         tracker = FlyteContextManager.current_context().output_metadata_tracker

@@ -59,6 +59,17 @@ def test_the_final_page_updates_the_deck_without_publishing(pod_context, tmp_pat
     assert deck.html == "<h3>step 10/10</h3>"
 
 
+def test_rank_0s_decks_open_ahead_of_the_progress_deck_once_the_run_ends(pod_context, tmp_path: Path) -> None:
+    FLYTEKIT.publish_progress(None, "<h3>step 9/10</h3>", False)
+    FLYTEKIT.adopt([("Training", "<p>curves</p>"), ("Extra", "<p>more</p>")], None, None)
+    assert [d.name for d in pod_context.decks] == ["Training", "Extra", "Progress", "Timeline"]
+
+
+def test_rank_0s_decks_without_progress_keep_their_place(pod_context, tmp_path: Path) -> None:
+    FLYTEKIT.adopt([("Training", "<p>curves</p>")], None, None)
+    assert [d.name for d in pod_context.decks] == ["Timeline", "Training"]
+
+
 @pytest.mark.parametrize("pod_context", [False], indirect=True)
 def test_a_task_without_decks_gets_none_and_no_warning(pod_context, tmp_path: Path, caplog) -> None:
     with caplog.at_level(logging.WARNING):
