@@ -313,6 +313,8 @@ class Replica:
     restarts: int = 0
     recreated: int = 0
     conditions: list[dict] = field(default_factory=list)
+    launched_at: float = 0.0
+    """`time.monotonic()` when its current process was started (or when it failed, while it waits to be started)."""
 
     @property
     def label(self) -> str:
@@ -385,6 +387,7 @@ def start_replica(replica: Replica) -> None:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    replica.launched_at = time.monotonic()
 
 
 class FakeOperator:
@@ -527,7 +530,40 @@ class FakeOperator:
         used = sum(r.restarts for r in run.replicas)
         return "in place" if limit is None or used < int(limit) else ""
 
+    def _start_recreated(self, run: JobRun) -> None:
+        """Start the recreated pods (process None, not deleted) once the master they rendezvous with is a new one.
+
+        On a cluster a recreated pod takes seconds to be scheduled and started, while the previous run's master
+        leaves within its grace; on one machine a recreated worker would start at once and could reach the old
+        master's store at 127.0.0.1 before that master exits. The player starts the waiting pods once the master
+        replica's process that ran before they failed has ended and been followed (its pod recreated too, or the
+        job ended). A master that keeps running (a worker failed alone) holds them back until it ends, as a
+        non-elastic job's ranks end once a peer is gone.
+        """
+        if run.done or run.gone or run.suspended:
+            return
+        waiting = [r for r in run.replicas if r.process is None and not r.deleted and r.recreated]
+        if not waiting:
+            return
+        failed_at = min(w.launched_at for w in waiting)
+        master = next((r for r in run.replicas if r.rtype == "Master"), None)
+        if master is not None and master.process is not None and master.exit_code is None:
+            if master.launched_at < failed_at:
+                return
+        for replica in waiting:
+            start_replica(replica)
+            replica.started_at = now_rfc3339()
+            self._put_pod(run, replica, phase="Running")
+        self._condition(run, "Running", f"PyTorchJob {run.namespace}/{run.name} is running.")
+        self._write_status(run)
+
     def _follow(self, run: JobRun) -> None:
+        try:
+            self._follow_replicas(run)
+        finally:
+            self._start_recreated(run)
+
+    def _follow_replicas(self, run: JobRun) -> None:
         changed = False
         for replica in run.replicas:
             if replica.process is None or replica.exit_code is not None or replica.deleted:
@@ -543,8 +579,13 @@ class FakeOperator:
                     self._put_pod(run, replica, phase="Failed")
                     replica.recreated += 1
                     replica.exit_code, replica.conditions = None, []
-                else:
-                    replica.restarts += 1
+                    self._condition(run, "Restarting", f"PyTorchJob {run.name} is restarting because "
+                                    f"{replica.label} exited with code {exit_code}.")  # fmt: skip
+                    self._put_pod(run, replica, phase="Pending")
+                    replica.process, replica.launched_at = None, time.monotonic()  # see `_start_recreated`
+                    self._write_status(run)
+                    continue
+                replica.restarts += 1
                 self._condition(run, "Restarting", f"PyTorchJob {run.name} is restarting because {replica.label} "
                                 f"exited with code {exit_code}.")  # fmt: skip
                 start_replica(replica)
