@@ -535,10 +535,10 @@ class FakeOperator:
 
         On a cluster a recreated pod takes seconds to be scheduled and started, while the previous run's master
         leaves within its grace; on one machine a recreated worker would start at once and could reach the old
-        master's store at 127.0.0.1 before that master exits. The player starts the waiting pods once the master
-        replica's process that ran before they failed has ended and been followed (its pod recreated too, or the
-        job ended). A master that keeps running (a worker failed alone) holds them back until it ends, as a
-        non-elastic job's ranks end once a peer is gone.
+        master's store at 127.0.0.1 before that master exits. The player starts the waiting pods once every process
+        that ran before the first of them failed has ended and been followed (its pod recreated too, or the job
+        ended). Replicas that keep running (a worker failed alone) hold them back until they end, as a non-elastic
+        job's ranks end once a peer is gone.
         """
         if run.done or run.gone or run.suspended:
             return
@@ -546,10 +546,8 @@ class FakeOperator:
         if not waiting:
             return
         failed_at = min(w.launched_at for w in waiting)
-        master = next((r for r in run.replicas if r.rtype == "Master"), None)
-        if master is not None and master.process is not None and master.exit_code is None:
-            if master.launched_at < failed_at:
-                return
+        if any(r.process is not None and r.exit_code is None and r.launched_at < failed_at for r in run.replicas):
+            return  # a process of the previous run is still there (or not yet followed)
         for replica in waiting:
             start_replica(replica)
             replica.started_at = now_rfc3339()
