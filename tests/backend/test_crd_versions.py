@@ -312,6 +312,11 @@ def test_jobset_v0_9_refuses_the_preemption_rule_never_prunes_it(template: str) 
     assert "upgrade JobSet to v0.10 or later" in message and "target: pytorchjob" in message
     assert built.job["spec"]["failurePolicy"]["rules"][0]["onJobFailureMessagePatterns"]  # refused as written
     assert build("jobset", load(template), vendored("jobset")).refusals == []
+    (jobset,) = [d for d in DECLARED if d.config_name == "jobset"]
+    known, _ = learned(jobset, ["spec.failurePolicy.rules[0].onJobFailureMessagePatterns"])  # a strict 400
+    (refusal,) = build("jobset", load(template), known).refusals
+    assert "(older than JobSet v0.10) does not declare it" in refusal.message
+    assert "upgrade JobSet to v0.10 or later" in refusal.message
 
 
 def test_another_pod_field_an_older_crd_lacks_names_the_setting_and_the_release() -> None:
