@@ -40,6 +40,7 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from backend_plugin.config import BackendConfig
 from backend_plugin.task_errors import ErrorReport, TaskError
 from backend_plugin.timestamps import EPOCH, parse_time
+from pytorch_contract.preemption import PREEMPTED_EXIT_CODE
 
 __all__ = [
     "Phase",
@@ -55,6 +56,11 @@ __all__ = [
     "failure_phase",
     "replica_failures",
     "earliest_failure",
+    "disruption_reason",
+    "stopped_for_preemption",
+    "disruption_text",
+    "DISRUPTION_CONDITION",
+    "DISRUPTION_REASONS",
     "failed_job_status",
     "never_started_status",
     "start_explanation",
@@ -81,6 +87,20 @@ MESSAGE_LIMIT = 1000  # characters of a container termination message kept in a 
 
 # Pod status reasons for a pod the system stopped (not the task): eviction, preemption, node shutdown or loss.
 SYSTEM_POD_REASONS = frozenset({"Evicted", "Preempted", "NodeLost", "Shutdown", "Terminated", "NodeShutdown"})
+DISRUPTION_CONDITION = "DisruptionTarget"
+"""The pod condition Kubernetes (1.26+) sets on a pod it is about to stop for the cluster's sake, before the SIGTERM:
+its `reason` says who. A `podFailurePolicy` can match it (`onPodConditions`)."""
+
+DISRUPTION_REASONS = {
+    "PreemptionByScheduler": "preempted by the scheduler for a pod of higher priority",
+    "EvictionByEvictionAPI": "evicted through the Eviction API (a node drain, the cluster autoscaler, a descheduler)",
+    "DeletionByTaintManager": "deleted by the taint manager (its node got a NoExecute taint: a node going away)",
+    "TerminationByKubelet": "ended by the kubelet (a node shutdown, or node pressure)",
+    "DeletionByPodGC": "deleted by the pod garbage collector (its node is gone)",
+}
+"""The `DisruptionTarget` reasons Kubernetes writes (`k8s.io/api/core/v1`, `PodReason...`), explained for messages;
+any other reason is said as given."""
+
 _EVENTS_SHOWN = 3
 # Seconds of clock slack when comparing a replica's termination time (whole seconds) with an error's timestamp.
 _CLOCK_SLACK_S = 1.0
@@ -248,6 +268,9 @@ class ReplicaFailure:
     when: Optional[datetime.datetime]
     description: str
     system: bool
+    preemption: str = ""
+    """`"disrupted"`: the pod carries `DisruptionTarget`; `"stopped"`: its ranks stopped at a preemption's agreed
+    step (exit code `PREEMPTED_EXIT_CODE`); "" otherwise."""
 
 
 def replica_failures(
@@ -271,6 +294,11 @@ def replica_failures(
     # Termination times have whole seconds: within one, a replica the system killed goes first (its peers' errors
     # are the consequence of losing it).
     failures.sort(key=lambda f: (f.when or latest, not f.system))
+    # A preemption stops every pod at the same step: the disrupted pod is the cause of its peers' agreed stop, even
+    # when they exited before it did.
+    first = next((i for i, f in enumerate(failures) if f.preemption == "disrupted"), None)
+    if first is not None and all(f.preemption == "stopped" for f in failures[:first]):
+        failures.insert(0, failures.pop(first))
     return failures
 
 
@@ -434,12 +462,87 @@ def _describe_termination(term: dict) -> str:
     return text
 
 
+def disruption_reason(pod: Mapping[str, Any]) -> Optional[str]:
+    """The reason of the pod's true `DisruptionTarget` condition.
+
+    Args:
+        pod: a pod dict as read from the API.
+
+    Returns:
+        The reason ("" when the condition has none), or None when the pod carries no true `DisruptionTarget`.
+    """
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == DISRUPTION_CONDITION and c.get("status") == "True":
+            return str(c.get("reason") or "")
+    return None
+
+
+def _disruption_words(reason: str) -> str:
+    explained = DISRUPTION_REASONS.get(reason)
+    if not reason:
+        return f"{DISRUPTION_CONDITION}, no reason given"
+    return f"{DISRUPTION_CONDITION} {reason}: {explained}" if explained else f"{DISRUPTION_CONDITION} {reason}"
+
+
+def stopped_for_preemption(pod: Mapping[str, Any], last_state: bool = False) -> bool:
+    """Whether a container of the pod exited `PREEMPTED_EXIT_CODE`: its ranks stopped at a preemption's agreed step.
+
+    Args:
+        pod: a pod dict as read from the API.
+        last_state: read the containers' previous termination (a container restarted in place).
+
+    Returns:
+        True when one did.
+    """
+    for c in _containers(pod):
+        term = ((c.get("lastState") if last_state else c.get("state")) or {}).get("terminated") or {}
+        if term.get("exitCode") == PREEMPTED_EXIT_CODE:
+            return True
+    return False
+
+
+def disruption_text(pods: Sequence[Mapping], namer: ReplicaNamer = pod_name) -> str:
+    """What a preemption did to the job's pods, for a RUNNING or RETRYABLE message ("" when it did nothing seen).
+
+    Reads only the pods given (no request of its own): a pod with a true `DisruptionTarget` condition is named with
+    its reason, and pods whose container exited `PREEMPTED_EXIT_CODE` (now, or before an in-place restart) as stopped
+    at the agreed step; neither is the task's failure.
+
+    Args:
+        pods: the job's pods (items that are not dicts are passed over).
+        namer: the kind's name of a pod in messages.
+
+    Returns:
+        e.g. `worker-1 is disrupted (DisruptionTarget PreemptionByScheduler: preempted by the scheduler for a pod of
+        higher priority), not the task's failure; master-0, worker-0 stopped at the agreed step for a preemption
+        (exit code 200)`.
+    """
+    disrupted, stopped = [], []
+    for pod in pods:
+        if not isinstance(pod, Mapping):
+            continue
+        reason = disruption_reason(pod)
+        if reason is not None:
+            disrupted.append(f"{namer(pod)} is disrupted ({_disruption_words(reason)})")
+        elif stopped_for_preemption(pod) or stopped_for_preemption(pod, last_state=True):
+            stopped.append(namer(pod))
+    parts = []
+    if disrupted:
+        parts.append(f"{', '.join(sorted(disrupted))}, not the task's failure")
+    if stopped:
+        parts.append(f"{', '.join(sorted(stopped))} stopped at the agreed step for a preemption (exit code "
+                     f"{PREEMPTED_EXIT_CODE}), not a failure")  # fmt: skip
+    return "; ".join(parts)
+
+
 def _pod_failure(pod: Mapping, namer: ReplicaNamer, last_state: bool) -> Optional[ReplicaFailure]:
-    """The pod's failure, or None if it did not fail."""
+    """The pod's failure, or None if it did not fail. A disrupted pod (`DisruptionTarget`) and one that stopped at a
+    preemption's agreed step (exit code `PREEMPTED_EXIT_CODE`) are the system's doing, and said so."""
     meta = pod.get("metadata") or {}
     name = str(meta.get("name", "?"))
     replica = namer(pod)
     deleting = bool(meta.get("deletionTimestamp"))
+    reason = None if last_state else disruption_reason(pod)
     for c in _containers(pod):
         state = (c.get("lastState") if last_state else c.get("state")) or {}
         term = state.get("terminated")
@@ -447,14 +550,24 @@ def _pod_failure(pod: Mapping, namer: ReplicaNamer, last_state: bool) -> Optiona
             when = parse_time(term.get("finishedAt")) or parse_time(term.get("startedAt"))
             system = term.get("reason") == "OOMKilled" or (bool(_signal_of(term)) and not deleting)
             description = f"{replica} ({c.get('name', '?')}): {_describe_termination(term)}"
-            return ReplicaFailure(replica, name, when, description, system)
+            preemption = ""
+            if reason is not None:
+                description += f"; disrupted ({_disruption_words(reason)}), not the task's failure"
+                system, preemption = True, "disrupted"
+            elif term.get("exitCode") == PREEMPTED_EXIT_CODE:
+                description += "; stopped at the agreed step for a preemption, not the task's failure"
+                system, preemption = True, "stopped"
+            return ReplicaFailure(replica, name, when, description, system, preemption)
     status = pod.get("status") or {}
     if not last_state and status.get("phase") == "Failed":
         why = status.get("reason") or "Failed"
         detail = f": {status['message']}" if status.get("message") else ""
-        system = why in SYSTEM_POD_REASONS
+        system = why in SYSTEM_POD_REASONS or reason is not None
         when = parse_time(status.get("startTime"))
-        return ReplicaFailure(replica, name, when, f"{replica}: pod {why}{detail}", system)
+        description = f"{replica}: pod {why}{detail}"
+        if reason is not None:
+            description += f"; disrupted ({_disruption_words(reason)}), not the task's failure"
+        return ReplicaFailure(replica, name, when, description, system, "disrupted" if reason is not None else "")
     return None
 
 

@@ -64,9 +64,10 @@ def test_every_older_crd_is_the_upstream_file_its_provenance_names() -> None:
     )
     recorded = {file: digest for file, _, _, _, digest in rows}
     on_disk = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in DATA.glob("*.yaml")}
-    assert on_disk == recorded and len(rows) == 5
+    assert on_disk == recorded and len(rows) == 6
     for file, tag, _, path, _ in rows:
-        assert file.endswith(f"-{tag}.yaml") and path.startswith("manifests/base/crds/")
+        assert file.endswith(f"-{tag}.yaml")
+        assert path.startswith("config/components/crd/bases/" if file.startswith("jobsets") else "manifests/base/crds/")
 
 
 # --------------------------------------------------------------------------------------------------- the release
@@ -80,6 +81,7 @@ def test_every_older_crd_is_the_upstream_file_its_provenance_names() -> None:
         ("trainjobs-v2.2.1", "the cluster's TrainJob CRD (Trainer v2.2 or later)"),
         ("pytorchjobs-v1.7.0", "the cluster's PyTorchJob CRD (training operator v1.7 or earlier)"),
         ("pytorchjobs-v1.8.1", "the cluster's PyTorchJob CRD (training operator v1.8)"),
+        ("jobsets-v0.9.1", "the cluster's JobSet CRD (JobSet v0.9 or earlier)"),
     ],
 )
 def test_the_release_is_named_by_what_the_crd_declares(name: str, described: str) -> None:
@@ -91,7 +93,7 @@ def test_the_release_is_named_by_what_the_crd_declares(name: str, described: str
     [
         ("trainjob", "the cluster's TrainJob CRD (Trainer v2.2 or later)"),
         ("pytorchjob", "the cluster's PyTorchJob CRD (training operator v1.9 or later)"),
-        ("jobset", "the cluster's JobSet CRD"),  # one release: nothing to tell apart
+        ("jobset", "the cluster's JobSet CRD (JobSet v0.10 or later)"),
     ],
 )
 def test_the_vendored_crds_are_the_newest_release(kind: str, described: str) -> None:
@@ -297,6 +299,24 @@ def test_a_native_sidecar_on_training_operator_v1_7_is_refused_never_pruned() ->
         == "Always"
     )  # refused as it is, never written without it
     assert build("pytorchjob", with_native_sidecar(), crd("pytorchjobs-v1.8.1")).refusals == []
+
+
+@pytest.mark.parametrize("template", ["sdk_seed_gpu", "hand_per_role"])
+def test_jobset_v0_9_refuses_the_preemption_rule_never_prunes_it(template: str) -> None:
+    """Without message patterns the Preempted rule would restart the JobSet for free after the task's own failure:
+    the patterns are refused on JobSet v0.9, naming the release and what to do, and never dropped."""
+    built = build("jobset", load(template), crd("jobsets-v0.9.1"))
+    assert [p.path for p in built.refusals] == ["spec.failurePolicy.rules[0].onJobFailureMessagePatterns"]
+    message = built.refusals[0].message
+    assert "the cluster's JobSet CRD (JobSet v0.9 or earlier) does not declare it" in message
+    assert "upgrade JobSet to v0.10 or later" in message and "target: pytorchjob" in message
+    assert built.job["spec"]["failurePolicy"]["rules"][0]["onJobFailureMessagePatterns"]  # refused as written
+    assert build("jobset", load(template), vendored("jobset")).refusals == []
+    (jobset,) = [d for d in DECLARED if d.config_name == "jobset"]
+    known, _ = learned(jobset, ["spec.failurePolicy.rules[0].onJobFailureMessagePatterns"])  # a strict 400
+    (refusal,) = build("jobset", load(template), known).refusals
+    assert "(older than JobSet v0.10) does not declare it" in refusal.message
+    assert "upgrade JobSet to v0.10 or later" in refusal.message
 
 
 def test_another_pod_field_an_older_crd_lacks_names_the_setting_and_the_release() -> None:

@@ -11,8 +11,9 @@ played by `FakeOperator`:
    running exactly the container's command and args, with the container's env plus what the Kubeflow training
    operator v1.9 injects (see `operator_env`), and keeps the job's conditions, `replicaStatuses` and the pods'
    container statuses up to date. A failed replica's restart policy decides: `OnFailure` restarts its container in
-   place, `ExitCode` restarts it for exit codes >= 128 only, within `runPolicy.backoffLimit` (see
-   `FakeOperator._restarts_in_place`); otherwise it fails the job. `cleanPodPolicy` decides which pods are deleted
+   place within `runPolicy.backoffLimit`, `ExitCode` recreates the pod for exit codes >= 128 only, outside that
+   budget (see `FakeOperator._restart_of`); otherwise it fails the job. `preempt`, `drain`, `suspend` and `resume`
+   play a node's loss, a drain and Kueue on every kind's player. `cleanPodPolicy` decides which pods are deleted
    (their processes killed) when the job ends; deleting the job kills every replica process.
 4. The test polls the connector's `get` until a terminal phase, then reads `outputs.pb` with flytekit's TypeEngine.
 
@@ -293,7 +294,9 @@ class Replica:
         finished_at: RFC 3339 end time ("" while running).
         exit_code: the container's exit code (128 + signal when killed), None while running.
         deleted: the pod was deleted (cleanPodPolicy or job deletion).
-        restarts: times its container was restarted (OnFailure, ExitCode), the pod's `restartCount`.
+        restarts: times its container was restarted in place (OnFailure), the pod's `restartCount`.
+        recreated: times the operator deleted and recreated the pod (ExitCode): a new pod, `restartCount` 0.
+        conditions: pod conditions the test gave it (a `DisruptionTarget` when it was preempted).
     """
 
     rtype: str
@@ -308,6 +311,10 @@ class Replica:
     exit_code: Optional[int] = None
     deleted: bool = False
     restarts: int = 0
+    recreated: int = 0
+    conditions: list[dict] = field(default_factory=list)
+    launched_at: float = 0.0
+    """`time.monotonic()` when its current process was started (or when it failed, while it waits to be started)."""
 
     @property
     def label(self) -> str:
@@ -331,6 +338,7 @@ class JobRun:
         conditions: the status conditions written so far.
         done: a terminal condition was written.
         gone: the job was deleted (every process killed).
+        suspended: the job is suspended (Kueue): its pods are deleted until it is resumed.
     """
 
     namespace: str
@@ -342,6 +350,7 @@ class JobRun:
     gone: bool = False
     start_time: str = ""
     completion_time: str = ""
+    suspended: bool = False
 
     def replica(self, label: str) -> Replica:
         """The replica called `label` (e.g. "worker-1")."""
@@ -366,7 +375,9 @@ def process_group_alive(pgid: int) -> bool:
 def start_replica(replica: Replica) -> None:
     """Start one replica's process in its own session, its output in its log file (as a pod's container log; a
     restarted container's output is appended, as `kubectl logs --previous` keeps the earlier one)."""
-    with replica.log_path.open("ab" if replica.restarts else "wb") as log:  # the replica writes through its own copy
+    with replica.log_path.open(
+        "ab" if replica.restarts or replica.recreated else "wb"
+    ) as log:  # the replica writes through its own copy
         replica.process = subprocess.Popen(
             replica.command,
             env=replica.env,
@@ -376,6 +387,7 @@ def start_replica(replica: Replica) -> None:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    replica.launched_at = time.monotonic()
 
 
 class FakeOperator:
@@ -493,25 +505,63 @@ class FakeOperator:
             raise ValueError(f"{pod_name}: container has neither command nor args and the venv image has no entrypoint")
         return Replica(rtype, index, pod_name, command, env, self.workdir / f"{pod_name}.log")
 
-    def _restarts_in_place(self, run: JobRun, replica: Replica, exit_code: int) -> bool:
-        """Whether a failed replica's container is restarted rather than failing the job (the operator's rules).
+    def _restart_of(self, run: JobRun, replica: Replica, exit_code: int) -> str:
+        """How a failed replica carries on rather than failing the job (the operator's rules): "in place", "recreate"
+        or "" (the job fails).
 
-        `OnFailure` (and `Always`): the kubelet restarts the container in the same pod. `ExitCode`: the operator
-        recreates the pod when the exit code is retryable (>= 128: killed by a signal, e.g. OOM or preemption) and
-        fails the job for 1-127 (the user's own error). `Never`: the job fails. Either restart counts against
-        `runPolicy.backoffLimit` (no limit when unset; the harness stops at `MAX_RESTARTS` all the same).
+        `OnFailure` (and `Always`): the kubelet restarts the container in the same pod, which counts against
+        `runPolicy.backoffLimit` (no limit when unset). `ExitCode`: the operator gives the pod `restartPolicy: Never`,
+        and when the pod failed with a retryable exit code (>= 128: a signal, an OOM kill, or 200, the agreed stop of
+        a preemption) it deletes the pod and creates it again; 1-127 (the user's own error) fails the job. A recreated
+        pod's `restartCount` starts at 0, and `backoffLimit` sums the restart counts of running pods only, so these
+        restarts never spend it (kubeflow/trainer v1.9.4: `ReconcilePods` in `pkg/controller.v1/common/pod.go` calls
+        `trainutil.IsRetryableExitCode`, which is `exitCode >= 128`, then `PodControl.DeletePod`; `PastBackoffLimit`
+        in `pkg/core/job.go`). `Never`: the job fails. The harness stops at `MAX_RESTARTS` restarts of either kind.
         """
         spec = run.job["spec"]["pytorchReplicaSpecs"][replica.rtype]
         policy = spec.get("restartPolicy", "Never")
+        if sum(r.restarts + r.recreated for r in run.replicas) >= MAX_RESTARTS:
+            return ""
         if policy == "ExitCode":
-            retry = exit_code >= 128
-        else:
-            retry = policy in ("OnFailure", "Always")
+            return "recreate" if exit_code >= 128 else ""
+        if policy not in ("OnFailure", "Always"):
+            return ""
         limit = (run.job["spec"].get("runPolicy") or {}).get("backoffLimit")
         used = sum(r.restarts for r in run.replicas)
-        return retry and used < (MAX_RESTARTS if limit is None else min(int(limit), MAX_RESTARTS))
+        return "in place" if limit is None or used < int(limit) else ""
+
+    def _start_recreated(self, run: JobRun) -> None:
+        """Start the recreated pods (process None, not deleted) once the master they rendezvous with is a new one.
+
+        On a cluster a recreated pod takes seconds to be scheduled and started, while the previous run's master
+        leaves within its grace; on one machine a recreated worker would start at once and could reach the old
+        master's store at 127.0.0.1 before that master exits. The player starts the waiting pods once every process
+        that ran before the first of them failed has ended and been followed (its pod recreated too, or the job
+        ended). Replicas that keep running (a worker failed alone) hold them back until they end, as a non-elastic
+        job's ranks end once a peer is gone.
+        """
+        if run.done or run.gone or run.suspended:
+            return
+        waiting = [r for r in run.replicas if r.process is None and not r.deleted and r.recreated]
+        if not waiting:
+            return
+        failed_at = min(w.launched_at for w in waiting)
+        if any(r.process is not None and r.exit_code is None and r.launched_at < failed_at for r in run.replicas):
+            return  # a process of the previous run is still there (or not yet followed)
+        for replica in waiting:
+            start_replica(replica)
+            replica.started_at = now_rfc3339()
+            self._put_pod(run, replica, phase="Running")
+        self._condition(run, "Running", f"PyTorchJob {run.namespace}/{run.name} is running.")
+        self._write_status(run)
 
     def _follow(self, run: JobRun) -> None:
+        try:
+            self._follow_replicas(run)
+        finally:
+            self._start_recreated(run)
+
+    def _follow_replicas(self, run: JobRun) -> None:
         changed = False
         for replica in run.replicas:
             if replica.process is None or replica.exit_code is not None or replica.deleted:
@@ -520,7 +570,19 @@ class FakeOperator:
             if code is None:
                 continue
             exit_code = code if code >= 0 else 128 - code
-            if exit_code != 0 and not run.done and self._restarts_in_place(run, replica, exit_code):
+            how = self._restart_of(run, replica, exit_code) if exit_code != 0 and not run.done else ""
+            if how:
+                if how == "recreate":  # the pod failed (its status says why), then a new one of the same name
+                    replica.exit_code, replica.finished_at = exit_code, now_rfc3339()
+                    self._put_pod(run, replica, phase="Failed")
+                    replica.recreated += 1
+                    replica.exit_code, replica.conditions = None, []
+                    self._condition(run, "Restarting", f"PyTorchJob {run.name} is restarting because "
+                                    f"{replica.label} exited with code {exit_code}.")  # fmt: skip
+                    self._put_pod(run, replica, phase="Pending")
+                    replica.process, replica.launched_at = None, time.monotonic()  # see `_start_recreated`
+                    self._write_status(run)
+                    continue
                 replica.restarts += 1
                 self._condition(run, "Restarting", f"PyTorchJob {run.name} is restarting because {replica.label} "
                                 f"exited with code {exit_code}.")  # fmt: skip
@@ -681,6 +743,7 @@ class FakeOperator:
             "status": {
                 "phase": phase,
                 **({"startTime": replica.started_at} if replica.started_at else {}),
+                **({"conditions": [dict(c) for c in replica.conditions]} if replica.conditions else {}),
                 "containerStatuses": [
                     {
                         "name": "pytorch",
@@ -706,6 +769,111 @@ class FakeOperator:
             return ""
         lines = replica.log().splitlines()[-LOG_TAIL_LINES:]
         return "\n".join(lines).encode()[-LOG_TAIL_BYTES:].decode(errors="replace")
+
+    # ------------------------------------------------------------------ disruptions (every kind's player)
+    def live_pod(self, run: JobRun, label: str) -> Replica:
+        """The running pod `label` (`worker-1`, `node-0`) of the job's current run."""
+        (pod,) = [r for r in run.replicas if r.label == label and not r.deleted and r.exit_code is None]
+        return pod
+
+    def preempt(self, run: JobRun, label: str, reason: str = "PreemptionByScheduler") -> Replica:
+        """Preempt pod `label` as the scheduler, a drain or a node's shutdown does: condition `DisruptionTarget` with
+        `reason`, then SIGTERM, and SIGKILL `grace_s` later if it is still running (the pod's
+        `terminationGracePeriodSeconds`). The pod is not deleted here: its controller acts on how it failed."""
+        with self._lock:
+            pod = self.live_pod(run, label)
+            pod.conditions.append({"type": PREEMPTION_CONDITION, "status": "True", "reason": reason,
+                                   "message": f"{reason} (played by the harness)",
+                                   "lastTransitionTime": now_rfc3339()})  # fmt: skip
+            self._put_pod(run, pod, phase="Running")
+        assert pod.process is not None
+        _signal_group(pod.process.pid, signal.SIGTERM)
+        threading.Thread(target=self._kill_after_grace, args=(pod.process,), name="fake-kubelet-grace",
+                         daemon=True).start()  # fmt: skip
+        return pod
+
+    def drain(self, run: JobRun, reason: str = "EvictionByEvictionAPI") -> list[Replica]:
+        """Every running pod of the job's current run preempted at once (a drained node holding them all)."""
+        with self._lock:
+            labels = [r.label for r in run.replicas if not r.deleted and r.exit_code is None and r.process is not None]
+        return [self.preempt(run, label, reason) for label in labels]
+
+    def _kill_after_grace(self, process: subprocess.Popen) -> None:
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and process.returncode is None and process_group_alive(process.pid):
+            time.sleep(0.05)
+        if process.returncode is None:
+            _signal_group(process.pid, signal.SIGKILL)
+
+    SUSPEND_PATH: tuple[str, ...] = ("spec", "runPolicy", "suspend")
+    """Where the kind's job says it is suspended (Kueue writes it)."""
+
+    def suspend(self, run: JobRun) -> None:
+        """Kueue preempts the job: it sets the job's suspend field, and the controller deletes the pods (SIGTERM,
+        SIGKILL after `grace_s`) and says Suspended. Deleted pods are not failures: no restart, no retry."""
+        self._set_suspend(run, True)
+        with self._lock:
+            run.suspended = True
+            doomed = [r for r in run.replicas if not r.deleted and r.exit_code is None and r.process is not None]
+            for replica in doomed:
+                replica.deleted = True
+                self.server.remove_pod(run.namespace, replica.pod_name)
+            self._suspended_condition(run, True)
+            self._write_status(run)
+        self._kill(doomed)
+
+    def resume(self, run: JobRun) -> None:
+        """Kueue admits the job again: suspend false, and the controller creates the pods again."""
+        self._set_suspend(run, False)
+        with self._lock:
+            run.suspended = False
+            self._recreate_pods(run)
+            self._suspended_condition(run, False)
+            self._write_status(run)
+
+    def _set_suspend(self, run: JobRun, value: bool) -> None:
+        plural = self._plural()
+        job = self.server.get_job(run.namespace, run.name, plural)
+        assert job is not None, run.name
+        node = job
+        for key in self.SUSPEND_PATH[:-1]:
+            node = node.setdefault(key, {})
+        node[self.SUSPEND_PATH[-1]] = value
+        self.server.put_job(job, plural)
+
+    def _plural(self) -> str:
+        from tests.fakeapi.server import PLURAL
+
+        return PLURAL
+
+    def _recreate_pods(self, run: JobRun) -> None:
+        """The pods of a resumed job, created and started again (same names: the operator names them by index)."""
+        for replica in run.replicas:
+            replica.deleted, replica.exit_code, replica.conditions = False, None, []
+            replica.recreated += 1
+            self._put_pod(run, replica, phase="Pending")
+        for replica in run.replicas:
+            start_replica(replica)
+            replica.started_at = now_rfc3339()
+            self._put_pod(run, replica, phase="Running")
+
+    def _suspended_condition(self, run: JobRun, suspended: bool) -> None:
+        """The training operator v1.9: Suspended True (Running False) on suspend; Suspended False, then Running,
+        on resume."""
+        at = now_rfc3339()
+        if suspended:
+            for c in run.conditions:
+                if c["type"] in ("Running", "Restarting") and c["status"] == "True":
+                    c.update(status="False", lastTransitionTime=at, lastUpdateTime=at)
+            run.conditions.append({"type": "Suspended", "status": "True", "reason": "PyTorchJobSuspended",
+                                   "message": f"PyTorchJob {run.name} is suspended.", "lastTransitionTime": at,
+                                   "lastUpdateTime": at})  # fmt: skip
+            return
+        for c in run.conditions:
+            if c["type"] == "Suspended" and c["status"] == "True":
+                c.update(status="False", reason="PyTorchJobResumed", message=f"PyTorchJob {run.name} is resumed.",
+                         lastTransitionTime=at, lastUpdateTime=at)  # fmt: skip
+        self._condition(run, "Running", f"PyTorchJob {run.namespace}/{run.name} is running.")
 
     # ------------------------------------------------------------------ test helpers
     def run_for(self, name: str, timeout_s: float = 30.0) -> JobRun:
@@ -991,6 +1159,7 @@ class FakeTrainer(FakeOperator):
             "status": {
                 "phase": phase,
                 **({"startTime": replica.started_at} if replica.started_at else {}),
+                **({"conditions": [dict(c) for c in replica.conditions]} if replica.conditions else {}),
                 "containerStatuses": [
                     {
                         "name": "node",
@@ -1004,6 +1173,24 @@ class FakeTrainer(FakeOperator):
             },
         }
         self.server.put_pod(pod)
+
+    SUSPEND_PATH = ("spec", "suspend")
+
+    def _plural(self) -> str:
+        from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
+
+        return TRAINJOBS
+
+    def _suspended_condition(self, run: JobRun, suspended: bool) -> None:
+        """Trainer v2.3: condition Suspended, True (reason `Suspended`) while suspended, False (`Resumed`) after."""
+        at = now_rfc3339()
+        reason, message = ("Suspended", "TrainJob is suspended") if suspended else ("Resumed", "TrainJob is resumed")
+        for c in run.conditions:
+            if c["type"] == "Suspended":
+                c.update(status=str(suspended), reason=reason, message=message, lastTransitionTime=at)
+                return
+        run.conditions.append({"type": "Suspended", "status": str(suspended), "reason": reason, "message": message,
+                               "lastTransitionTime": at})  # fmt: skip
 
     def run_for(self, name: str, timeout_s: float = 30.0) -> JobRun:
         """The record of TrainJob `name`, waiting until the fake Trainer has started it."""
@@ -1026,12 +1213,10 @@ class JobSetPod(Replica):
     Attributes:
         attempt: the restart attempt.
         job: its child Job's name (`<jobset>-<replicated job>-<job index>`).
-        conditions: pod conditions the test gave it (a `DisruptionTarget` when it was preempted).
     """
 
     attempt: int = 0
     job: str = ""
-    conditions: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -1069,7 +1254,6 @@ class JobSetRun(JobRun):
     counted: int = 0
     terminal: str = ""
     master_port: int = 0
-    suspended: bool = False
 
     def current(self) -> list[JobSetPod]:
         """The pods of the current attempt, master first, by index."""
@@ -1378,18 +1562,23 @@ class FakeJobSet(FakeOperator):
         return job.complete or all(p.process is not None and p.exit_code in (None, 0) for p in job.pods)
 
     # ------------------------------------------------------------------ test helpers
-    def preempt(self, run: JobRun, label: str) -> JobSetPod:
-        """Preempt pod `label` (`worker-1`) of the current attempt as the scheduler or a node drain does: condition
-        `DisruptionTarget`, then SIGTERM (and SIGKILL after the grace period)."""
+    SUSPEND_PATH = ("spec", "suspend")
+
+    def _plural(self) -> str:
+        from backend_plugin.targets.jobset.declaration import PLURAL as JOBSETS
+
+        return JOBSETS
+
+    def _recreate_pods(self, run: JobRun) -> None:
+        """A resumed JobSet: its child Jobs are unsuspended and create their pods again (same restart attempt)."""
         assert isinstance(run, JobSetRun)
-        (pod,) = [p for p in run.current() if p.label == label]
-        with self._lock:
-            pod.conditions.append({"type": PREEMPTION_CONDITION, "status": "True", "reason": "PreemptionByScheduler",
-                                   "lastTransitionTime": now_rfc3339()})  # fmt: skip
-            self._put_pod(run, pod, phase="Running")
-        assert pod.process is not None
-        _signal_group(pod.process.pid, signal.SIGTERM)
-        return pod
+        self._create_jobs(run)
+
+    def _suspended_condition(self, run: JobRun, suspended: bool) -> None:
+        if suspended:
+            self._jobset_condition(run, "Suspended", "SuspendedJobs", "jobset is suspended")
+        else:
+            self._jobset_condition(run, "Suspended", "ResumeJobs", "jobset is resumed", status="False")
 
     # ------------------------------------------------------------------ status writers
     def _jobset_condition(self, run: JobRun, ctype: str, reason: str, message: str, status: str = "True") -> None:

@@ -299,8 +299,11 @@ def drill_images_and_413() -> dict[str, Any]:
                 "permanent FAILED naming the limit, one request", observed, time.monotonic() - start, ok)  # fmt: skip
 
 
+KINDS = ("pytorchjob", "trainjob", "jobset")
+
+
 def drill_suspended() -> dict[str, Any]:
-    """Drill 19: a job created suspended is QUEUED past every timeout, for both targets."""
+    """Drill 19: a job created suspended is QUEUED past every timeout, on every kind."""
     import datetime
 
     from flyteidl.core.execution_pb2 import TaskExecution
@@ -312,12 +315,12 @@ def drill_suspended() -> dict[str, Any]:
     late = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)
     observed: dict[str, Any] = {}
     with running_fake_api() as (server, api_client):
-        for target, plural in (("pytorchjob", "pytorchjobs"), ("trainjob", "trainjobs")):
+        for target, plural in zip(KINDS, ("pytorchjobs", "trainjobs", "jobsets"), strict=True):
             connector = make_connector(api_client, clock=lambda: late, target=target, suspend=True, **SHORT)
             meta = connector.create(load_template(), tempfile.mkdtemp(), None, execution_metadata(f"s{target}"))
             if target == "pytorchjob":
                 server.set_job_status(NS, meta.name, {"conditions": [condition("Created")]}, plural=plural)
             observed[target] = TaskExecution.Phase.Name(connector.get(meta).phase)
     return _row("19 suspended in the spec", "runPolicy.suspend / spec.suspend true, only a Created condition (or "
-                "none), two hours after creation", "QUEUED for both targets, never timed out", observed,
-                time.monotonic() - start, set(observed.values()) == {"QUEUED"})  # fmt: skip
+                "none), two hours after creation", "QUEUED on every kind, never timed out", observed,
+                time.monotonic() - start, observed == dict.fromkeys(KINDS, "QUEUED"))  # fmt: skip

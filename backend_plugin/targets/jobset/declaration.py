@@ -9,7 +9,16 @@ from typing import Any, Optional
 
 from backend_plugin.errors import ConfigError
 from backend_plugin.sections import Section, check_int, check_seconds
-from backend_plugin.targets.declaration import ANY, Crd, Declaration, Limits, Path, PodTemplates
+from backend_plugin.targets.declaration import (
+    ANY,
+    Crd,
+    CrdHistory,
+    CrdRelease,
+    Declaration,
+    Limits,
+    Path,
+    PodTemplates,
+)
 from backend_plugin.targets.jobset.webhook import domain_prefixed_path_problem, generated_names, webhook_checks
 from pytorch_contract.k8s_names import JOBSET_NAME_LABEL
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
@@ -146,6 +155,18 @@ def _pod_template_setting(job: Mapping[str, Any], matched: tuple[Any, ...]) -> s
     return f"{role_of(name)}.pod_template" if isinstance(name, str) and name else "pod_template"
 
 
+MESSAGE_PATTERNS = ("spec", "failurePolicy", "rules", ANY, "onJobFailureMessagePatterns")
+"""A failure-policy rule's message patterns (JobSet v0.10 added them): the `Preempted` rule tells a preemption from
+the task's own failure by them (`writer.failure_policy`)."""
+
+HISTORY = CrdHistory(
+    controller="JobSet",
+    releases=(CrdRelease("JobSet v0.10", (MESSAGE_PATTERNS,)),),
+    before="JobSet v0.9 or earlier",
+)
+"""What each release's JobSet CRD first declares that the writer writes (the upstream CRDs of v0.9.1, v0.10.0 and
+v0.12.0)."""
+
 DECLARATION = Declaration(
     kind=KIND,
     group=GROUP,
@@ -156,6 +177,7 @@ DECLARATION = Declaration(
     pod_label=JOBSET_NAME_LABEL,
     status_keys=("conditions", "replicatedJobsStatus", "restarts", "restartsCountTowardsMax", "terminalState"),
     crd=Crd("jobset.x-k8s.io_jobsets.yaml", "kubernetes-sigs/jobset v0.12.0"),
+    history=HISTORY,
     pod_templates=(
         PodTemplates(("spec", "replicatedJobs", ANY, "template", "spec", "template"), _pod_template_setting),
     ),

@@ -36,6 +36,7 @@ from backend_plugin.status import (
     condition_text,
     deciding_condition,
     deciding_type,
+    disruption_text,
     failed_job_status,
     failure_phase,
     fatal_waiting,
@@ -227,14 +228,12 @@ def current_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> l
         The pods labelled with the current restart attempt, and those without the label.
     """
     attempt = str(_restarts(job)[0])
-    out = []
-    for pod in pods:
-        if not isinstance(pod, Mapping):
-            continue
-        label = ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_RESTART_ATTEMPT_LABEL)
-        if label is None or str(label) == attempt:
-            out.append(pod)
-    return out
+    return [pod for pod in pods if isinstance(pod, Mapping) and _attempt(pod) in (None, attempt)]
+
+
+def _attempt(pod: Mapping[str, Any]) -> Optional[str]:
+    label = ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_RESTART_ATTEMPT_LABEL)
+    return None if label is None else str(label)
 
 
 def _restarts(job: Mapping[str, Any]) -> tuple[int, int, Optional[int]]:
@@ -284,6 +283,8 @@ class _Read(NamedTuple):
     errors: Optional[ErrorReport]
     events: Optional[Sequence[Mapping[str, Any]]]
     events_problem: str
+    previous: Sequence[Mapping[str, Any]] = ()
+    """The previous run's pods still listed (a restart deletes them; they may be terminating)."""
 
     @property
     def ctype(self) -> str:
@@ -315,7 +316,14 @@ def _suspended(read: _Read) -> JobStatus:
 def _restarting(read: _Read) -> JobStatus:
     why = read.text or read.reason
     if read.reason == _PREEMPTED_REASON:
-        why = f"a pod was disrupted (preemption, eviction or host maintenance), not counted: {why}"
+        # which pod and why, where the previous run's pods are still listed (read anyway while the restart's pods
+        # start: `needs_pods`)
+        who = disruption_text(read.previous, replica_name)
+        who = (
+            who
+            or "a pod was disrupted (preemption, eviction or host maintenance) or stopped at a preemption's agreed step"
+        )
+        why = f"{who}; not counted toward maxRestarts: {why}"
     return JobStatus(TaskExecution.RUNNING, _with_restarts(read.job, f"restarting: {why}"), read.ctype)
 
 
@@ -366,7 +374,10 @@ def jobset_status(
     meta = job.get("metadata") or {}
     name = f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"
     condition = deciding_condition(job, TERMINAL_CONDITIONS)
-    read = _Read(job, name, current_pods(job, pods or []), condition, config, now, errors, events, events_problem)
+    current = current_pods(job, pods or [])
+    before = str(_restarts(job)[0] - 1)
+    previous = [p for p in pods or [] if isinstance(p, Mapping) and _attempt(p) == before]
+    read = _Read(job, name, current, condition, config, now, errors, events, events_problem, previous)
     if read.ctype not in TERMINAL_CONDITIONS and suspended(job):
         why = condition_text(condition) if condition is not None and read.ctype == "Suspended" else ""
         return JobStatus(TaskExecution.QUEUED, f"suspended, waiting for admission: {why or 'spec.suspend'}", read.ctype)
@@ -395,7 +406,9 @@ def _from_jobs(read: _Read) -> JobStatus:
     )
     counts = f"child Jobs ready: {counts}" if counts else "no child Job yet"
     if expected and ready >= expected:
-        return JobStatus(TaskExecution.RUNNING, _with_restarts(job, f"running ({counts})"), read.ctype)
+        disrupted = disruption_text(read.pods, replica_name)  # only where the pods were read: never a steady poll
+        message = f"running ({counts}){'; ' + disrupted if disrupted else ''}"
+        return JobStatus(TaskExecution.RUNNING, _with_restarts(job, message), read.ctype)
     if active:
         pending = pending_reason(read.pods, replica_name)
         message = f"starting pods ({counts}){'; ' + pending if pending else ''}"

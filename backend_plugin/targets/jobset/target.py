@@ -8,17 +8,28 @@ from typing import Any, Optional
 
 from flyteidl.core.execution_pb2 import TaskLog
 
+from backend_plugin.admission.installed import Fitted, InstalledCrd, undeclared
+from backend_plugin.admission.structural import format_path
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
 from backend_plugin.pods import PodPlan, placement_warnings
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
 from backend_plugin.targets.base import JobTarget, Observed, PrimaryImage, Reads
+from backend_plugin.targets.declaration import ANY
 from backend_plugin.targets.jobset import links, status, writer
-from backend_plugin.targets.jobset.declaration import DECLARATION, role_of
+from backend_plugin.targets.jobset.declaration import DECLARATION, MESSAGE_PATTERNS, role_of
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
 __all__ = ["JobSetTarget", "TARGET"]
+
+
+_PATTERNS_ADVICE = (
+    "the rule that restarts the JobSet after a preemption without spending maxRestarts tells a preemption from the "
+    "task's own failure by the child Job's failure message; without it every pod-failure-policy failure would restart "
+    "the JobSet for free: upgrade JobSet to v0.10 or later, or run the task on the PyTorchJob target (backend config "
+    "`target: pytorchjob`)"
+)
 
 
 class JobSetTarget(JobTarget):
@@ -31,6 +42,18 @@ class JobSetTarget(JobTarget):
 
     def write(self, plan: PodPlan) -> dict[str, Any]:
         return writer.write(plan)
+
+    def fit(self, job: dict[str, Any], plan: PodPlan, crd: InstalledCrd) -> Fitted:
+        # Nothing is written otherwise. Without message patterns the Preempted rule would restart the JobSet, for
+        # free, after any pod-failure-policy failure (the task's own exit code under ExitCode included), so they are
+        # never dropped: the admission model refuses them with these words.
+        advice = {
+            format_path(path): _PATTERNS_ADVICE
+            for path in undeclared(job, crd)
+            if len(path) == len(MESSAGE_PATTERNS)
+            and all(p == ANY or p == q for p, q in zip(MESSAGE_PATTERNS, path, strict=True))
+        }
+        return Fitted(job, advice=advice)
 
     def warnings(self, spec: TaskSpec, config: BackendConfig) -> list[str]:
         return writer.dropped_defaults(spec, config) + writer.overrides(spec) + placement_warnings(spec, config)

@@ -48,6 +48,7 @@ from backend_plugin.targets.jobset.declaration import (
 )
 from backend_plugin.targets.jobset.webhook import POD_SUFFIX, pod_name_prefix
 from pytorch_contract.k8s_names import NODE_RANK_OFFSET_ENV
+from pytorch_contract.preemption import PREEMPTED_EXIT_CODE
 from pytorch_contract.template_keys import PRIMARY_CONTAINER, RestartPolicy
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "DISTRIBUTED_ENV",
     "TASK_ERROR_EXIT_CODES",
     "PREEMPTED_MESSAGE",
+    "STOPPED_MESSAGE",
     "to_jobset",
     "plan_jobset",
     "write",
@@ -92,6 +94,13 @@ PREEMPTED_MESSAGE = "condition DisruptionTarget matching FailJob rule"
 """What a child Job's failure message holds when its pod failure policy failed it for a pod the system disrupted
 (Kubernetes writes `Pod <ns>/<pod> has condition DisruptionTarget matching FailJob rule at index 0`): the pattern
 of the JobSet's `Preempted` rule."""
+
+STOPPED_MESSAGE = f"failed with exit code {PREEMPTED_EXIT_CODE} matching FailJob rule"
+"""What a child Job's failure message holds when its pod failure policy failed it for a pod that stopped at the
+agreed step of a preemption (`PREEMPTED_EXIT_CODE`; Kubernetes writes `Container pytorch for pod <ns>/<pod> failed
+with exit code 200 matching FailJob rule at index 1`): the peers of a preempted pod carry no `DisruptionTarget`
+condition, so without it the first of their Jobs to fail would be read as a task failure. The `Preempted` rule's
+second pattern."""
 
 _ALTERNATIVE = "remove it from the task, or run it on the PyTorchJob target (backend config `target: pytorchjob`)"
 
@@ -262,6 +271,10 @@ def pod_failure_policy(group: ReplicaGroup) -> dict[str, Any]:
     - a pod the system disrupted (condition `DisruptionTarget`: preemption, eviction, a drain for host maintenance)
       fails the Job at once with reason `PodFailurePolicy` and `PREEMPTED_MESSAGE`, which the `Preempted` rule restarts
       without spending the budget;
+    - a pod whose training container exited `PREEMPTED_EXIT_CODE` (its ranks stopped at the agreed step of a
+      preemption: the disrupted pod's peers, which have no `DisruptionTarget`) fails the Job the same way with
+      `STOPPED_MESSAGE`, which the same rule restarts; the disrupted pod itself matches the first rule (Kubernetes
+      applies the first rule that matches);
     - with the role's restart policy `ExitCode`, the task's own failure (`TASK_ERROR_EXIT_CODES`) fails the Job with
       reason `PodFailurePolicy`, which the `TaskError` rule does not restart;
     - anything else counts against `backoffLimit: 0` (reason `BackoffLimitExceeded`).
@@ -272,8 +285,10 @@ def pod_failure_policy(group: ReplicaGroup) -> dict[str, Any]:
     Returns:
         `{rules: [...]}`.
     """
+    stopped = {"containerName": PRIMARY_CONTAINER, "operator": "In", "values": [PREEMPTED_EXIT_CODE]}
     rules: list[dict[str, Any]] = [
-        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "FailJob", "onExitCodes": stopped},
     ]
     if group.restart_policy == RestartPolicy.EXIT_CODE.value:
         codes = {"containerName": PRIMARY_CONTAINER, "operator": "In", "values": list(TASK_ERROR_EXIT_CODES)}
@@ -284,8 +299,11 @@ def pod_failure_policy(group: ReplicaGroup) -> dict[str, Any]:
 def failure_policy(spec: TaskSpec, config: BackendConfig) -> dict[str, Any]:
     """`spec.failurePolicy`: `maxRestarts` and the rules, in order (the first that matches a failed Job acts):
 
-    1. `Preempted`: a pod the system disrupted (`pod_failure_policy`) restarts the JobSet without spending the budget
-       (`RestartJobSetAndIgnoreMaxRestarts`), as JobSet's host-maintenance example does;
+    1. `Preempted`: a pod the system disrupted, or one that stopped at a preemption's agreed step (exit code
+       `PREEMPTED_EXIT_CODE`; `pod_failure_policy`), restarts the JobSet without spending the budget
+       (`RestartJobSetAndIgnoreMaxRestarts`), as JobSet's host-maintenance example does. It comes first: JobSet
+       applies the first rule that matches any failed Job, so a peer's Job failed by exit code 200 is never read by
+       a rule that charges the budget or fails the JobSet;
     2. `DeadlineExceeded`: a Job out of its `activeDeadlineSeconds` fails the JobSet (another run would get a fresh
        deadline);
     3. `TaskError` (roles with restart policy `ExitCode`): the task's own failure fails the JobSet;
@@ -306,7 +324,7 @@ def failure_policy(spec: TaskSpec, config: BackendConfig) -> dict[str, Any]:
             "name": "Preempted",
             "action": "RestartJobSetAndIgnoreMaxRestarts",
             "onJobFailureReasons": ["PodFailurePolicy"],
-            "onJobFailureMessagePatterns": [PREEMPTED_MESSAGE],
+            "onJobFailureMessagePatterns": [PREEMPTED_MESSAGE, STOPPED_MESSAGE],
         },
         {"name": "DeadlineExceeded", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]},
     ]

@@ -27,6 +27,7 @@ from backend_plugin.status import (
     condition_text,
     deciding_condition,
     deciding_type,
+    disruption_text,
     earliest_failure,
     failed_job_status,
     fatal_waiting,
@@ -221,7 +222,9 @@ def _suspended(read: _Read) -> JobStatus:
 
 
 def _restarting(read: _Read) -> JobStatus:
-    restart = earliest_failure(read.pods, replica_name, last_state=True)
+    # A preemption first: under `ExitCode` the operator recreates a pod that exited 200 (a new pod, its failure in
+    # `state` until then), under `OnFailure` the kubelet restarts its container (the failure in `lastState`).
+    restart = disruption_text(read.pods, replica_name) or earliest_failure(read.pods, replica_name, last_state=True)
     return JobStatus(read.phase, f"restarting replicas{': ' + restart if restart else ''}", read.ctype)
 
 
@@ -246,9 +249,10 @@ def _not_started(read: _Read) -> JobStatus:
 
 
 def _running(read: _Read) -> JobStatus:
-    pending = pending_reason(read.pods, replica_name)
     counts = f"{active_replicas(read.job)}/{expected_replicas(read.job)} replicas active"
-    return JobStatus(read.phase, f"running ({counts}); {pending}" if pending else f"running ({counts})",
+    # the pods are read only while a replica is missing (`needs_pods`), never on a steady poll
+    notes = [n for n in (disruption_text(read.pods, replica_name), pending_reason(read.pods, replica_name)) if n]
+    return JobStatus(read.phase, f"running ({counts}); {'; '.join(notes)}" if notes else f"running ({counts})",
                      read.ctype)  # fmt: skip
 
 

@@ -34,6 +34,7 @@ from backend_plugin.status import (
     condition_text,
     deciding_condition,
     deciding_type,
+    disruption_text,
     failed_job_status,
     failure_phase,
     fatal_waiting,
@@ -258,7 +259,8 @@ def _from_nodes(read: _Read, config: BackendConfig, now: datetime.datetime) -> J
         return JobStatus(phase, f"starting nodes ({counts}){'; ' + pending if pending else ''}")
     if phase == TaskExecution.QUEUED:  # no row matched
         return JobStatus(phase, f"waiting for nodes ({counts})")
-    return JobStatus(phase, f"running ({counts})")
+    disrupted = disruption_text(read.nodes, node_name)  # only where the nodes were read (never a steady poll)
+    return JobStatus(phase, f"running ({counts}){'; ' + disrupted if disrupted else ''}")
 
 
 def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:

@@ -93,7 +93,9 @@ def test_create_track_and_delete_a_jobset(propeller, tmp_path: Path) -> None:
                 "restarts": 1,
             },  # fmt: skip
             "RUNNING",
-            "restarting: a pod was disrupted (preemption, eviction or host maintenance), not counted",
+            "restarting: a pod was disrupted (preemption, eviction or host maintenance) or stopped at a "
+            "preemption's agreed "
+            "step; not counted",
         ),
         (
             {

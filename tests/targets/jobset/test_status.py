@@ -107,7 +107,8 @@ CASES = [
             restarts=1,
         ),
         TaskExecution.RUNNING,
-        "restarting: a pod was disrupted (preemption, eviction or host maintenance), not counted: applying",
+        "restarting: a pod was disrupted (preemption, eviction or host maintenance) or stopped at a preemption's "
+        "agreed step; not counted toward maxRestarts: applying",
         id="restarting-after-preemption",
     ),
     pytest.param(

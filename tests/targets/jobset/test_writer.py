@@ -21,6 +21,7 @@ from backend_plugin.config import BackendConfig
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.targets.jobset.writer import (
     PREEMPTED_MESSAGE,
+    STOPPED_MESSAGE,
     TASK_ERROR_EXIT_CODES,
     dropped_defaults,
     jobset_name,
@@ -29,6 +30,7 @@ from backend_plugin.targets.jobset.writer import (
     to_jobset,
 )
 from backend_plugin.template import read_template
+from pytorch_contract.preemption import PREEMPTED_EXIT_CODE
 from tests import golden as golden_files
 from tests.helpers.jobs import GKE, META, SPOT, load
 from tests.kube_schema import DNS1035
@@ -201,21 +203,29 @@ def test_a_disrupted_pod_restarts_the_jobset_without_spending_the_budget():
         "name": "Preempted",
         "action": "RestartJobSetAndIgnoreMaxRestarts",
         "onJobFailureReasons": ["PodFailurePolicy"],
-        "onJobFailureMessagePatterns": [PREEMPTED_MESSAGE],
+        "onJobFailureMessagePatterns": [PREEMPTED_MESSAGE, STOPPED_MESSAGE],
     }
     for spec in roles(job).values():
-        assert spec["podFailurePolicy"]["rules"][0] == {
-            "action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]
-        }  # fmt: skip
-    # the message the Job controller writes for that rule matches the pattern (RE2 and Python agree on it)
+        assert spec["podFailurePolicy"]["rules"][:2] == [
+            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {"action": "FailJob", "onExitCodes": {"containerName": "pytorch", "operator": "In", "values": [200]}},
+        ]  # fmt: skip
+    # the messages the Job controller writes for those rules match the patterns (RE2 and Python agree on them)
     import re
 
-    message = "Pod ns/x-worker-0-1-abcde has condition DisruptionTarget matching FailJob rule at index 0"
-    assert re.search(PREEMPTED_MESSAGE, message)
-    exit_code = (
-        "Container pytorch for pod ns/x-worker-0-1-abcde failed with exit code 1 matching FailJob rule at index 1"
+    def preempted(message: str) -> bool:
+        return any(re.search(p, message) for p in first["onJobFailureMessagePatterns"])
+
+    assert preempted("Pod ns/x-worker-0-1-abcde has condition DisruptionTarget matching FailJob rule at index 0")
+    assert preempted(
+        "Container pytorch for pod ns/x-master-0-0-abcde failed with exit code 200 matching FailJob rule at index 1"
     )
-    assert not re.search(PREEMPTED_MESSAGE, exit_code)
+    for code in (1, 20, 2, 137, 143):  # the task's own failure, a signal: never read as a preemption
+        assert not preempted(
+            f"Container pytorch for pod ns/x-worker-0-1-abcde failed with exit code {code} matching FailJob rule at "
+            "index 2"
+        )
+    assert STOPPED_MESSAGE == f"failed with exit code {PREEMPTED_EXIT_CODE} matching FailJob rule"
 
 
 @pytest.mark.parametrize(
@@ -239,6 +249,9 @@ def test_the_rules_follow_each_roles_restart_policy(master: str, worker: str, ex
     assert own == expected
     assert all(r["action"] == "FailJobSet" for n, r in found.items() if n in own)
     exit_codes = [r for r in roles(job)["worker"]["podFailurePolicy"]["rules"] if "onExitCodes" in r]
+    stopped = {"action": "FailJob", "onExitCodes": {"containerName": "pytorch", "operator": "In", "values": [200]}}
+    assert exit_codes[0] == stopped  # every role: a peer's agreed stop is read before any rule of the task's own
+    exit_codes = exit_codes[1:]
     if worker == "ExitCode":
         assert exit_codes == [{"action": "FailJob", "onExitCodes": {
             "containerName": "pytorch", "operator": "In", "values": list(range(1, 128))}}]  # fmt: skip
