@@ -643,10 +643,11 @@ class FakeOperator:
         threading.Thread(target=self._kill, args=(run.replicas,), name="fake-operator-gc", daemon=True).start()
 
     def _kill(self, replicas: list[Replica]) -> None:
-        """SIGTERM each replica's process group, SIGKILL what is left after the grace period, reap them."""
+        """Stop each replica as the container runtime stops a deleted pod's container (see `_signal_main`): SIGTERM
+        to its main process, SIGKILL to whatever is left of it after the grace period; reap them."""
         live = [r for r in replicas if r.process is not None and process_group_alive(r.process.pid)]
         for replica in live:
-            _signal_group(replica.process.pid, signal.SIGTERM)
+            _signal_main(replica.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and any(process_group_alive(r.process.pid) for r in live):
             for replica in live:
@@ -778,8 +779,9 @@ class FakeOperator:
 
     def preempt(self, run: JobRun, label: str, reason: str = "PreemptionByScheduler") -> Replica:
         """Preempt pod `label` as the scheduler, a drain or a node's shutdown does: condition `DisruptionTarget` with
-        `reason`, then SIGTERM, and SIGKILL `grace_s` later if it is still running (the pod's
-        `terminationGracePeriodSeconds`). The pod is not deleted here: its controller acts on how it failed."""
+        `reason`, then SIGTERM to the container's main process, and SIGKILL to what is left of it `grace_s` later (the
+        pod's `terminationGracePeriodSeconds`; see `_signal_main`). The pod is not deleted here: its controller acts on
+        how it failed."""
         with self._lock:
             pod = self.live_pod(run, label)
             pod.conditions.append({"type": PREEMPTION_CONDITION, "status": "True", "reason": reason,
@@ -787,7 +789,7 @@ class FakeOperator:
                                    "lastTransitionTime": now_rfc3339()})  # fmt: skip
             self._put_pod(run, pod, phase="Running")
         assert pod.process is not None
-        _signal_group(pod.process.pid, signal.SIGTERM)
+        _signal_main(pod.process.pid, signal.SIGTERM)
         threading.Thread(target=self._kill_after_grace, args=(pod.process,), name="fake-kubelet-grace",
                          daemon=True).start()  # fmt: skip
         return pod
@@ -800,10 +802,9 @@ class FakeOperator:
 
     def _kill_after_grace(self, process: subprocess.Popen) -> None:
         deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline and process.returncode is None and process_group_alive(process.pid):
+        while time.monotonic() < deadline and process_group_alive(process.pid):
             time.sleep(0.05)
-        if process.returncode is None:
-            _signal_group(process.pid, signal.SIGKILL)
+        _signal_group(process.pid, signal.SIGKILL)  # the KILL goes to any remaining process of the container
 
     SUSPEND_PATH: tuple[str, ...] = ("spec", "runPolicy", "suspend")
     """Where the kind's job says it is suspended (Kueue writes it)."""
@@ -902,6 +903,22 @@ class FakeOperator:
             if not alive or time.monotonic() > deadline:
                 return alive
             time.sleep(0.05)
+
+
+def _signal_main(pid: int, sig: signal.Signals) -> None:
+    """Signal a replica's main process alone, as the container runtime signals a container that the kubelet stops.
+
+    Kubernetes' "Termination of Pods" (kubernetes.io/docs/concepts/workloads/pods/pod-termination/): the kubelet has
+    the container runtime send TERM (or the image's STOPSIGNAL) to the main process of each container, and KILL to
+    every process still there when the grace period is over. The TERM therefore reaches only the container's command
+    (here the replica's process, the leader of its own session); what it started (torch's agent's ranks,
+    multiprocessing's fork server) learns of the stop from it, and only the KILL after the grace (`_signal_group`)
+    reaches them all.
+    """
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
