@@ -60,11 +60,6 @@ WORKER = {"pytorchjob": "worker-0", "trainjob": "node-1", "jobset": "worker-0"}
 """The pod of global rank 1 on each kind."""
 MASTER = {"pytorchjob": "master-0", "trainjob": "node-0", "jobset": "master-0"}
 """The pod of global rank 0, the rank that saves."""
-TRAINJOB_STOP = (
-    "in a TrainJob's node pod (only the PET_* variables, the launcher's elastic agent) the ranks leave at the "
-    "SIGTERM before they reach an agreed step ('the ranks left before they reached an agreed step'): the rank side "
-    "of the agreed stop does not hold there yet"
-)
 
 DRILLS = ("one-worker", "drain", "slow-save", "kueue", "first-step")
 IN_CI = {("pytorchjob", "one-worker"), ("pytorchjob", "slow-save"), ("jobset", "drain"), ("jobset", "kueue"),
@@ -81,8 +76,7 @@ KIND_DRILLS = [
             ()
             if (kind, drill) in IN_CI
             else (pytest.mark.slow, pytest.mark.skipif(not ALL, reason="the full matrix: PREEMPT_KIND_DRILLS=all"))
-        )
-        + ((pytest.mark.xfail(strict=True, reason=TRAINJOB_STOP),) if kind == "trainjob" else ()),
+        ),
     )  # fmt: skip
     for kind in PLAYERS
     for drill in DRILLS
