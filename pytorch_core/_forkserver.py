@@ -193,6 +193,58 @@ def set_process_name(name: str) -> None:
         pass
 
 
+#: Signals the fork server ignores for its whole life (multiprocessing's loop ignores SIGINT itself).
+SERVER_IGNORED_SIGNALS = ("SIGTERM",)
+#: True in the fork server only: the next fork is a rank's, whose signals go back to their defaults.
+_serving = False
+
+
+def _in_fork_server() -> bool:
+    """True when called, directly or not, from multiprocessing's fork server loop (``forkserver.main``)."""
+    from multiprocessing import forkserver
+
+    code = getattr(forkserver.main, "__code__", None)
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def protect_server() -> None:
+    """In the fork server, before it forks its first rank: survive the signals sent to the whole process group, and
+    have every rank it forks start with them at their defaults again.
+
+    A SIGTERM to the launch's process group (``kill -TERM -- -PGID``, systemd's ``KillMode=control-group``, Slurm's
+    step signal, ``tini -g``) reaches the launcher, the server and every rank alike. At its default action it would
+    end the server, and every rank it forked dies with it (``PR_SET_PDEATHSIG``, ``_rank.die_with_parent``) before
+    the ranks could stop at an agreed step and save. The server ignores it, as multiprocessing's loop ignores SIGINT
+    and its resource tracker both; it still ends when the launcher and its ranks are gone (its "alive" pipe). The
+    ranks get the signal itself, and the launcher's agent forwards it again. A rank starts as under torchrun: SIGTERM
+    at its default action (restored right after the fork, before anything of the rank runs), SIGINT back at
+    Python's ``KeyboardInterrupt`` (by multiprocessing).
+    """
+    global _serving
+    if _serving:
+        return
+    for name in SERVER_IGNORED_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    _serving = True
+    os.register_at_fork(after_in_child=_rank_signal_defaults)
+
+
+def _rank_signal_defaults() -> None:
+    """Just forked from the fork server (a rank): the signals the server ignores act as they do by default again.
+    Forks made later by the rank (DataLoader workers) keep what the rank set."""
+    global _serving
+    if not _serving:
+        return
+    _serving = False
+    for name in SERVER_IGNORED_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+
+
 def _serve(listener_fd: int, alive_r: int, alive_w: int) -> None:
     """In the forked child: become multiprocessing's fork server. Never returns."""
     from multiprocessing import forkserver
@@ -207,6 +259,7 @@ def _serve(listener_fd: int, alive_r: int, alive_w: int) -> None:
         for name in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGCHLD", "SIGUSR1", "SIGUSR2"):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        protect_server()  # SIGTERM ignored here, at its default again in every rank
         set_process_name(FORKED_SERVER_NAME)
         # No preload: this process already holds every module the launcher imported.
         forkserver.main(listener_fd, alive_r, [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -35,3 +36,18 @@ def report() -> list[dict]:
 def report_wf() -> list[dict]:
     """Run :func:`report` once."""
     return report()
+
+
+def signals_at_start(conn) -> None:  # noqa: ANN001 - a multiprocessing Connection
+    """A process target: send what SIGTERM and SIGINT do in this process as it starts (before anything of ours ran),
+    and whether its parent ignores SIGTERM."""
+    parent = Path(f"/proc/{os.getppid()}/status").read_text()
+    ignored = int(next(line for line in parent.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    conn.send(
+        {
+            "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+            "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
+            "parent_ignores_sigterm": bool(ignored & (1 << (signal.SIGTERM - 1))),
+        }
+    )
+    conn.close()

@@ -39,7 +39,24 @@ _PROBE = textwrap.dedent(
     first = report_wf()
     server = mpf._forkserver._forkserver_pid
     second = report_wf()
+    # The whole process group's SIGTERM and SIGINT reach the server too: it lives on, and a process it forks next
+    # starts with SIGTERM at its default action.
+    import multiprocessing, signal, time
+    from tests.sdk.forkserver_tasks import signals_at_start
+    os.kill(server, signal.SIGTERM)
+    os.kill(server, signal.SIGINT)
+    time.sleep(0.5)
+    state = Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    ctx = multiprocessing.get_context("forkserver")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=signals_at_start, args=(send,))
+    child.start()
+    started = receive.recv()
+    child.join()
     print(json.dumps({
+        "server_state_after_signals": state,
+        "same_server_after_signals": mpf._forkserver._forkserver_pid == server,
+        "child": started,
         "launcher": os.getpid(),
         "launcher_cmdline": Path(f"/proc/{os.getpid()}/cmdline").read_bytes().decode(),
         "server": server,
@@ -69,7 +86,7 @@ def _probe(mode: str, env_extra: dict[str, str] | None = None) -> dict:
     # A forked process must not write the launcher's unwritten output again (every rank would, once per launch).
     lines = result.output.splitlines()
     assert lines.count("printed once, before the first launch") == 1, result.output[-3000:]
-    return json.loads([line for line in lines if line.startswith('{"launcher"')][-1])
+    return json.loads([line for line in lines if line.startswith('{"server_state')][-1])
 
 
 @pytest.mark.slow
@@ -83,6 +100,15 @@ def test_a_clean_launcher_is_forked_into_the_server_and_its_modules_are_shared()
         assert [r["parent"] for r in run] == [seen["server"]] * 2
         assert [r["name"] for r in run] == ["pt-rank-0", "pt-rank-1"]
         assert all(r["preloaded"] for r in run), run  # imported by the launcher, inherited by every rank
+    _survives_group_signals(seen)
+
+
+def _survives_group_signals(seen: dict) -> None:
+    """The server outlived a SIGTERM and a SIGINT (a signal to the whole process group reaches it too), ignores
+    SIGTERM, and the process it forked next started with SIGTERM at its default action and SIGINT not ignored."""
+    assert seen["server_state_after_signals"] not in ("Z", "X"), seen
+    assert seen["same_server_after_signals"], seen
+    assert seen["child"] == {"sigterm_default": True, "sigint_ignored": False, "parent_ignores_sigterm": True}, seen
 
 
 @pytest.mark.slow
@@ -96,6 +122,7 @@ def test_a_launcher_that_cannot_be_forked_gets_a_fresh_server(mode: str) -> None
     for run in (seen["first"], seen["second"]):
         assert [r["parent"] for r in run] == [seen["server"]] * 2
         assert all(r["preloaded"] for r in run), run  # a fresh server preloads preload_modules itself
+    _survives_group_signals(seen)
 
 
 def test_preload_modules_are_checked_at_decoration() -> None:
