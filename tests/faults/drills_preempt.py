@@ -244,6 +244,21 @@ def ctrl_c() -> Any:
     return act
 
 
+def group_sigterm() -> Any:
+    """An ``act`` that sends SIGTERM to the run's whole process group once, as ``kill -TERM -- -PGID``, systemd's
+    ``KillMode=control-group``, Slurm's step signal or ``tini -g`` do: the launcher, its fork server, the resource
+    tracker and every rank get it (and the launcher's agent forwards it again)."""
+
+    def act(proc: subprocess.Popen, first: bool) -> Optional[float]:
+        if first:
+            at = time.time()
+            os.killpg(proc.pid, signal.SIGTERM)
+            return at
+        return None
+
+    return act
+
+
 def signal_launcher(sig: signal.Signals = signal.SIGTERM) -> Any:
     """An ``act`` that sends ``sig`` to the launcher once (its agent forwards it, and SIGKILLs after its grace)."""
 

@@ -144,6 +144,25 @@ def test_ctrl_c_during_the_first_step(baseline: list[float], tmp_path: Path) -> 
     _row("Ctrl-C during the first step", stopped, resumed, lost, "0 (a new local run)", time.monotonic() - began)
 
 
+def test_sigterm_to_the_whole_process_group(baseline: list[float], tmp_path: Path) -> None:
+    """SIGTERM to the run's whole process group mid-run (``kill -TERM -- -PGID``, systemd's control group, Slurm's
+    step signal): the fork server lives on, so every rank stops after the same step and rank 0 saves it; the launcher
+    ends as a SIGTERM ends it, and the next run resumes there."""
+    began = time.monotonic()
+    first = drills.run_local(tmp_path, "a", ready=drills._ready_after(tmp_path, "a"), act=drills.group_sigterm())
+    assert first.returncode == -signal.SIGTERM, first.output[-4000:]  # as a SIGTERM'd launcher always ended
+    assert "the ranks left before they reached an agreed step" not in first.output, first.output[-4000:]
+    stopped = _agreed(first, tmp_path)
+    assert f"every rank stopped after step {stopped}; checkpoint saved at step {stopped}" in first.output, first.output[
+        -4000:
+    ]
+    assert first.leftover == []
+    resumed, _ = _resume(tmp_path, baseline, stopped)
+    lost = drills.recomputed(drills.notes(tmp_path, "a"), resumed)
+    assert resumed == stopped and lost == 0
+    _row("SIGTERM to the whole process group", stopped, resumed, lost, "0 (a new local run)", time.monotonic() - began)
+
+
 def test_a_loop_without_the_api_stops_at_once_as_before(tmp_path: Path) -> None:
     """No false positive: a loop that uses none of the API is not held back by a SIGTERM; the launcher ends as it
     did (-15), every rank gone well inside the grace."""
