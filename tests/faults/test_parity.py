@@ -255,9 +255,9 @@ def test_in_pods_the_task_can_host_a_store_on_master_port() -> None:
 # ---------------------------------------------------------------- SIGTERM to a loop that uses none of the API ----
 
 
-def _sigterm_launcher(cmd: list[str], tmp_path: Path) -> tuple[int | None, float]:
-    """Start ``cmd`` (3 ranks of ``preempt_tasks.plain_loop``), SIGTERM the launcher once every rank is up; return
-    its exit status and the seconds until every rank was gone."""
+def _sigterm_launcher(cmd: list[str], tmp_path: Path, *, group: bool = False) -> tuple[int | None, float]:
+    """Start ``cmd`` (3 ranks of ``preempt_tasks.plain_loop``), SIGTERM the launcher (``group``: its whole process
+    group) once every rank is up; return its exit status and the seconds until every rank was gone."""
     from tests.faults import drills_preempt as drills
 
     env = drills._env(tmp_path, "plain")
@@ -267,7 +267,10 @@ def _sigterm_launcher(cmd: list[str], tmp_path: Path) -> tuple[int | None, float
         pids = drills._pids(tmp_path, "plain")
         if first:
             ranks_gone["sent"] = time.time()
-            proc.send_signal(signal.SIGTERM)
+            if group:
+                os.killpg(proc.pid, signal.SIGTERM)
+            else:
+                proc.send_signal(signal.SIGTERM)
             return ranks_gone["sent"]
         if "gone" not in ranks_gone and not any(drills._alive(pid) for pid in pids.values()):
             ranks_gone["gone"] = time.time()
@@ -291,6 +294,21 @@ def test_sigterm_ends_the_ranks_of_a_loop_without_the_api_at_once_as_torchrun_do
     theirs, theirs_s = _sigterm_launcher(
         [PY, "-m", "torch.distributed.run", "--nproc-per-node", "3", "-m", "tests.faults.preempt_run", "rank"],
         tmp_path / "torchrun",
+    )
+    assert ours == -signal.SIGTERM and theirs not in (0, None), (ours, theirs)
+    assert ours_s < 3.0 and theirs_s < 3.0, (ours_s, theirs_s)
+
+
+@pytest.mark.timeout(400)
+def test_sigterm_to_the_process_group_ends_a_loop_without_the_api_at_once_as_torchrun_does(tmp_path: Path) -> None:
+    """The same loop, with SIGTERM sent to the whole process group (``kill -TERM -- -PGID``, systemd's control group):
+    every rank gets it directly. Under the plugin the fork server lives on (it ignores SIGTERM), and its ranks start
+    with SIGTERM at its default action, so they end within moments as torchrun's do, not at the end of a grace."""
+    ours, ours_s = _sigterm_launcher([PY, "-m", "tests.faults.preempt_run", "plain"], tmp_path / "plugin", group=True)
+    theirs, theirs_s = _sigterm_launcher(
+        [PY, "-m", "torch.distributed.run", "--nproc-per-node", "3", "-m", "tests.faults.preempt_run", "rank"],
+        tmp_path / "torchrun",
+        group=True,
     )
     assert ours == -signal.SIGTERM and theirs not in (0, None), (ours, theirs)
     assert ours_s < 3.0 and theirs_s < 3.0, (ours_s, theirs_s)
