@@ -397,6 +397,14 @@ def rank_entrypoint(spec: RankSpec) -> None:
     # flytekit's context manager installs its own SIGINT handler at import; a rank must stop on Ctrl-C (or the
     # agent forwarding it) at once, as a plain Python program does, or the agent waits out its shutdown timeout.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # torchrun's ranks are new interpreters: SIGTERM, SIGHUP and SIGQUIT at their default actions. A rank forked from
+    # the launcher (start_method="fork") would otherwise carry the agent's handler, and a SIGTERM would raise torch's
+    # SignalException in the task's loop instead of ending the rank (the fork server resets SIGTERM itself:
+    # ``_forkserver.protect_server``).
+    for name in ("SIGTERM", "SIGHUP", "SIGQUIT"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, signal.SIG_DFL)
     rank = int(os.environ.get("RANK", "0"))
     # A rank forked from a forked fork server would otherwise carry the server's name in ``top`` and ``ps``.
     set_process_name(f"pt-rank-{rank}")

@@ -1,7 +1,7 @@
 """Run the preemption drills' loop as a local launch, in a process a drill can signal (see ``drills_preempt.py``).
 
 python -m tests.faults.preempt_run train '{"steps": 12, "directory": "...", ...}'
-python -m tests.faults.preempt_run plain
+python -m tests.faults.preempt_run plain       (or plain-fork: start_method="fork")
 python -m torch.distributed.run --nproc-per-node 3 -m tests.faults.preempt_run rank
 
 ``train`` runs ``tests.faults.preempt_tasks.train`` on 3 local ranks through the core launcher (no Flyte SDK: the
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
     """Run one launch.
 
     Args:
-        argv: ``["train", json kwargs]``, ``["plain"]`` or ``["rank"]``.
+        argv: ``["train", json kwargs]``, ``["plain"]``, ``["plain-fork"]`` or ``["rank"]``.
 
     Returns:
         int: the exit status.
@@ -54,7 +54,9 @@ def main(argv: list[str]) -> int:
         preempt_tasks.plain_loop()
         return 0
     config = PyTorch(worker=Worker(replicas=2))
-    if argv[0] == "plain":
+    if argv[0] in ("plain", "plain-fork"):
+        if argv[0] == "plain-fork":  # the ranks forked from the launcher itself
+            config = PyTorch(worker=Worker(replicas=2), start_method="fork")
         run_distributed(_Task(config, "preempt_drill.plain", preempt_tasks.plain_loop), {}, PLAIN)
         return 0
     kwargs = json.loads(argv[1])

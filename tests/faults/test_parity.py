@@ -255,7 +255,9 @@ def test_in_pods_the_task_can_host_a_store_on_master_port() -> None:
 # ---------------------------------------------------------------- SIGTERM to a loop that uses none of the API ----
 
 
-def _sigterm_launcher(cmd: list[str], tmp_path: Path, *, group: bool = False) -> tuple[int | None, float]:
+def _sigterm_launcher(
+    cmd: list[str], tmp_path: Path, *, group: bool = False, said: list[str] | None = None
+) -> tuple[int | None, float]:
     """Start ``cmd`` (3 ranks of ``preempt_tasks.plain_loop``), SIGTERM the launcher (``group``: its whole process
     group) once every rank is up; return its exit status and the seconds until every rank was gone."""
     from tests.faults import drills_preempt as drills
@@ -278,6 +280,8 @@ def _sigterm_launcher(cmd: list[str], tmp_path: Path, *, group: bool = False) ->
 
     run = drills.launch(cmd, env, ready=drills._ready_after(tmp_path, "plain"), act=act, max_procs=MAX_PROCS)
     assert not run.killed_for and run.leftover == [], run.output[-3000:]
+    if said is not None:
+        said.append(run.output)
     pids = drills._pids(tmp_path, "plain")
     assert len(pids) == 3 and not any(drills._alive(pid) for pid in pids.values())
     gone = ranks_gone.get("gone", time.time())
@@ -303,12 +307,19 @@ def test_sigterm_ends_the_ranks_of_a_loop_without_the_api_at_once_as_torchrun_do
 def test_sigterm_to_the_process_group_ends_a_loop_without_the_api_at_once_as_torchrun_does(tmp_path: Path) -> None:
     """The same loop, with SIGTERM sent to the whole process group (``kill -TERM -- -PGID``, systemd's control group):
     every rank gets it directly. Under the plugin the fork server lives on (it ignores SIGTERM), and its ranks start
-    with SIGTERM at its default action, so they end within moments as torchrun's do, not at the end of a grace."""
+    with SIGTERM at its default action, so they end within moments as torchrun's do, not at the end of a grace. With
+    ``start_method="fork"`` the ranks are forked from the launcher itself and start at the defaults too: SIGTERM ends
+    them, it raises nothing in the loop (torch's agent's ``SignalException`` would)."""
     ours, ours_s = _sigterm_launcher([PY, "-m", "tests.faults.preempt_run", "plain"], tmp_path / "plugin", group=True)
+    said: list[str] = []
+    forked, forked_s = _sigterm_launcher(
+        [PY, "-m", "tests.faults.preempt_run", "plain-fork"], tmp_path / "fork", group=True, said=said
+    )
     theirs, theirs_s = _sigterm_launcher(
         [PY, "-m", "torch.distributed.run", "--nproc-per-node", "3", "-m", "tests.faults.preempt_run", "rank"],
         tmp_path / "torchrun",
         group=True,
     )
-    assert ours == -signal.SIGTERM and theirs not in (0, None), (ours, theirs)
-    assert ours_s < 3.0 and theirs_s < 3.0, (ours_s, theirs_s)
+    assert ours == forked == -signal.SIGTERM and theirs not in (0, None), (ours, forked, theirs)
+    assert ours_s < 3.0 and forked_s < 3.0 and theirs_s < 3.0, (ours_s, forked_s, theirs_s)
+    assert "SignalException" not in said[0], said[0][-3000:]
