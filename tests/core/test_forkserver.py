@@ -3,6 +3,10 @@ the launcher (``_processes.py``); on plain data, no launch (the launches are in 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -59,3 +63,59 @@ def test_a_preload_that_fails_to_import_names_the_module_and_the_error() -> None
     message = str(info.value)
     assert "importing 'no_such_module_for_this_test' failed (ModuleNotFoundError" in message
     assert message.startswith("preload_modules=['json', 'no_such_module_for_this_test']")
+
+
+# In a fresh interpreter (the test process must not ignore SIGTERM, nor carry the at-fork hook): a "server" protected
+# as the fork server is, a SIGTERM to it, a "rank" it forks, and a worker the rank forks after setting its own handler.
+_PROTECT = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from pytorch_core._forkserver import _in_fork_server, protect_server
+
+    def disposition():
+        handler = signal.getsignal(signal.SIGTERM)
+        return {signal.SIG_DFL: "default", signal.SIG_IGN: "ignored"}.get(handler, "handler")
+
+    seen = {"in_server_before": _in_fork_server()}
+    protect_server()
+    protect_server()  # once is enough: a second call adds no second hook
+    os.kill(os.getpid(), signal.SIGTERM)  # ignored: the "server" goes on
+    time.sleep(0.05)
+    seen["server"] = disposition()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a rank
+        rank = {"rank": disposition()}
+        signal.signal(signal.SIGTERM, lambda *_: None)  # the rank's own handler
+        worker = os.fork()
+        if worker == 0:
+            os.write(write, json.dumps({**rank, "worker": disposition()}).encode())
+            os._exit(0)
+        os.waitpid(worker, 0)
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    seen.update(json.loads(os.read(read, 4096)))
+    seen["server_after_fork"] = disposition()
+    print(json.dumps(seen))
+    """
+)
+
+
+def test_the_protected_server_ignores_sigterm_and_its_ranks_start_at_the_default() -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", _PROTECT, str(Path(__file__).resolve().parents[2])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.splitlines()[-1]) == {
+        "in_server_before": False,  # only multiprocessing's server loop counts as the server
+        "server": "ignored",
+        "rank": "default",  # restored right after the fork, before anything of the rank runs
+        "worker": "handler",  # what the rank set itself is what its own children inherit
+        "server_after_fork": "ignored",
+    }
