@@ -62,6 +62,7 @@ __all__ = [
     "format_message",
     "disruption_message",
     "is_preempted_exit",
+    "positive_seconds",
     "termination_grace_s",
 ]
 
@@ -276,6 +277,32 @@ def is_preempted_exit(exit_code: Optional[int]) -> bool:
     return exit_code == PREEMPTED_EXIT_CODE
 
 
+def positive_seconds(env: Any, name: str, default: float) -> float:
+    """A positive number of seconds from the variable ``name`` in ``env``, else ``default``.
+
+    Args:
+        env: the environment (a mapping).
+        name: the variable.
+        default: used when the variable is unset or empty.
+
+    Returns:
+        float: seconds.
+
+    Raises:
+        ValueError: the variable is set but not a positive number of seconds.
+    """
+    raw = env.get(name)
+    if raw is None or str(raw).strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}={raw!r} is not valid; use a positive number of seconds")
+    return value
+
+
 def termination_grace_s(env: Any, default: float = DEFAULT_TERMINATION_GRACE_S) -> float:
     """The termination grace from :data:`TERMINATION_GRACE_ENV` in ``env``, else ``default``.
 
@@ -289,13 +316,4 @@ def termination_grace_s(env: Any, default: float = DEFAULT_TERMINATION_GRACE_S) 
     Raises:
         ValueError: the variable is set but not a positive number of seconds.
     """
-    raw = env.get(TERMINATION_GRACE_ENV)
-    if raw is None or str(raw).strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{TERMINATION_GRACE_ENV}={raw!r} is not valid; use a positive number of seconds")
-    return value
+    return positive_seconds(env, TERMINATION_GRACE_ENV, default)

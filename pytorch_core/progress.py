@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
+from pytorch_contract.preemption import positive_seconds
 from pytorch_contract.progress import MAX_METRIC_NAME, MAX_METRICS
 
 __all__ = [
@@ -330,16 +331,7 @@ def environment_interval(env: Mapping[str, str], name: str, default: float) -> f
     Raises:
         ValueError: the variable is set but not a positive number.
     """
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name}={raw!r} is not valid; use a positive number of seconds")
-    return value
+    return positive_seconds(env, name, default)
 
 
 def in_rank_zero(env: Mapping[str, str] = os.environ) -> bool:
