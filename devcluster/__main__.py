@@ -1,0 +1,49 @@
+"""`python -m devcluster build | up | down`: a real Kubernetes control plane and its controllers on one machine,
+built from the Go module proxy, for the cluster test tier and for contributors (see docs/testing.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from devcluster import build, cluster
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devcluster", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build (or reuse from the cache) every component's binaries")
+    b.add_argument("components", nargs="*", help="only these (default: all)")
+    u = sub.add_parser("up", help="start the cluster; prints KUBECONFIG=<path> last")
+    u.add_argument(
+        "--controllers",
+        default=",".join(cluster.CONTROLLERS),
+        help=f"comma-separated, of {', '.join(cluster.CONTROLLERS)} (default: all four; trainer brings jobset)",
+    )
+    sub.add_parser("down", help="stop everything up started and remove what it made")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        unknown = [c for c in args.components if c not in build.BY_NAME]
+        if unknown:
+            parser.error(f"unknown component(s) {', '.join(unknown)}: choose among {', '.join(build.BY_NAME)}")
+        try:
+            build.build(args.components or None)
+        except build.BuildError as e:
+            print(f"devcluster build: {e}", file=sys.stderr)
+            return 1
+        return 0
+    if args.command == "up":
+        names = tuple(n.strip() for n in args.controllers.split(",") if n.strip())
+        try:
+            cluster.up(names)
+        except (cluster.UpError, build.BuildError, TimeoutError, RuntimeError) as e:
+            print(f"devcluster up: {e}\n(what was started stays recorded: `python -m devcluster down` stops it)",
+                  file=sys.stderr)
+            return 1
+        return 0
+    cluster.down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""`up` and `down`: one cluster per state folder.
+
+`up` makes the network, starts the control plane in its namespace, renders every chosen controller's release
+manifests, starts the node agent (which registers the nodes and runs every pod), deploys the cluster DNS and the
+controllers, and waits until each is available and its webhooks are served. Its last line is `KUBECONFIG=<path>`.
+
+`down` stops every process `up` recorded and every process left in a namespace devcluster made, removes the
+namespaces, the bridge, the mounts and mount points it made, and the state folder. It reads only what is on the
+machine, so it also cleans up after an `up` that crashed half-way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from devcluster import addons, controlplane, kubeconfig, network
+from devcluster.build import binaries
+from devcluster.components import BY_NAME, KUBERNETES_VERSION
+from devcluster.kube import Kube, wait_for
+from devcluster.paths import state_root
+from devcluster.procs import Processes
+
+CONTROLLERS = ("training-operator", "jobset", "trainer", "kueue")
+NEEDS = {"trainer": ("jobset",)}  # Trainer v2 runs TrainJobs as JobSets
+
+GPU_LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+CPU_ALLOCATABLE = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+NODES = (
+    {"name": "cpu-1", "labels": {"devcluster.flyte.org/pool": "cpu"}, "taints": [], "allocatable": CPU_ALLOCATABLE},
+    {"name": "cpu-2", "labels": {"devcluster.flyte.org/pool": "cpu"}, "taints": [], "allocatable": CPU_ALLOCATABLE},
+    {
+        # a GPU pool's node, as the NVIDIA GPU operator and the cloud providers taint it
+        "name": "gpu-1",
+        "labels": {"devcluster.flyte.org/pool": "gpu", **GPU_LABELS},
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        "allocatable": {**CPU_ALLOCATABLE, "nvidia.com/gpu": "4"},
+    },
+    {
+        # a dedicated GPU pool as Flyte's docs taint it (flyte/gpu=dedicated:NoSchedule)
+        "name": "gpu-dedicated-1",
+        "labels": {"devcluster.flyte.org/pool": "gpu-dedicated", **GPU_LABELS},
+        "taints": [{"key": "flyte/gpu", "value": "dedicated", "effect": "NoSchedule"}],
+        "allocatable": {**CPU_ALLOCATABLE, "nvidia.com/gpu": "4"},
+    },
+)
+
+
+class UpError(RuntimeError):
+    """The cluster did not come up; what was started stays recorded for `down`."""
+
+
+def _say(out: TextIO, text: str, start: float) -> None:
+    print(f"[{time.monotonic() - start:6.1f} s] {text}", file=out, flush=True)
+
+
+def _python_env() -> dict[str, str]:
+    """What the pods' image provides: this interpreter's environment first on PATH, the repository importable."""
+    repo = Path(__file__).resolve().parents[1]
+    venv_bin = Path(sys.executable).parent
+    return {
+        "PATH": os.pathsep.join([str(venv_bin), "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"]),
+        "PYTHONPATH": str(repo),
+        "LANG": "C.UTF-8",
+    }
+
+
+def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, backoff_base_s: float = 10.0) -> Path:
+    """Start a cluster; returns the admin kubeconfig's path (also printed last as `KUBECONFIG=<path>`)."""
+    start = time.monotonic()
+    state = state_root()
+    procs = Processes(state)
+    if any(p.alive() for p in procs.recorded()) or network.namespaces():
+        raise UpError(f"a cluster is up (state {state}); run `python -m devcluster down` first")
+    for name in controllers:
+        if name not in CONTROLLERS:
+            raise UpError(f"unknown controller {name!r}: choose among {', '.join(CONTROLLERS)}")
+    chosen = list(controllers)
+    for name in list(chosen):
+        for need in NEEDS.get(name, ()):
+            if need not in chosen:
+                chosen.append(need)
+    chosen = [c for c in addons.ORDER if c in chosen]
+    bins = binaries(["etcd", "kubernetes", *chosen])
+    plan = network.Plan.from_env()
+    network.check_free(plan)
+    shutil.rmtree(state, ignore_errors=True)
+    state.mkdir(parents=True)
+    (state / "bin").mkdir()
+    os.symlink(bins["kubectl"], state / "bin" / "kubectl")
+
+    rendered = {name: addons.RELEASES[name].render(bins["kubectl"], state) for name in chosen}
+    images = []
+    for name, objects in rendered.items():
+        binary = bins[BY_NAME[name].binaries[0][0]]
+        for image in addons.images_of(objects):
+            images.append({"repository": addons.repository(image), "binary": str(binary), "aliases": ["/manager"]})
+
+    network.make_bridge(plan)
+    network.make_namespace(network.CONTROL_NS, plan.control, plan, veth=f"{network.VETH_PREFIX}cp")
+    _say(out, f"network: bridge {network.BRIDGE} {plan.gateway}/{plan.prefix}, control plane at {plan.control}", start)
+    cp = controlplane.start(state, plan, procs, bins)
+    admin = Kube(cp.admin_kubeconfig)
+    version = wait_for("the API server's version", lambda: admin.get("/version"), 30)
+    _say(out, f"control plane: etcd, kube-apiserver {version['gitVersion']}, kube-controller-manager, kube-scheduler", start)
+    wait_for("the default ServiceAccount (kube-controller-manager)",
+             lambda: admin.get_or_none("/api/v1/namespaces/default/serviceaccounts/default"), 90)
+
+    node_configs = []
+    for spec in NODES:
+        pair = cp.ca.issue(f"node-{spec['name']}", f"system:node:{spec['name']}", organizations=("system:nodes",),
+                           client=True)
+        path = kubeconfig.write(state / "kubeconfig" / f"node-{spec['name']}.yaml", cp.server, cp.ca.cert_file,
+                                user=f"system:node:{spec['name']}", cert_file=pair.cert_file, key_file=pair.key_file)
+        node_configs.append({**spec, "kubeconfig": str(path)})
+    proxy_pair = cp.ca.issue("kube-proxy", "system:kube-proxy", client=True)
+    proxy_config = kubeconfig.write(state / "kubeconfig" / "kube-proxy.yaml", cp.server, cp.ca.cert_file,
+                                    user="system:kube-proxy", cert_file=proxy_pair.cert_file, key_file=proxy_pair.key_file)
+    agent_config = {
+        "state": str(state),
+        "subnet": str(plan.subnet),
+        "cluster_dns": addons.DNS_SERVICE_IP,
+        "cluster_domain": network.CLUSTER_DOMAIN,
+        "kubernetes_version": KUBERNETES_VERSION,
+        "backoff_base_s": backoff_base_s,
+        "nodes": node_configs,
+        "proxy_kubeconfig": str(proxy_config),
+        "images": images,
+        "image_env": _python_env(),
+    }
+    (state / "agent.json").write_text(json.dumps(agent_config, indent=2))
+    agent = procs.start("node-agent", [sys.executable, "-m", "devcluster.agent", str(state / "agent.json")],
+                        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+
+    def nodes_ready() -> bool:
+        if procs.exited(agent) is not None:
+            raise UpError(f"the node agent exited: see {agent.log}")
+        items = admin.get("/api/v1/nodes")["items"]
+        ready = [n for n in items if any(c["type"] == "Ready" and c["status"] == "True"
+                                         for c in n["status"].get("conditions") or [])]
+        untainted = [n for n in ready if not any(t["key"].startswith("node.kubernetes.io/")
+                                                 for t in n["spec"].get("taints") or [])]
+        return len(untainted) == len(NODES)
+
+    wait_for("the nodes Ready", nodes_ready, 90)
+    _say(out, f"node agent: {len(NODES)} nodes Ready ({', '.join(n['name'] for n in NODES)})", start)
+
+    dns = addons.dns_objects(network.CLUSTER_DOMAIN)
+    addons.apply_all(admin, dns)
+    addons.wait_deployments(admin, dns, 120)
+    _say(out, f"cluster DNS: kube-dns {addons.DNS_SERVICE_IP}", start)
+
+    for name in chosen:
+        objects = rendered[name]
+        addons.apply_all(admin, objects)
+        addons.wait_deployments(admin, objects, 300)
+        _say(out, f"{name} {BY_NAME[name].version}: available", start)
+    if chosen:
+        addons.webhook_ready(admin, 180)
+    if "kueue" in chosen:
+        addons.apply_all(admin, addons.kueue_objects(GPU_LABELS))
+        _say(out, "kueue: ResourceFlavors cpu and gpu, ClusterQueue cluster-queue, LocalQueue default/user-queue", start)
+    info = {
+        "server": cp.server,
+        "kubeconfig": str(cp.admin_kubeconfig),
+        "version": version["gitVersion"],
+        "controllers": {name: BY_NAME[name].version for name in chosen},
+        "nodes": [n["name"] for n in NODES],
+    }
+    (state / "cluster.json").write_text(json.dumps(info, indent=2))
+    _say(out, f"up in {time.monotonic() - start:.1f} s; kubectl: {state / 'bin' / 'kubectl'}", start)
+    print(f"KUBECONFIG={cp.admin_kubeconfig}", file=out, flush=True)
+    return cp.admin_kubeconfig
+
+
+def _kill_namespace_processes() -> int:
+    killed = 0
+    for ns in network.namespaces():
+        for pid in network.pids_in(ns):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+def _unmount_and_unmake(state: Path) -> int:
+    """Unmount the tmpfs volumes and remove the mount points the agent made (newest first)."""
+    record = state / "mountpoints.txt"
+    if not record.exists():
+        return 0
+    paths = [Path(p) for p in record.read_text().splitlines() if p.strip()]
+    for p in reversed(paths):
+        if os.path.ismount(p):
+            subprocess.run(["umount", "-l", str(p)], capture_output=True)
+    removed = 0
+    for p in reversed(paths):
+        if state in p.parents:
+            continue
+        try:
+            if p.is_dir() and not p.is_symlink():
+                p.rmdir()
+            elif p.is_file() and p.stat().st_size == 0:
+                p.unlink()
+            removed += 1
+        except OSError:
+            pass  # not empty (something else put files there) or already gone
+    return removed
+
+
+def down(out: TextIO = sys.stdout) -> None:
+    """Stop everything `up` started and remove what it made."""
+    state = state_root()
+    procs = Processes(state)
+    recorded = procs.recorded()
+    killed = procs.stop_all(grace_s=20.0)
+    left = _kill_namespace_processes()
+    # the pods' tmpfs volumes live under the state folder
+    if state.exists():
+        for line in Path("/proc/mounts").read_text().splitlines():
+            target = line.split()[1]
+            if target.startswith(str(state) + "/"):
+                subprocess.run(["umount", "-l", target], capture_output=True)
+    removed = network.teardown()
+    points = _unmount_and_unmake(state)
+    shutil.rmtree(state, ignore_errors=True)
+    alive = [p.name for p in recorded if p.alive()]
+    print(
+        f"devcluster down: {len(recorded)} processes stopped"
+        + (f" ({', '.join(killed)} killed after the grace period)" if killed else "")
+        + (f", {left} left in its namespaces killed" if left else "")
+        + f", {len(removed)} network devices and namespaces removed, {points} mount points removed",
+        file=out,
+        flush=True,
+    )
+    if alive:
+        raise RuntimeError(f"still running after down: {', '.join(alive)}")

@@ -1,0 +1,139 @@
+"""Processes devcluster starts, recorded before they run, so that `down` stops every one of them, even after a
+crashed `up`.
+
+Each process is started in a session of its own (it leads its process group, so a stop reaches its children) and
+recorded in `<state>/processes.jsonl` with its pid and its start time in clock ticks (`/proc/<pid>/stat` field 22):
+a pid the kernel has since given to another process is never signalled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def start_ticks(pid: int) -> int | None:
+    """The start time of `pid` in clock ticks since boot, or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: fields are counted after its last ')'.
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
+@dataclass(frozen=True)
+class Proc:
+    name: str
+    pid: int
+    ticks: int
+    log: str
+
+    def alive(self) -> bool:
+        return start_ticks(self.pid) == self.ticks and not _zombie(self.pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+class Processes:
+    """The record of one cluster's processes."""
+
+    def __init__(self, state: Path) -> None:
+        self.file = state / "processes.jsonl"
+        self.logs = state / "logs"
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        netns: str | None = None,
+    ) -> Proc:
+        """Start `argv` (inside network namespace `netns` when given), its output to `logs/<name>.log`."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = self.logs / f"{name}.log"
+        full = ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+        with log.open("ab") as out:
+            out.write(f"\n$ {' '.join(full)}\n".encode())
+            out.flush()
+            child = subprocess.Popen(
+                full,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        self._children[child.pid] = child
+        ticks = start_ticks(child.pid) or 0
+        proc = Proc(name, child.pid, ticks, str(log))
+        with self.file.open("a") as f:
+            f.write(json.dumps(proc.__dict__) + "\n")
+        return proc
+
+    def recorded(self) -> list[Proc]:
+        if not self.file.exists():
+            return []
+        out = []
+        for line in self.file.read_text().splitlines():
+            if line.strip():
+                out.append(Proc(**json.loads(line)))
+        return out
+
+    def exited(self, proc: Proc) -> int | None:
+        """The exit status of a process this object started, or None while it runs."""
+        child = self._children.get(proc.pid)
+        if child is not None:
+            return child.poll()
+        return None if proc.alive() else -1
+
+    def stop_all(self, grace_s: float = 10.0) -> list[str]:
+        """SIGTERM every recorded process group (newest first), SIGKILL what is left after `grace_s`; returns the
+        names of those that had to be killed."""
+        procs = [p for p in reversed(self.recorded()) if p.alive()]
+        for p in procs:
+            _signal_group(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(p.alive() for p in procs):
+            self._reap()
+            time.sleep(0.1)
+        killed = []
+        for p in procs:
+            if p.alive():
+                killed.append(p.name)
+                _signal_group(p.pid, signal.SIGKILL)
+        end = time.monotonic() + 5
+        while time.monotonic() < end and any(p.alive() for p in procs):
+            self._reap()
+            time.sleep(0.05)
+        self._reap()
+        return killed
+
+    def _reap(self) -> None:
+        for child in list(self._children.values()):
+            child.poll()
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        os.kill(pid, sig)
