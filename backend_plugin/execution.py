@@ -203,7 +203,9 @@ def execution_metadata(
         ),
         labels=dict(attr("labels") or {}),
         annotations=dict(attr("annotations") or {}),
-        environment=dict(attr("environment_variables") or {}),
+        # sorted by name: a map's order on the wire is not defined (Go's and Python's protobuf writers both vary it
+        # between processes), and a CreateTask that propeller retries must build the same job to adopt it
+        environment=dict(sorted((attr("environment_variables") or {}).items())),
         input_path=f"{prefix}/inputs.pb",
         output_prefix=prefix,
         raw_output_prefix=f"{prefix}/raw_output",

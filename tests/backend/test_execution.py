@@ -61,3 +61,21 @@ def test_identity_of_a_local_run_hashes_the_prefix() -> None:
     b = identity_of(None, {"project": "p", "name": "wf.train"}, "/tmp/b")
     assert (a.project, a.domain, a.node_id, a.retry_attempt) == ("p", "local", "train", 0)
     assert a.execution_name.startswith("local-") and a.execution_name != b.execution_name
+
+
+def test_the_executions_variables_are_in_one_order_whatever_the_maps_order_on_the_wire() -> None:
+    """A protobuf map has no order on the wire (propeller's Go writer varies it, so does Python's between processes):
+    a CreateTask that propeller retries must build the job it built the first time, or adopting it fails."""
+    from types import SimpleNamespace
+
+    identity = ExecutionIdentity("p", "d", "ex1", "n0", 0)
+    config = BackendConfig.from_dict({})
+
+    def meta(env: dict[str, str]):
+        task = SimpleNamespace(environment_variables=env, namespace="ns", labels={}, annotations={},
+                               k8s_service_account="default", interruptible=None)  # fmt: skip
+        return execution_metadata(identity, "s3://b/x", config, task)
+
+    one = meta({"B": "2", "A": "1", "C": "3"})
+    other = meta({"C": "3", "A": "1", "B": "2"})
+    assert list(one.environment.items()) == list(other.environment.items()) == [("A", "1"), ("B", "2"), ("C", "3")]
