@@ -26,9 +26,8 @@ import yaml
 
 from devcluster.build import go_env
 from devcluster.components import BY_NAME
-from devcluster.kube import Kube, wait_for
+from devcluster.kube import ApiError, Kube, wait_for
 
-DNS_SERVICE_IP = "10.96.0.10"
 DNS_IMAGE = "devcluster.local/dns:v1"
 
 
@@ -174,6 +173,10 @@ _RANK = {"Namespace": 0, "CustomResourceDefinition": 1, "ServiceAccount": 2, "Cl
          "ClusterRoleBinding": 3, "RoleBinding": 3, "ConfigMap": 3, "Secret": 3, "Service": 4, "Deployment": 5}
 
 
+class _Permanent(Exception):
+    """An apply the API server refused for good."""
+
+
 def apply_all(kube: Kube, objects: list[dict], manager: str = "devcluster") -> None:
     """Server-side apply, in dependency order; custom resources wait for their CRD to be established, and a
     webhook that is not serving yet is waited out (the first objects a controller's webhooks judge)."""
@@ -181,10 +184,21 @@ def apply_all(kube: Kube, objects: list[dict], manager: str = "devcluster") -> N
         _, path = path_of(o)
 
         def once(o: dict = o, path: str = path) -> bool:
-            kube.apply(path, o, manager)
+            try:
+                kube.apply(path, o, manager)
+            except ApiError as e:
+                # a webhook whose pod is not serving yet (500 "failed calling webhook"), an API not served yet (a
+                # CRD just established), a throttled or restarting server: wait; anything else is for good
+                if e.status in (0, 429, 500, 502, 503, 504) or "could not find the requested resource" in str(e):
+                    raise
+                raise _Permanent(str(e)) from e
             return True
 
-        wait_for(f"applying {o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}", once, 180, 1.0)
+        what = f"applying {o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
+        try:
+            wait_for(what, once, 180, 1.0, fatal=(_Permanent,))
+        except _Permanent as e:
+            raise RuntimeError(f"{what}: {e}") from None
         if o["kind"] == "CustomResourceDefinition":
             wait_for(
                 f"CRD {o['metadata']['name']} established",
@@ -212,7 +226,7 @@ def wait_deployments(kube: Kube, objects: list[dict], timeout_s: float) -> None:
         wait_for(f"Deployment {o['metadata']['namespace']}/{o['metadata']['name']} available", available, timeout_s, 1.0)
 
 
-def dns_objects(domain: str) -> list[dict]:
+def dns_objects(domain: str, service_ip: str) -> list[dict]:
     """The cluster DNS: `kube-dns` in kube-system, as kubeadm names it, with CoreDNS's read-only ClusterRole."""
     labels = {"k8s-app": "kube-dns"}
     return [
@@ -269,13 +283,58 @@ def dns_objects(domain: str) -> list[dict]:
             "kind": "Service",
             "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
             "spec": {
-                "clusterIP": DNS_SERVICE_IP,
+                "clusterIP": service_ip,
                 "selector": labels,
                 "ports": [
                     {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
                     {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
                 ],
             },
+        },
+    ]
+
+
+BLOBS_PORT = 9000
+BLOBS_NAMESPACE = "devcluster-system"
+
+
+def blobstore_objects(service_ip: str) -> list[dict]:
+    """An S3 stand-in (`moto`'s server) as a Deployment and a Service `blobs` at a fixed ClusterIP: the cluster's blob
+    store, which pods, the connector and the host reach alike (a local folder is not shared: the connector's own
+    manifest mounts an emptyDir over /tmp, as a pod's filesystem is its own)."""
+    labels = {"app.kubernetes.io/name": "blobs"}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BLOBS_NAMESPACE}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "blobs", "namespace": BLOBS_NAMESPACE, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "containers": [
+                            {
+                                "name": "s3",
+                                "image": "devcluster.local/moto:5",
+                                "command": ["moto_server", "-H", "0.0.0.0", "-p", str(BLOBS_PORT)],
+                                "ports": [{"name": "s3", "containerPort": BLOBS_PORT}],
+                                "readinessProbe": {"tcpSocket": {"port": BLOBS_PORT}, "periodSeconds": 2},
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "blobs", "namespace": BLOBS_NAMESPACE, "labels": labels},
+            "spec": {"clusterIP": service_ip, "selector": labels,
+                     "ports": [{"name": "s3", "port": BLOBS_PORT, "targetPort": BLOBS_PORT}]},
         },
     ]
 
@@ -302,18 +361,19 @@ def kueue_objects(gpu_node_labels: dict[str, str]) -> list[dict]:
             "spec": {
                 "namespaceSelector": {},
                 "preemption": {"withinClusterQueue": "LowerPriority"},
+                # one group: a flavor may appear in one resource group only (Kueue's webhook refuses it twice)
                 "resourceGroups": [
                     {
-                        "coveredResources": ["cpu", "memory"],
+                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
                         "flavors": [
                             {"name": "cpu", "resources": [{"name": "cpu", "nominalQuota": "8"},
-                                                          {"name": "memory", "nominalQuota": "32Gi"}]},
+                                                          {"name": "memory", "nominalQuota": "32Gi"},
+                                                          {"name": "nvidia.com/gpu", "nominalQuota": "0"}]},
                             {"name": "gpu", "resources": [{"name": "cpu", "nominalQuota": "8"},
-                                                          {"name": "memory", "nominalQuota": "32Gi"}]},
+                                                          {"name": "memory", "nominalQuota": "32Gi"},
+                                                          {"name": "nvidia.com/gpu", "nominalQuota": "4"}]},
                         ],
                     },
-                    {"coveredResources": ["nvidia.com/gpu"],
-                     "flavors": [{"name": "gpu", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "4"}]}]},
                 ],
             },
         },

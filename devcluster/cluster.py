@@ -126,7 +126,7 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
     agent_config = {
         "state": str(state),
         "subnet": str(plan.subnet),
-        "cluster_dns": addons.DNS_SERVICE_IP,
+        "cluster_dns": plan.dns_service,
         "cluster_domain": network.CLUSTER_DOMAIN,
         "kubernetes_version": KUBERNETES_VERSION,
         "backoff_base_s": backoff_base_s,
@@ -152,10 +152,15 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
     wait_for("the nodes Ready", nodes_ready, 90)
     _say(out, f"node agent: {len(NODES)} nodes Ready ({', '.join(n['name'] for n in NODES)})", start)
 
-    dns = addons.dns_objects(network.CLUSTER_DOMAIN)
+    dns = addons.dns_objects(network.CLUSTER_DOMAIN, plan.dns_service)
     addons.apply_all(admin, dns)
     addons.wait_deployments(admin, dns, 120)
-    _say(out, f"cluster DNS: kube-dns {addons.DNS_SERVICE_IP}", start)
+    _say(out, f"cluster DNS: kube-dns {plan.dns_service}", start)
+    blobs = addons.blobstore_objects(plan.blobs_service)
+    addons.apply_all(admin, blobs)
+    addons.wait_deployments(admin, blobs, 120)
+    blob_endpoint = f"http://{plan.blobs_service}:{addons.BLOBS_PORT}"
+    _say(out, f"blob store: an S3 stand-in at {blob_endpoint}", start)
 
     for name in chosen:
         objects = rendered[name]
@@ -171,6 +176,7 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
         "server": cp.server,
         "kubeconfig": str(cp.admin_kubeconfig),
         "version": version["gitVersion"],
+        "blob_endpoint": blob_endpoint,
         "controllers": {name: BY_NAME[name].version for name in chosen},
         "nodes": [n["name"] for n in NODES],
     }

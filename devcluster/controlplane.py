@@ -23,7 +23,6 @@ from devcluster.procs import Proc, Processes
 API_PORT = 6443
 ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
-SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 # The controllers a cluster of Jobs needs (`kube-controller-manager --help`, 1.37 names): Jobs and their pods, the
@@ -97,7 +96,7 @@ def start(state: Path, plan: network.Plan, procs: Processes, bins: dict[str, Pat
         "kube-apiserver",
         dns=("kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
              "localhost"),
-        ips=(plan.control, "127.0.0.1", "10.96.0.1"),
+        ips=(plan.control, "127.0.0.1", plan.api_service),
         server=True,
     )
     server = f"https://{plan.control}:{API_PORT}"
@@ -154,7 +153,7 @@ def start(state: Path, plan: network.Plan, procs: Processes, bins: dict[str, Pat
             f"--service-account-key-file={sa_pub}",
             f"--service-account-signing-key-file={sa_key}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={plan.services}",
             "--authorization-mode=Node,RBAC",
             f"--requestheader-client-ca-file={front_ca.cert_file}",
             "--requestheader-allowed-names=front-proxy-client",
@@ -186,7 +185,7 @@ def start(state: Path, plan: network.Plan, procs: Processes, bins: dict[str, Pat
             f"--controllers={','.join(CONTROLLERS)}",
             f"--service-account-private-key-file={sa_key}",
             f"--root-ca-file={ca.cert_file}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={plan.services}",
             "--profiling=false",
             "--v=1",
         ],

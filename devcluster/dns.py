@@ -7,7 +7,12 @@
   `hostname` and `subdomain`, as JobSet and the Job controller's Indexed pods have them);
 - anything else in the cluster's domain: NXDOMAIN; a name outside it: REFUSED (this cluster reaches no other DNS).
 
-A records only; an AAAA question about a name that exists gets an empty answer (NOERROR), so a resolver asking for
+- `<d>.<c>.<b>.<a>.in-addr.arpa` (PTR): the name of a ClusterIP, or of an endpoint (its hostname name, else its
+  address's dashed form under its Service), as CoreDNS's `kubernetes ... in-addr.arpa` answers it; NXDOMAIN for an
+  address it does not know (a fast "no name": gloo and c10d look their peers up, and a REFUSED would make the
+  resolver retry).
+
+A records otherwise; an AAAA question about a name that exists gets an empty answer (NOERROR), so a resolver asking for
 both does not wait. TTL 5 s, CoreDNS's default. It runs as a pod (`devcluster up` deploys it as `kube-dns` in
 kube-system, with the ClusterRole CoreDNS's manifests give it) and reads Services and EndpointSlices with its
 service account's token.
@@ -26,7 +31,7 @@ from devcluster.kube import Kube, Reflector
 
 log = logging.getLogger("devcluster.dns")
 TTL = 5
-A, AAAA = 1, 28
+A, PTR, AAAA = 1, 12, 28
 NOERROR, NXDOMAIN, REFUSED, FORMERR = 0, 3, 5, 1
 
 
@@ -35,6 +40,7 @@ class Records:
         self.domain = domain.strip(".")
         self.lock = threading.Lock()
         self.names: dict[str, list[str]] = {}
+        self.reverse: dict[str, str] = {}
         self.services = Reflector(kube, "/api/v1/services", self._changed, name="services")
         self.slices = Reflector(kube, "/apis/discovery.k8s.io/v1/endpointslices", self._changed, name="endpointslices")
 
@@ -44,6 +50,7 @@ class Records:
 
     def _changed(self, _kind: str, _obj: dict) -> None:
         names: dict[str, list[str]] = {}
+        reverse: dict[str, str] = {}
         by_service: dict[tuple[str, str], list[dict]] = {}
         for s in self.slices.snapshot():
             owner = (s["metadata"].get("labels") or {}).get("kubernetes.io/service-name")
@@ -58,6 +65,7 @@ class Records:
             ip = spec.get("clusterIP")
             if ip and ip != "None":
                 names[base] = [ip]
+                reverse[ip] = base
                 continue
             publish = bool(spec.get("publishNotReadyAddresses"))
             addresses: list[str] = []
@@ -67,11 +75,24 @@ class Records:
                     if not (cond.get("ready", True) or publish):
                         continue
                     addresses += ep.get("addresses") or []
+                    for a in ep.get("addresses") or []:
+                        reverse.setdefault(a, f"{ep['hostname'] if ep.get('hostname') else a.replace('.', '-')}.{base}")
                     if ep.get("hostname"):
                         names.setdefault(f"{ep['hostname']}.{base}", []).extend(ep.get("addresses") or [])
             names[base] = sorted(set(addresses))
         with self.lock:
             self.names = names
+            self.reverse = reverse
+
+    def pointer(self, qname: str) -> tuple[int, str | None]:
+        """A PTR question: (NOERROR, name) for a known address, (NXDOMAIN, None) otherwise."""
+        parts = qname.lower().rstrip(".").split(".")
+        if len(parts) != 6 or parts[4:] != ["in-addr", "arpa"]:
+            return NXDOMAIN, None
+        address = ".".join(reversed(parts[:4]))
+        with self.lock:
+            name = self.reverse.get(address)
+        return (NOERROR, name) if name else (NXDOMAIN, None)
 
     def lookup(self, qname: str) -> tuple[int, list[str]]:
         name = qname.lower().rstrip(".")
@@ -110,10 +131,18 @@ def answer(records: Records, query: bytes) -> bytes:
     except (ValueError, IndexError, struct.error):
         ident = struct.unpack(">H", query[:2])[0] if len(query) >= 2 else 0
         return struct.pack(">HHHHHH", ident, 0x8000 | FORMERR, 0, 0, 0, 0)
-    rcode, addresses = records.lookup(qname)
     rd = flags & 0x0100
     answers = b""
     count = 0
+    if qname.lower().rstrip(".").endswith(".in-addr.arpa"):
+        rcode, target = records.pointer(qname)
+        if target and qtype == PTR:
+            rdata = b"".join(bytes([len(p)]) + p.encode() for p in target.split(".")) + b"\x00"
+            answers = struct.pack(">HHHIH", 0xC00C, PTR, 1, TTL, len(rdata)) + rdata
+            count = 1
+        addresses: list[str] = []
+    else:
+        rcode, addresses = records.lookup(qname)
     if rcode == NOERROR and qtype == A:
         for addr in addresses:
             answers += struct.pack(">HHHIH", 0xC00C, A, 1, TTL, 4) + socket.inet_aton(addr)

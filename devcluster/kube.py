@@ -250,8 +250,15 @@ class Reflector:
             return list(self.items.values())
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float, interval_s: float = 0.5) -> Any:
-    """Call `check` until it returns a truthy value; raise TimeoutError naming `what` and the last error."""
+def wait_for(
+    what: str,
+    check: Callable[[], Any],
+    timeout_s: float,
+    interval_s: float = 0.5,
+    fatal: tuple[type[BaseException], ...] = (),
+) -> Any:
+    """Call `check` until it returns a truthy value; raise TimeoutError naming `what` and the last error. An
+    exception of a `fatal` type ends the wait at once."""
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -259,6 +266,8 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, interval_s: 
             value = check()
             if value:
                 return value
+        except fatal:
+            raise
         except Exception as e:  # noqa: BLE001 - the last error goes into the message
             last = e
         time.sleep(interval_s)

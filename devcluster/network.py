@@ -27,7 +27,10 @@ BRIDGE = f"{NAME}0"
 CONTROL_NS = f"{NAME}-cp"
 POD_NS_PREFIX = f"{NAME}-p-"
 VETH_PREFIX = f"v{NAME}-"
+PROXY_TABLE = NAME.replace("-", "_") + "_services"
+"""The nftables table of the cluster's Service rules (in every namespace it made, and the host's)."""
 DEFAULT_SUBNET = "10.77.0.0/16"
+DEFAULT_SERVICE_CIDR = "10.96.0.0/16"
 CLUSTER_DOMAIN = "cluster.local"
 
 
@@ -47,10 +50,29 @@ class Plan:
     """The addresses of one cluster."""
 
     subnet: ipaddress.IPv4Network
+    services: ipaddress.IPv4Network = ipaddress.IPv4Network(DEFAULT_SERVICE_CIDR)
 
     @classmethod
     def from_env(cls) -> Plan:
-        return cls(ipaddress.ip_network(os.environ.get("DEVCLUSTER_SUBNET", DEFAULT_SUBNET)))
+        return cls(
+            ipaddress.IPv4Network(os.environ.get("DEVCLUSTER_SUBNET", DEFAULT_SUBNET)),
+            ipaddress.IPv4Network(os.environ.get("DEVCLUSTER_SERVICE_CIDR", DEFAULT_SERVICE_CIDR)),
+        )
+
+    @property
+    def api_service(self) -> str:
+        """The `kubernetes` Service's ClusterIP (the range's first address, as the API server allocates it)."""
+        return str(self.services.network_address + 1)
+
+    @property
+    def blobs_service(self) -> str:
+        """The blob store's ClusterIP (the range's twentieth address)."""
+        return str(self.services.network_address + 20)
+
+    @property
+    def dns_service(self) -> str:
+        """The cluster DNS Service's ClusterIP (the range's tenth address, as kubeadm picks it)."""
+        return str(self.services.network_address + 10)
 
     @property
     def prefix(self) -> int:
@@ -153,6 +175,10 @@ def teardown() -> list[str]:
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         ip("link", "delete", BRIDGE, check=False)
         removed.append(BRIDGE)
+    # the Service rules the node agent wrote into the host's namespace
+    if subprocess.run(["nft", "list", "table", "ip", PROXY_TABLE], capture_output=True).returncode == 0:
+        subprocess.run(["nft", "delete", "table", "ip", PROXY_TABLE], capture_output=True)
+        removed.append(f"nftables table {PROXY_TABLE}")
     # veths die with their namespace; one left over by a crash mid-setup is still ours
     for line in ip("-o", "link", "show", check=False).stdout.splitlines():
         dev = line.split(":")[1].strip().split("@")[0]

@@ -53,6 +53,8 @@ class Container:
     running_since: float = 0.0
     probe: Any = None  # the readiness prober, when the container has a readinessProbe
     liveness: Any = None
+    startup: Any = None
+    started_ok: bool = False  # its startup probe succeeded (or it has none)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -92,9 +94,9 @@ class Container:
         self.started_at = now_rfc3339()
         self.running_since = time.monotonic()
         self.exit_code = None
-        self.judged = self.final = False
+        self.judged = self.final = self.started_ok = False
         self.state = {"running": {"startedAt": self.started_at}}
-        self.ready = self.probe is None
+        self.ready = True  # until a readiness probe says otherwise
 
     def finished(self) -> int | None:
         """The exit code once the process ended (128 + n for a signal), else None; records the terminated state."""
@@ -154,6 +156,12 @@ class Container:
                 pass
             proc.wait()
 
+    def stop_probes(self) -> None:
+        for prober in (self.probe, self.liveness, self.startup):
+            if prober is not None:
+                prober.stop()
+        self.probe = self.liveness = self.startup = None
+
     def kill_leftovers(self) -> None:
         """SIGKILL what is left of the container's process group after its main process ended."""
         if self.process is not None:
@@ -171,7 +179,7 @@ class Container:
             "restartCount": self.restart_count,
             "state": self.state,
             "lastState": self.last_state,
-            "started": "running" in self.state,
+            "started": "running" in self.state and self.started_ok,
         }
         if self.container_id:
             out["containerID"] = self.container_id

@@ -68,11 +68,17 @@ def main(spec_file: str) -> None:
         _own_hostname(spec["hostname"])
     # nothing mounted here may reach the host's mount table
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    for source, target, read_only, is_file in spec["mounts"]:
+    # every source is opened before the first mount: a volume mounted over /tmp must not hide the node's folders of
+    # the volumes after it (a runtime resolves its mounts' sources first, too); parents are mounted before children
+    mounts = sorted(spec["mounts"], key=lambda m: len(os.path.normpath(m[1]).split(os.sep)))
+    held = [(os.open(source, os.O_PATH | os.O_CLOEXEC), target, read_only, is_file)
+            for source, target, read_only, is_file in mounts]
+    for fd, target, read_only, is_file in held:
         _mount_point(target, is_file)
-        _mount(source, target, None, MS_BIND | MS_REC)
+        _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
         if read_only:
             _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        os.close(fd)
     workdir = spec.get("workingDir") or "/"
     try:
         os.chdir(workdir)

@@ -97,6 +97,7 @@ class Agent:
         if not self.proxy.wait_synced(60):
             log.warning("service proxy: Services and EndpointSlices not listed within 60 s")
         self.proxy.install(network.CONTROL_NS)
+        self.proxy.install("")  # the host's own namespace, as on a node
         for node in self.nodes:
             node.start()
         log.info("node agent: %d nodes up", len(self.nodes))

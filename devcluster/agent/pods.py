@@ -158,10 +158,7 @@ class PodRuntime:
 
     def _teardown_sandbox(self) -> None:
         for c in self.containers.values():
-            if c.probe is not None:
-                c.probe.stop()
-            if c.liveness is not None:
-                c.liveness.stop()
+            c.stop_probes()
             c.kill_leftovers()
         if self.netns:
             # what is left in the pod's network namespace is what a cgroup kill would take
@@ -309,8 +306,10 @@ class PodRuntime:
                 command = [str(entry.path)] + command[1:]
             if not args and not c.spec.get("command"):
                 args = list(default_args)
-        if not command:
-            raise EnvError(f"image {image!r} has no entrypoint this node knows: give the container a command")
+        # any other image is this machine's environment, with no ENTRYPOINT (as flytekit's images have none): a
+        # container without a command runs its args, as a runtime runs an image's CMD
+        if not command and not args:
+            raise EnvError(f"image {image!r}: the container has neither command nor args, and the image no entrypoint")
         return command + args
 
     def _start_container(self, c: Container) -> bool:
@@ -340,14 +339,39 @@ class PodRuntime:
         (self.dir / "home").mkdir(parents=True, exist_ok=True)
         c.start(argv, env, mounts, self.netns, self._hostname(), self.dir / f"{c.name}.spec.json")
         self._event("Started", f"Started container {c.name}", container=c.name)
+        if c.spec.get("readinessProbe"):
+            c.ready = False
+        startup = c.spec.get("startupProbe")
+        if startup:
+            prober = Prober(startup, lambda: self.ip, c.spec, self.netns, initial=False, startup=True)
+            c.startup = prober
+
+            def on_started(ok: bool, c: Container = c) -> None:
+                if ok:
+                    c.started_ok = True
+                    self._start_probes(c)
+                else:
+                    self._event("Unhealthy", f"Startup probe failed; container {c.name} will be restarted", "Warning",
+                                c.name)
+                    threading.Thread(target=c.stop, args=(self._grace(),), daemon=True).start()
+                self.wake.set()
+
+            prober.on_change = on_started
+            prober.start()
+        else:
+            c.started_ok = True
+            self._start_probes(c)
+        return True
+
+    def _start_probes(self, c: Container) -> None:
+        """The readiness and liveness probes, once the container has started (its startup probe succeeded)."""
         for probe_key in ("readinessProbe", "livenessProbe"):
             probe = c.spec.get(probe_key)
-            if not probe:
+            if not probe or not c.running():
                 continue
             prober = Prober(probe, lambda: self.ip, c.spec, self.netns, initial=probe_key == "livenessProbe")
             if probe_key == "readinessProbe":
                 c.probe = prober
-                c.ready = False
 
                 def on_ready(ok: bool, c: Container = c) -> None:
                     c.ready = ok and c.running()
@@ -365,7 +389,6 @@ class PodRuntime:
 
                 prober.on_change = on_live
             prober.start()
-        return True
 
     @staticmethod
     def _expand(arg: str, env: dict[str, str]) -> str:
@@ -400,12 +423,8 @@ class PodRuntime:
     def _restart_due(self, c: Container) -> bool:
         if time.monotonic() < c.next_start:
             return False
-        if c.probe is not None:
-            c.probe.stop()
-        if c.liveness is not None:
-            c.liveness.stop()
+        c.stop_probes()
         c.restart_count += 1
-        c.probe = c.liveness = None
         return self._start_container(c)
 
     # --- the pod's life
@@ -585,8 +604,7 @@ class PodRuntime:
     def _terminal_phase(self) -> None:
         """The pod ended on its own: report it, free its sandbox, and wait for its deletion."""
         for c in self.containers.values():
-            if c.probe is not None:
-                c.probe.stop()
+            c.stop_probes()
             c.ready = False
         self.report(force=True)
         self._teardown_sandbox()

@@ -1,6 +1,7 @@
 """Readiness and liveness probes, run from the node as the kubelet's prober runs them (`pkg/kubelet/prober`):
 httpGet (2xx and 3xx succeed; HTTPS not verified), tcpSocket (a connection), exec (exit 0, in the container's
-namespaces), each with its initial delay, period, timeout and thresholds.
+namespaces), grpc (the gRPC health protocol's SERVING), each with its initial delay, period, timeout and thresholds.
+A startup probe holds the other two back until it succeeds, and restarts the container when it fails for good.
 """
 
 from __future__ import annotations
@@ -14,11 +15,28 @@ import time
 from collections.abc import Callable
 
 
+def _grpc_serving(host: str, port: int, service: str, timeout: float) -> bool:
+    """The gRPC health protocol's Check, as the kubelet's gRPC probe calls it: SERVING succeeds."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(f"{host}:{port}") as channel:
+        try:
+            answer = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+        except grpc.RpcError:
+            return False
+    return answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
 class Prober:
     """One probe of one container; `ok` is its current result."""
 
-    def __init__(self, probe: dict, pod_ip: Callable[[], str], container: dict, netns: str, initial: bool) -> None:
+    def __init__(self, probe: dict, pod_ip: Callable[[], str], container: dict, netns: str, initial: bool,
+                 startup: bool = False) -> None:
         self.probe = probe
+        self.startup = startup
         self.pod_ip = pod_ip
         self.container = container
         self.netns = netns
@@ -74,9 +92,8 @@ class Prober:
                 )
                 return proc.returncode == 0
             if "grpc" in self.probe:
-                grpc = self.probe["grpc"]
-                with socket.create_connection((self.pod_ip(), int(grpc["port"])), timeout):
-                    return True
+                return _grpc_serving(self.pod_ip(), int(self.probe["grpc"]["port"]),
+                                     self.probe["grpc"].get("service", ""), timeout)
         except (OSError, ValueError, subprocess.TimeoutExpired, http.client.HTTPException):
             return False
         return False
@@ -94,10 +111,15 @@ class Prober:
                 if not self.ok and oks >= need_ok:
                     self.ok = True
                     self.on_change(True)
+                    if self.startup:
+                        return  # it has done its work
             else:
                 fails, oks = fails + 1, 0
-                if self.ok and fails >= need_fail:
+                # a startup probe fails for good from its first result on; the others on a change from ok
+                if (self.ok or self.startup) and fails >= need_fail:
                     self.ok = False
                     self.on_change(False)
+                    if self.startup:
+                        return
             start = time.monotonic()
             self._stop.wait(max(0.0, period - (time.monotonic() - start)))

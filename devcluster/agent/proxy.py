@@ -2,9 +2,11 @@
 Service's EndpointSlices (chosen at random per connection), a ClusterIP without one refuses the connection.
 
 kube-proxy writes its rules in the node's own network namespace, which every pod's traffic crosses. Here each pod
-has a namespace of its own on a bridge, so the same rules (an nftables table `devcluster`: DNAT in the output hook)
+has a namespace of its own on a bridge, so the same rules (an nftables table `<name>_services`: DNAT in the output hook)
 are written into every namespace devcluster made: the control plane's (the API server calls webhooks through their
-Services) and each pod's (the `kubernetes` Service, cluster DNS, a webhook's Service). It reads Services and
+Services) and each pod's (the `kubernetes` Service, cluster DNS, a webhook's Service), and into the host's own, as
+on a node, so that the host's processes (the tests, a contributor's tools) reach a Service by its ClusterIP too. The
+table holds rules for the Service range only; `down` deletes it. It reads Services and
 EndpointSlices as `system:kube-proxy`, with the `system:node-proxier` role kube-proxy has.
 
 Also the Service environment variables (`<NAME>_SERVICE_HOST`, ...), which the kubelet computes from the same list.
@@ -95,9 +97,9 @@ class ServiceProxy:
                 refuse.append(f"    ip daddr {ip} {proto} dport {port} {action}")
         return "\n".join(
             [
-                "table ip devcluster",
-                "delete table ip devcluster",
-                "table ip devcluster {",
+                f"table ip {network.PROXY_TABLE}",
+                f"delete table ip {network.PROXY_TABLE}",
+                f"table ip {network.PROXY_TABLE} {{",
                 "  chain services {",
                 "    type nat hook output priority -100; policy accept;",
                 *nat,
@@ -112,8 +114,10 @@ class ServiceProxy:
         )
 
     def _apply(self, netns: str, rules: str) -> None:
-        proc = subprocess.run(["ip", "netns", "exec", netns, "nft", "-f", "-"], input=rules, capture_output=True, text=True)
-        if proc.returncode != 0 and netns in network.namespaces():
+        """Write the table into `netns` ("" for the host's own namespace)."""
+        argv = ["ip", "netns", "exec", netns, "nft", "-f", "-"] if netns else ["nft", "-f", "-"]
+        proc = subprocess.run(argv, input=rules, capture_output=True, text=True)
+        if proc.returncode != 0 and (not netns or netns in network.namespaces()):
             log.warning("service proxy: nft in %s: %s", netns, proc.stderr.strip())
 
     def sync(self) -> None:
@@ -122,7 +126,7 @@ class ServiceProxy:
             if rules == self.rules:
                 return
             self.rules = rules
-            for ns in network.namespaces():
+            for ns in ["", *network.namespaces()]:
                 self._apply(ns, rules)
 
     def install(self, netns: str) -> None:

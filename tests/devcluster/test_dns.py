@@ -17,6 +17,7 @@ class _Records(dns.Records):
 
         self.lock = threading.Lock()
         self.names = names
+        self.reverse = {"10.77.1.5": "job-master-0.job.ns1.svc.cluster.local", "10.96.3.4": "web.default.svc.cluster.local"}
 
 
 def _query(name: str, qtype: int = dns.A, ident: int = 0x1234) -> bytes:
@@ -72,3 +73,32 @@ def test_a_malformed_query_gets_formerr_not_a_crash() -> None:
     reply = dns.answer(_Records(RECORDS), b"\x00\x07\x01")
     assert struct.unpack(">H", reply[:2])[0] == 7
     assert struct.unpack(">H", reply[2:4])[0] & 0xF == dns.FORMERR
+
+
+def _ptr(reply: bytes) -> tuple[int, str | None]:
+    _ident, flags, _qd, an, _ns, _ar = struct.unpack(">HHHHHH", reply[:12])
+    if not an:
+        return flags & 0xF, None
+    i = 12
+    while reply[i]:
+        i += 1 + reply[i]
+    i += 5 + 12
+    labels = []
+    while reply[i]:
+        labels.append(reply[i + 1 : i + 1 + reply[i]].decode())
+        i += 1 + reply[i]
+    return flags & 0xF, ".".join(labels)
+
+
+@pytest.mark.parametrize(
+    ("address", "rcode", "name"),
+    [
+        ("10.77.1.5", dns.NOERROR, "job-master-0.job.ns1.svc.cluster.local"),
+        ("10.96.3.4", dns.NOERROR, "web.default.svc.cluster.local"),
+        # unknown: NXDOMAIN (a fast "no name"), not REFUSED, which resolvers retry
+        ("10.77.9.9", dns.NXDOMAIN, None),
+    ],
+)
+def test_reverse_lookups(address: str, rcode: int, name: str | None) -> None:
+    qname = ".".join(reversed(address.split("."))) + ".in-addr.arpa"
+    assert _ptr(dns.answer(_Records(RECORDS), _query(qname, dns.PTR))) == (rcode, name)

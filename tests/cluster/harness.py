@@ -1,0 +1,306 @@
+"""The cluster tier's harness: a real control plane (`python -m devcluster up`), the connector deployed on it from
+`backend_plugin/deploy/` (its ServiceAccount, RBAC and Deployment, one Deployment per job kind), and a client that
+calls the connector over gRPC as flytepropeller does (CreateTask, then GetTask polls, DeleteTask).
+
+What is real: the API server (RBAC, admission, CRD validation, webhooks, watches), the Job controller, the scheduler,
+the garbage collector, training-operator, Trainer, JobSet and Kueue, the connector's pod and its token. The node agent
+runs every pod as local processes (`devcluster/agent`); the blob store is an S3 stand-in in the cluster. A task's pods
+run `pyflyte-execute` from this checkout and its venv: the "image" is ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from flyteidl.admin.agent_pb2 import CreateTaskRequest, DeleteTaskRequest, GetTaskRequest, TaskCategory
+from flyteidl.core.execution_pb2 import TaskExecution
+from flytekit.models.core.identifier import (
+    Identifier,
+    NodeExecutionIdentifier,
+    ResourceType,
+    TaskExecutionIdentifier,
+    WorkflowExecutionIdentifier,
+)
+from flytekit.models.literals import LiteralMap
+from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
+
+from devcluster.kube import ApiError, Kube, wait_for
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = REPO_ROOT / "backend_plugin" / "deploy"
+CONNECTOR_NS = "flyte"
+TASK_NS = "flytesnacks-development"
+BUCKET = "flyte-blobs"
+TERMINAL = (TaskExecution.SUCCEEDED, TaskExecution.FAILED, TaskExecution.RETRYABLE_FAILED, TaskExecution.ABORTED)
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """A running devcluster, as `up` described it in its state folder."""
+
+    state: Path
+    kubeconfig: Path
+    server: str
+    blob_endpoint: str
+    kubectl: Path
+
+    @classmethod
+    def read(cls, state: Path) -> ClusterInfo:
+        info = json.loads((state / "cluster.json").read_text())
+        return cls(state, Path(info["kubeconfig"]), info["server"], info["blob_endpoint"], state / "bin" / "kubectl")
+
+
+def blob_env(info: ClusterInfo) -> dict[str, str]:
+    """The variables flytekit reads for an S3-compatible store (the sandbox sets the same for its MinIO)."""
+    return {
+        "FLYTE_AWS_ENDPOINT": info.blob_endpoint,
+        "FLYTE_AWS_ACCESS_KEY_ID": "devcluster",
+        "FLYTE_AWS_SECRET_ACCESS_KEY": "devcluster",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+
+
+def ensure_bucket(info: ClusterInfo) -> None:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=info.blob_endpoint, aws_access_key_id="devcluster",
+                      aws_secret_access_key="devcluster", region_name="us-east-1")  # fmt: skip
+    try:
+        s3.create_bucket(Bucket=BUCKET)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def connector_objects(kind: str, config: dict[str, Any], info: ClusterInfo) -> list[dict]:
+    """`deploy/rbac.yaml` as shipped, and `deploy/connector.yaml` for one job kind: one replica, named after the kind,
+    its config (`target: <kind>` and the given settings) in a ConfigMap of its own, the blob store's variables added.
+    Nothing else of the manifests changes (the image is ignored: the node agent runs `pyflyte serve connector` of this
+    checkout's venv)."""
+    objects = _docs(DEPLOY / "rbac.yaml")
+    name = f"pytorch-connector-{kind}"
+    for doc in _docs(DEPLOY / "connector.yaml"):
+        doc = copy.deepcopy(doc)
+        if doc["kind"] == "Deployment":
+            doc["metadata"]["name"] = name
+            doc["spec"]["replicas"] = 1
+            doc["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] = name
+            tpl = doc["spec"]["template"]
+            tpl["metadata"]["labels"]["app.kubernetes.io/instance"] = name
+            for vol in tpl["spec"]["volumes"]:
+                if "configMap" in vol:
+                    vol["configMap"]["name"] = name
+            container = tpl["spec"]["containers"][0]
+            container["env"] += [{"name": k, "value": v} for k, v in blob_env(info).items()]
+        elif doc["kind"] == "ConfigMap":
+            doc["metadata"]["name"] = name
+            doc["data"]["config.yaml"] = yaml.safe_dump({**yaml.safe_load(doc["data"]["config.yaml"]),
+                                                         "target": kind, **config})  # fmt: skip
+        elif doc["kind"] == "Service":
+            doc["metadata"]["name"] = name
+            doc["spec"]["selector"] = {"app.kubernetes.io/instance": name}
+        objects.append(doc)
+    return objects
+
+
+def execution_metadata(execution: str, env: dict[str, str], attempt: int = 0, node: str = "n0",
+                       namespace: str = TASK_NS) -> TaskExecutionMetadata:  # fmt: skip
+    """What propeller sends for one attempt of one node of an execution in project flytesnacks, domain development."""
+    wf = WorkflowExecutionIdentifier("flytesnacks", "development", execution)
+    task_id = Identifier(ResourceType.TASK, "flytesnacks", "development", "train", "v1")
+    tid = TaskExecutionIdentifier(task_id, NodeExecutionIdentifier(node, wf), attempt)
+    return TaskExecutionMetadata(
+        task_execution_id=tid,
+        namespace=namespace,
+        labels={"execution-id": execution},
+        annotations={},
+        k8s_service_account="default",
+        environment_variables=env,
+        identity=None,
+    )
+
+
+@dataclass
+class Answer:
+    phase: int
+    message: str
+    logs: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return TaskExecution.Phase.Name(self.phase)
+
+
+class Propeller:
+    """flytepropeller's side of the connector protocol, over gRPC to the connector's pod."""
+
+    def __init__(self, address: str, task_type_version: int = 1) -> None:
+        import grpc
+        from flyteidl.service.agent_pb2_grpc import AsyncAgentServiceStub
+
+        self.channel = grpc.insecure_channel(address)
+        self.stub = AsyncAgentServiceStub(self.channel)
+        self.category = TaskCategory(name="pytorch", version=task_type_version)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def create(self, template: TaskTemplate, output_prefix: str, inputs: LiteralMap,
+               meta: TaskExecutionMetadata) -> bytes:  # fmt: skip
+        request = CreateTaskRequest(
+            inputs=inputs.to_flyte_idl(),
+            template=template.to_flyte_idl(),
+            output_prefix=output_prefix,
+            task_execution_metadata=meta.to_flyte_idl(),
+        )
+        return bytes(self.stub.CreateTask(request, timeout=60).resource_meta)
+
+    def get(self, meta: bytes) -> Answer:
+        got = self.stub.GetTask(GetTaskRequest(task_category=self.category, resource_meta=meta), timeout=30)
+        return Answer(got.resource.phase, got.resource.message, [log.uri for log in got.resource.log_links])
+
+    def delete(self, meta: bytes) -> None:
+        self.stub.DeleteTask(DeleteTaskRequest(task_category=self.category, resource_meta=meta), timeout=30)
+
+    def poll(self, meta: bytes, timeout_s: float, interval_s: float = 1.0) -> list[Answer]:
+        """GetTask until a terminal phase (propeller polls every few seconds; 1 s here)."""
+        seen: list[Answer] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            answer = self.get(meta)
+            if not seen or (answer.phase, answer.message) != (seen[-1].phase, seen[-1].message):
+                seen.append(answer)
+            if answer.phase in TERMINAL:
+                return seen
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no terminal phase after {timeout_s:.0f} s: {[(a.name, a.message) for a in seen]}")
+            time.sleep(interval_s)
+
+
+class RealCluster:
+    """One devcluster, seen by a test."""
+
+    def __init__(self, info: ClusterInfo) -> None:
+        self.info = info
+        self.kube = Kube(info.kubeconfig)
+
+    # --- objects
+
+    def pods(self, namespace: str, selector: str = "") -> list[dict]:
+        query = {"labelSelector": selector} if selector else {}
+        return self.kube.get(f"/api/v1/namespaces/{namespace}/pods", **query)["items"]
+
+    def job(self, kind_path: str, namespace: str, name: str) -> dict | None:
+        return self.kube.get_or_none(f"{kind_path}/namespaces/{namespace}/{name}")
+
+    def pod_log(self, pod: dict, container: str | None = None) -> str:
+        """A container's output: the node agent keeps it under the state folder, as the kubelet under /var/log/pods."""
+        meta = pod["metadata"]
+        folder = self.info.state / "logs" / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}"
+        name = container or pod["spec"]["containers"][0]["name"]
+        files = sorted((folder / name).glob("*.log"), key=lambda p: int(p.stem))
+        return "".join(f.read_text(errors="replace") for f in files)
+
+    def logs_of(self, namespace: str, selector: str) -> str:
+        return "\n".join(f"----- {p['metadata']['name']} ({p['status'].get('phase')})\n{self.pod_log(p)[-3000:]}"
+                         for p in self.pods(namespace, selector))  # fmt: skip
+
+    def evict(self, namespace: str, pod: str) -> None:
+        """The Eviction API, as `kubectl drain` and the cluster autoscaler call it."""
+        self.kube.create(
+            f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction",
+            {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}},
+        )
+
+    def ensure_namespace(self, namespace: str) -> None:
+        try:
+            self.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        except ApiError as e:
+            if e.status != 409:
+                raise
+        wait_for(f"namespace {namespace}'s default ServiceAccount",
+                 lambda: self.kube.get_or_none(f"/api/v1/namespaces/{namespace}/serviceaccounts/default"), 60)  # fmt: skip
+
+    # --- the connector
+
+    def deploy_connector(self, kind: str, config: dict[str, Any] | None = None) -> Propeller:
+        """Deploy (or update) the connector of `kind` and return a propeller client to its pod."""
+        from devcluster.addons import apply_all, wait_deployments
+
+        objects = connector_objects(kind, config or {}, self.info)
+        self.ensure_namespace(CONNECTOR_NS)  # Flyte's namespace, where a Flyte install puts it
+        apply_all(self.kube, objects)
+        name = f"pytorch-connector-{kind}"
+        deployments = [o for o in objects if o["kind"] == "Deployment"]
+        # a new config is read at start: restart the pod when the ConfigMap changed
+        self.kube.strategic_patch(
+            f"/apis/apps/v1/namespaces/{CONNECTOR_NS}/deployments/{name}",
+            {"spec": {"template": {"metadata": {"annotations": {"devcluster/config": json.dumps(config or {}, sort_keys=True)}}}}},
+        )
+        wait_deployments(self.kube, deployments, 180)
+
+        def ready_pod() -> dict | None:
+            pods = [p for p in self.pods(CONNECTOR_NS, f"app.kubernetes.io/instance={name}")
+                    if not p["metadata"].get("deletionTimestamp")
+                    and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])]  # fmt: skip
+            return pods[0] if len(pods) == 1 else None
+
+        pod = wait_for(f"one ready pod of {name}", ready_pod, 180)
+        return Propeller(f"{pod['status']['podIP']}:8000")
+
+
+@dataclass
+class Submitted:
+    meta: bytes
+    prefix: str
+    job_name: str
+
+
+def submit(propeller: Propeller, template: TaskTemplate, inputs: LiteralMap, execution: str, env: dict[str, str],
+           attempt: int = 0) -> Submitted:  # fmt: skip
+    prefix = f"s3://{BUCKET}/metadata/{execution}/n0/data/{attempt}"
+    meta = execution_metadata(execution, env, attempt=attempt)
+    resource_meta = propeller.create(template, prefix, inputs, meta)
+    name = json.loads(resource_meta).get("job_name") or json.loads(resource_meta).get("name", "")
+    return Submitted(resource_meta, prefix, name)
+
+
+def read_outputs(prefix: str, types: dict[str, type]) -> dict[str, Any]:
+    """outputs.pb under `prefix` (s3://), as FlyteRemote reads it."""
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.type_engine import TypeEngine
+    from flytekit.core import utils
+    from flyteidl.core import literals_pb2
+    import tempfile
+
+    ctx = FlyteContextManager.current_context()
+    with tempfile.TemporaryDirectory() as tmp:
+        local = os.path.join(tmp, "outputs.pb")
+        ctx.file_access.get_data(f"{prefix}/outputs.pb", local)
+        literal_map = LiteralMap.from_flyte_idl(utils.load_proto_from_file(literals_pb2.LiteralMap, local))
+        return {name: TypeEngine.to_python_value(ctx, literal_map.literals[name], t) for name, t in types.items()}
+
+
+def blob_keys(info: ClusterInfo, prefix: str) -> list[str]:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=info.blob_endpoint, aws_access_key_id="devcluster",
+                      aws_secret_access_key="devcluster", region_name="us-east-1")  # fmt: skip
+    key = prefix.removeprefix(f"s3://{BUCKET}/").rstrip("/") + "/"
+    out = s3.list_objects_v2(Bucket=BUCKET, Prefix=key)
+    return sorted(o["Key"][len(key):] for o in out.get("Contents") or [])
+
+
+def iter_env(info: ClusterInfo) -> Iterator[tuple[str, str]]:
+    yield from blob_env(info).items()
