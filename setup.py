@@ -93,6 +93,9 @@ setup(
             "accelerate>=1.15; python_version >= '3.11'",
             "lightning>=2.6.6",
         ],
+        # The cluster tier (python -m devcluster, tests/cluster): the S3 stand-in the cluster runs as its blob store
+        # (moto's server; 5.2.5 is the release tested), boto3 for the tests' own reads, PyYAML for the manifests.
+        "cluster": ["moto[server]>=5.2.5", "boto3>=1.40", "pyyaml>=6"],
         "test": [
             TORCH,
             "kubernetes>=37",

@@ -164,7 +164,16 @@ class Propeller:
             output_prefix=output_prefix,
             task_execution_metadata=meta.to_flyte_idl(),
         )
-        return bytes(self.stub.CreateTask(request, timeout=60).resource_meta)
+        import grpc
+
+        for attempt in range(3):  # propeller retries a CreateTask that did not reach the connector
+            try:
+                return bytes(self.stub.CreateTask(request, timeout=60).resource_meta)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == 2:
+                    raise
+                time.sleep(1.0)
+        raise AssertionError("unreachable")
 
     def get(self, meta: bytes) -> Answer:
         got = self.stub.GetTask(GetTaskRequest(task_category=self.category, resource_meta=meta), timeout=30)
@@ -276,20 +285,28 @@ def submit(propeller: Propeller, template: TaskTemplate, inputs: LiteralMap, exe
     return Submitted(resource_meta, prefix, name)
 
 
-def read_outputs(prefix: str, types: dict[str, type]) -> dict[str, Any]:
-    """outputs.pb under `prefix` (s3://), as FlyteRemote reads it."""
-    from flytekit.core.context_manager import FlyteContextManager
-    from flytekit.core.type_engine import TypeEngine
-    from flytekit.core import utils
-    from flyteidl.core import literals_pb2
+def read_outputs(info: ClusterInfo, prefix: str, types: dict[str, type]) -> dict[str, Any]:
+    """outputs.pb under `prefix` (s3://), read from the cluster's blob store as FlyteRemote reads it."""
     import tempfile
 
-    ctx = FlyteContextManager.current_context()
+    from flyteidl.core import literals_pb2
+    from flytekit.configuration import DataConfig, S3Config
+    from flytekit.core import utils
+    from flytekit.core.context_manager import FlyteContextManager
+    from flytekit.core.data_persistence import FileAccessProvider
+    from flytekit.core.type_engine import TypeEngine
+
+    env = blob_env(info)
+    s3 = S3Config(endpoint=env["FLYTE_AWS_ENDPOINT"], access_key_id=env["FLYTE_AWS_ACCESS_KEY_ID"],
+                  secret_access_key=env["FLYTE_AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
+        access = FileAccessProvider(local_sandbox_dir=tmp, raw_output_prefix=f"s3://{BUCKET}/raw", data_config=DataConfig(s3=s3))
+        ctx = FlyteContextManager.current_context().with_file_access(access).build()
         local = os.path.join(tmp, "outputs.pb")
-        ctx.file_access.get_data(f"{prefix}/outputs.pb", local)
+        access.get_data(f"{prefix}/outputs.pb", local)
         literal_map = LiteralMap.from_flyte_idl(utils.load_proto_from_file(literals_pb2.LiteralMap, local))
-        return {name: TypeEngine.to_python_value(ctx, literal_map.literals[name], t) for name, t in types.items()}
+        with FlyteContextManager.with_context(ctx.new_builder()) as ctx:
+            return {name: TypeEngine.to_python_value(ctx, literal_map.literals[name], t) for name, t in types.items()}
 
 
 def blob_keys(info: ClusterInfo, prefix: str) -> list[str]:

@@ -5,6 +5,7 @@ the node agent runs them, and the outputs are read back from the blob store."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,6 +46,7 @@ def propeller(real: RealCluster, kind: str) -> Iterator[Propeller]:
 def run(real: RealCluster, propeller: Propeller, template: TaskTemplate, inputs: dict[str, Any],
         types: dict[str, type], execution: str, env: dict[str, str] | None = None) -> tuple[list, Any]:  # fmt: skip
     started = time.monotonic()
+    execution = f"{execution}-{uuid.uuid4().hex[:6]}"  # a cluster kept up between sessions holds earlier jobs
     literal_map = e2e.to_literal_map(inputs, types)
     job = submit(propeller, template, literal_map, execution, {**blob_env(real.info), **(env or {})})
     seen = propeller.poll(job.meta, JOB_TIMEOUT_S)
@@ -60,6 +62,6 @@ def test_seed_decorator_allreduce_over_three_ranks(real: RealCluster, propeller:
     logs = real.logs_of(TASK_NS, SELECTORS[kind].format(job.job_name))
     assert seen[-1].name == "SUCCEEDED", f"{seen[-1].message}\n{logs}"
     # rank 0 wrote the outputs: world 3, sum of (10 + rank) over ranks 0..2
-    assert read_outputs(job.prefix, iface.outputs) == {"o0": [0, 3, 33]}
+    assert read_outputs(real.info, job.prefix, iface.outputs) == {"o0": [0, 3, 33]}
     keys = blob_keys(real.info, job.prefix)
     assert keys.count("outputs.pb") == 1 and "inputs.pb" in keys and not [k for k in keys if k.startswith("error")]
