@@ -37,8 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cluster.up(names)
         except (cluster.UpError, build.BuildError, TimeoutError, RuntimeError) as e:
-            print(f"devcluster up: {e}\n(what was started stays recorded: `python -m devcluster down` stops it)",
-                  file=sys.stderr)
+            print(
+                f"devcluster up: {e}\n(what was started stays recorded: `python -m devcluster down` stops it)",
+                file=sys.stderr,
+            )
             return 1
         return 0
     cluster.down()

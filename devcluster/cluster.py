@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from devcluster import addons, controlplane, kubeconfig, network
 from devcluster.build import binaries
@@ -33,7 +33,7 @@ NEEDS = {"trainer": ("jobset",)}  # Trainer v2 runs TrainJobs as JobSets
 
 GPU_LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
 CPU_ALLOCATABLE = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-NODES = (
+NODES: tuple[dict[str, Any], ...] = (
     {"name": "cpu-1", "labels": {"devcluster.flyte.org/pool": "cpu"}, "taints": [], "allocatable": CPU_ALLOCATABLE},
     {"name": "cpu-2", "labels": {"devcluster.flyte.org/pool": "cpu"}, "taints": [], "allocatable": CPU_ALLOCATABLE},
     {
@@ -109,20 +109,40 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
     cp = controlplane.start(state, plan, procs, bins)
     admin = Kube(cp.admin_kubeconfig)
     version = wait_for("the API server's version", lambda: admin.get("/version"), 30)
-    _say(out, f"control plane: etcd, kube-apiserver {version['gitVersion']}, kube-controller-manager, kube-scheduler", start)
-    wait_for("the default ServiceAccount (kube-controller-manager)",
-             lambda: admin.get_or_none("/api/v1/namespaces/default/serviceaccounts/default"), 90)
+    _say(
+        out,
+        f"control plane: etcd, kube-apiserver {version['gitVersion']}, kube-controller-manager, kube-scheduler",
+        start,
+    )
+    wait_for(
+        "the default ServiceAccount (kube-controller-manager)",
+        lambda: admin.get_or_none("/api/v1/namespaces/default/serviceaccounts/default"),
+        90,
+    )
 
     node_configs = []
     for spec in NODES:
-        pair = cp.ca.issue(f"node-{spec['name']}", f"system:node:{spec['name']}", organizations=("system:nodes",),
-                           client=True)
-        path = kubeconfig.write(state / "kubeconfig" / f"node-{spec['name']}.yaml", cp.server, cp.ca.cert_file,
-                                user=f"system:node:{spec['name']}", cert_file=pair.cert_file, key_file=pair.key_file)
+        pair = cp.ca.issue(
+            f"node-{spec['name']}", f"system:node:{spec['name']}", organizations=("system:nodes",), client=True
+        )
+        path = kubeconfig.write(
+            state / "kubeconfig" / f"node-{spec['name']}.yaml",
+            cp.server,
+            cp.ca.cert_file,
+            user=f"system:node:{spec['name']}",
+            cert_file=pair.cert_file,
+            key_file=pair.key_file,
+        )
         node_configs.append({**spec, "kubeconfig": str(path)})
     proxy_pair = cp.ca.issue("kube-proxy", "system:kube-proxy", client=True)
-    proxy_config = kubeconfig.write(state / "kubeconfig" / "kube-proxy.yaml", cp.server, cp.ca.cert_file,
-                                    user="system:kube-proxy", cert_file=proxy_pair.cert_file, key_file=proxy_pair.key_file)
+    proxy_config = kubeconfig.write(
+        state / "kubeconfig" / "kube-proxy.yaml",
+        cp.server,
+        cp.ca.cert_file,
+        user="system:kube-proxy",
+        cert_file=proxy_pair.cert_file,
+        key_file=proxy_pair.key_file,
+    )
     agent_config = {
         "state": str(state),
         "subnet": str(plan.subnet),
@@ -136,17 +156,26 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
         "image_env": _python_env(),
     }
     (state / "agent.json").write_text(json.dumps(agent_config, indent=2))
-    agent = procs.start("node-agent", [sys.executable, "-m", "devcluster.agent", str(state / "agent.json")],
-                        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    agent = procs.start(
+        "node-agent",
+        [sys.executable, "-m", "devcluster.agent", str(state / "agent.json")],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
 
     def nodes_ready() -> bool:
         if procs.exited(agent) is not None:
             raise UpError(f"the node agent exited: see {agent.log}")
         items = admin.get("/api/v1/nodes")["items"]
-        ready = [n for n in items if any(c["type"] == "Ready" and c["status"] == "True"
-                                         for c in n["status"].get("conditions") or [])]
-        untainted = [n for n in ready if not any(t["key"].startswith("node.kubernetes.io/")
-                                                 for t in n["spec"].get("taints") or [])]
+        ready = [
+            n
+            for n in items
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])
+        ]
+        untainted = [
+            n
+            for n in ready
+            if not any(t["key"].startswith("node.kubernetes.io/") for t in n["spec"].get("taints") or [])
+        ]
         return len(untainted) == len(NODES)
 
     wait_for("the nodes Ready", nodes_ready, 90)
@@ -171,7 +200,9 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
         addons.webhook_ready(admin, 180)
     if "kueue" in chosen:
         addons.apply_all(admin, addons.kueue_objects(GPU_LABELS))
-        _say(out, "kueue: ResourceFlavors cpu and gpu, ClusterQueue cluster-queue, LocalQueue default/user-queue", start)
+        _say(
+            out, "kueue: ResourceFlavors cpu and gpu, ClusterQueue cluster-queue, LocalQueue default/user-queue", start
+        )
     info = {
         "server": cp.server,
         "kubeconfig": str(cp.admin_kubeconfig),

@@ -68,15 +68,23 @@ class Container:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def start(self, argv: list[str], env: dict[str, str], mounts: list, netns: str, hostname: str,
-              spec_file: Path) -> None:
+    def start(
+        self, argv: list[str], env: dict[str, str], mounts: list, netns: str, hostname: str, spec_file: Path
+    ) -> None:
         """Start the container's command in the pod's namespaces."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.termination_file.parent.mkdir(parents=True, exist_ok=True)
         self.termination_file.write_bytes(b"")
         spec_file.write_text(
-            json.dumps({"argv": argv, "env": env, "workingDir": self.spec.get("workingDir"), "mounts": mounts,
-                        "hostname": hostname})
+            json.dumps(
+                {
+                    "argv": argv,
+                    "env": env,
+                    "workingDir": self.spec.get("workingDir"),
+                    "mounts": mounts,
+                    "hostname": hostname,
+                }
+            )
         )
         out = self.log_file.open("ab")
         try:

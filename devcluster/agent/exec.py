@@ -71,8 +71,10 @@ def main(spec_file: str) -> None:
     # every source is opened before the first mount: a volume mounted over /tmp must not hide the node's folders of
     # the volumes after it (a runtime resolves its mounts' sources first, too); parents are mounted before children
     mounts = sorted(spec["mounts"], key=lambda m: len(os.path.normpath(m[1]).split(os.sep)))
-    held = [(os.open(source, os.O_PATH | os.O_CLOEXEC), target, read_only, is_file)
-            for source, target, read_only, is_file in mounts]
+    held = [
+        (os.open(source, os.O_PATH | os.O_CLOEXEC), target, read_only, is_file)
+        for source, target, read_only, is_file in mounts
+    ]
     for fd, target, read_only, is_file in held:
         _mount_point(target, is_file)
         _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)

@@ -234,12 +234,14 @@ class RealCluster:
 
     def ensure_namespace(self, namespace: str) -> None:
         try:
-            self.kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            self.kube.create(
+                "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+            )
         except ApiError as e:
             if e.status != 409:
                 raise
-        wait_for(f"namespace {namespace}'s default ServiceAccount",
-                 lambda: self.kube.get_or_none(f"/api/v1/namespaces/{namespace}/serviceaccounts/default"), 60)  # fmt: skip
+        account = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+        wait_for(f"namespace {namespace}'s default ServiceAccount", lambda: self.kube.get_or_none(account), 60)
 
     # --- the connector
 
@@ -255,14 +257,23 @@ class RealCluster:
         # a new config is read at start: restart the pod when the ConfigMap changed
         self.kube.strategic_patch(
             f"/apis/apps/v1/namespaces/{CONNECTOR_NS}/deployments/{name}",
-            {"spec": {"template": {"metadata": {"annotations": {"devcluster/config": json.dumps(config or {}, sort_keys=True)}}}}},
+            {
+                "spec": {
+                    "template": {
+                        "metadata": {"annotations": {"devcluster/config": json.dumps(config or {}, sort_keys=True)}}
+                    }
+                }
+            },
         )
         wait_deployments(self.kube, deployments, 180)
 
         def ready_pod() -> dict | None:
+            def ready(p: dict) -> bool:
+                conditions = p["status"].get("conditions") or []
+                return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
             pods = [p for p in self.pods(CONNECTOR_NS, f"app.kubernetes.io/instance={name}")
-                    if not p["metadata"].get("deletionTimestamp")
-                    and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])]  # fmt: skip
+                    if not p["metadata"].get("deletionTimestamp") and ready(p)]  # fmt: skip
             return pods[0] if len(pods) == 1 else None
 
         pod = wait_for(f"one ready pod of {name}", ready_pod, 180)
@@ -300,7 +311,9 @@ def read_outputs(info: ClusterInfo, prefix: str, types: dict[str, type]) -> dict
     s3 = S3Config(endpoint=env["FLYTE_AWS_ENDPOINT"], access_key_id=env["FLYTE_AWS_ACCESS_KEY_ID"],
                   secret_access_key=env["FLYTE_AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        access = FileAccessProvider(local_sandbox_dir=tmp, raw_output_prefix=f"s3://{BUCKET}/raw", data_config=DataConfig(s3=s3))
+        access = FileAccessProvider(
+            local_sandbox_dir=tmp, raw_output_prefix=f"s3://{BUCKET}/raw", data_config=DataConfig(s3=s3)
+        )
         ctx = FlyteContextManager.current_context().with_file_access(access).build()
         local = os.path.join(tmp, "outputs.pb")
         access.get_data(f"{prefix}/outputs.pb", local)
@@ -316,7 +329,7 @@ def blob_keys(info: ClusterInfo, prefix: str) -> list[str]:
                       aws_secret_access_key="devcluster", region_name="us-east-1")  # fmt: skip
     key = prefix.removeprefix(f"s3://{BUCKET}/").rstrip("/") + "/"
     out = s3.list_objects_v2(Bucket=BUCKET, Prefix=key)
-    return sorted(o["Key"][len(key):] for o in out.get("Contents") or [])
+    return sorted(o["Key"][len(key) :] for o in out.get("Contents") or [])
 
 
 def iter_env(info: ClusterInfo) -> Iterator[tuple[str, str]]:

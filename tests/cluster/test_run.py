@@ -54,7 +54,9 @@ def run(real: RealCluster, propeller: Propeller, template: TaskTemplate, inputs:
     return seen, job
 
 
-def test_seed_decorator_allreduce_over_three_ranks(real: RealCluster, propeller: Propeller, kind: str, templates) -> None:
+def test_seed_decorator_allreduce_over_three_ranks(
+    real: RealCluster, propeller: Propeller, kind: str, templates
+) -> None:
     from tests.e2e.workflows import seed_allreduce
 
     iface = seed_allreduce.python_interface
