@@ -173,6 +173,15 @@ CLUSTER_SCOPED = {
     "Node",
 }
 
+BUILTIN_GROUPS = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1", "admissionregistration.k8s.io/v1",
+                  "apiextensions.k8s.io/v1", "apiregistration.k8s.io/v1", "scheduling.k8s.io/v1", "policy/v1")
+
+
+def is_builtin(o: dict) -> bool:
+    """Whether `o` is of a Kubernetes API (else a custom resource, which its controller's webhooks may judge)."""
+    return o["apiVersion"] in BUILTIN_GROUPS
+
+
 _RANK = {
     "Namespace": 0,
     "CustomResourceDefinition": 1,

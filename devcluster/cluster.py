@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -96,12 +97,9 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
     (state / "bin").mkdir()
     os.symlink(bins["kubectl"], state / "bin" / "kubectl")
 
-    rendered = {name: addons.RELEASES[name].render(bins["kubectl"], state) for name in chosen}
-    images = []
-    for name, objects in rendered.items():
-        binary = bins[BY_NAME[name].binaries[0][0]]
-        for image in addons.images_of(objects):
-            images.append({"repository": addons.repository(image), "binary": str(binary), "aliases": ["/manager"]})
+    # the releases render (kubectl kustomize) while the control plane starts
+    renderer = ThreadPoolExecutor(max_workers=max(1, len(chosen)))
+    renders = {name: renderer.submit(addons.RELEASES[name].render, bins["kubectl"], state) for name in chosen}
 
     network.make_bridge(plan)
     network.make_namespace(network.CONTROL_NS, plan.control, plan, veth=f"{network.VETH_PREFIX}cp")
@@ -119,6 +117,14 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
         lambda: admin.get_or_none("/api/v1/namespaces/default/serviceaccounts/default"),
         90,
     )
+
+    rendered = {name: f.result() for name, f in renders.items()}
+    renderer.shutdown()
+    images = []
+    for name, objects in rendered.items():
+        binary = bins[BY_NAME[name].binaries[0][0]]
+        for image in addons.images_of(objects):
+            images.append({"repository": addons.repository(image), "binary": str(binary), "aliases": ["/manager"]})
 
     node_configs = []
     for spec in NODES:
@@ -191,13 +197,22 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
     blob_endpoint = f"http://{plan.blobs_service}:{addons.BLOBS_PORT}"
     _say(out, f"blob store: an S3 stand-in at {blob_endpoint}", start)
 
+    # every release's own objects first, then the controllers start together; the custom resources a release
+    # ships (Trainer's runtime) go in once its webhooks serve
     for name in chosen:
-        objects = rendered[name]
-        addons.apply_all(admin, objects)
-        addons.wait_deployments(admin, objects, 300)
+        addons.apply_all(admin, [o for o in rendered[name] if addons.is_builtin(o)])
+
+    def available(name: str) -> None:
+        addons.wait_deployments(admin, rendered[name], 300)
         _say(out, f"{name} {BY_NAME[name].version}: available", start)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
+        for f in [pool.submit(available, name) for name in chosen]:
+            f.result()
     if chosen:
         addons.webhook_ready(admin, 180)
+    for name in chosen:
+        addons.apply_all(admin, [o for o in rendered[name] if not addons.is_builtin(o)])
     if "kueue" in chosen:
         addons.apply_all(admin, addons.kueue_objects(GPU_LABELS))
         _say(
