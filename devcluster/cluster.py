@@ -24,12 +24,11 @@ from typing import Any, TextIO
 
 from devcluster import addons, controlplane, kubeconfig, network
 from devcluster.build import binaries
-from devcluster.components import BY_NAME, KUBERNETES_VERSION
+from devcluster.components import BY_NAME, CONTROLLERS, KUBERNETES_VERSION
 from devcluster.kube import Kube, wait_for
 from devcluster.paths import state_root
 from devcluster.procs import Processes
 
-CONTROLLERS = ("training-operator", "jobset", "trainer", "kueue")
 NEEDS = {"trainer": ("jobset",)}  # Trainer v2 runs TrainJobs as JobSets
 
 GPU_LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
