@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
@@ -51,6 +52,12 @@ __all__ = [
     "leave_trainer_status",
 ]
 
+POINTS_PER_HAND_OFF = 200
+"""The most points of the curves one hand-off carries (a short run keeps one per report; past that, every other)."""
+POINTS_PER_RUN = 500
+"""Reports that keep their point before only every other one does (then every fourth, ...): the curves of a short run
+have a point per reported step, and a long run's stay within what the page draws."""
+
 HANDOFF_INTERVAL_S = 2.0
 """Seconds between two snapshots rank 0 hands to its launcher: often enough for a live console line, rare enough that
 the hand-off (a ~300-byte file write) costs nothing per step."""
@@ -69,6 +76,29 @@ _active = False
 _step: Optional[int] = None
 
 _monotonic = time.monotonic
+#: ``report_progress`` was called outside a ``pytorch`` task in this process, and said so.
+_said_outside = False
+
+
+def _warn(text: str) -> None:
+    try:
+        sys.stderr.write(f"report_progress: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed stderr: nothing to tell
+        pass
+
+
+def _say_outside() -> None:
+    """Once per process, on global rank 0 only: the call shows nothing here."""
+    global _said_outside
+    _said_outside = True
+    if not in_rank_zero():
+        return
+    _warn(
+        "called outside a pytorch task, so nothing is shown: it reports a run's progress only inside a function "
+        "decorated with @pytorch_task, or a task with task_config=PyTorch(...) or Elastic(...) (flytekit), or "
+        "plugin_config=PyTorch(...) (Flyte 2)"
+    )
 
 
 def report_progress(step: Optional[int] = None, total: Optional[int] = None, **metrics: Any) -> None:
@@ -103,13 +133,19 @@ def report_progress(step: Optional[int] = None, total: Optional[int] = None, **m
         total = _count("total", total)
     reporter = _reporter
     if reporter is not None and step is not None:
+        if metrics:
+            _check_metrics(metrics)  # before anything is kept: a bad value fails this call, never a later one
+            reporter.metrics.update(metrics)
+            reporter.note(step, metrics)
         reporter.step = step
         if total is not None:
             reporter.total = total
-        if metrics:
-            reporter.metrics.update(metrics)
+        if not reporter.said_total and reporter.total is not None and (reporter.total == 0 or step > reporter.total):
+            reporter.check_total(step)
         if now >= reporter.due:
             reporter.hand_off(now)
+    elif not _active and not _said_outside:
+        _say_outside()
     hook = _boundary_hook
     if hook is not None:
         hook(step)
@@ -129,6 +165,35 @@ def _count(name: str, value: Any) -> int:
     if number < 0:
         raise ValueError(f"report_progress({name}={number}): {name} must be >= 0")
     return number
+
+
+def _check_metrics(metrics: dict[str, Any]) -> None:
+    """Each metric is a number or a one-element tensor (a tensor is not read: its ``.item()`` waits for the device).
+
+    Raises:
+        TypeError: a value is neither, naming the metric, the value and what is allowed.
+    """
+    for name, value in metrics.items():
+        kind = type(value)
+        if kind is float or kind is int:
+            continue
+        size = getattr(value, "numel", None)
+        if size is not None:
+            try:
+                count = size()
+            except Exception:  # noqa: BLE001 - not a tensor's numel: judged as any other value below
+                count = 1
+            if count == 1:
+                continue
+            raise TypeError(
+                f"report_progress({name}=...): a metric must be a number or a one-element tensor, not a "
+                f"{kind.__name__} of {count} elements (pass e.g. {name}=value.mean())"
+            )
+        if isinstance(value, (str, bytes)) or not (hasattr(value, "__float__") or hasattr(value, "__index__")):
+            raise TypeError(
+                f"report_progress({name}={value!r}): a metric must be a number or a one-element tensor, not "
+                f"{kind.__name__}"
+            )
 
 
 def metric_value(name: str, value: Any) -> float:
@@ -173,26 +238,91 @@ class _Reporter:
         self.trainer_status = True
         self.trainer_status_owner = ""
         self.reports = 0
+        self.points: list[tuple[int, dict[str, Any]]] = []
+        self.points_kept = 0
+        self.stride = 1
+        self.said_total = False
 
-    def snapshot(self, *, final: bool = False) -> dict[str, Any]:
-        """What the launcher gets: step, total, metrics as floats, rank 0's clock, and flags.
+    def note(self, step: int, metrics: dict[str, Any]) -> None:
+        """Keep the metrics given at ``step`` for the curves (a point per report, :data:`POINTS_PER_RUN` at most in
+        all: past that only every other, then every fourth... report keeps its point). A tensor is kept detached from
+        its graph, and read only at the hand-off."""
+        self.points_kept += 1
+        if self.points_kept % self.stride:
+            return
+        kept = {}
+        for name, value in metrics.items():
+            kind = type(value)
+            if kind is not float and kind is not int and getattr(value, "requires_grad", False):
+                value = value.detach()  # a loss passed with its graph would keep every step's graph alive
+            kept[name] = value
+        self.points.append((step, kept))
+        if self.points_kept >= POINTS_PER_RUN * self.stride:
+            self.stride *= 2
+        if len(self.points) > POINTS_PER_HAND_OFF:
+            self.points = self.points[1::2]
+
+    def check_total(self, step: int) -> None:
+        """Say once that a total of 0, or a step past the total, shows no percentage or ETA."""
+        if self.said_total:
+            return
+        total = self.total
+        if total == 0:
+            why = "total=0: no percentage and no ETA are shown; give the number of steps the run takes, or no total"
+        elif total is not None and step > total:
+            why = (
+                f"report_progress(step={step}, total={total}): the step is past the total; the line says so and "
+                "shows no ETA (give the total the run really takes)"
+            )
+        else:
+            return
+        self.said_total = True
+        _warn(why)
+
+    @staticmethod
+    def _numbers(metrics: dict[str, Any], *, strict: bool = False, device: bool = True) -> dict[str, Any]:
+        """Metrics as JSON numbers.
 
         Args:
-            final: the function returned.
+            metrics: names to values.
+            strict: a value that cannot be read raises (the loop's own call), else it is left out.
+            device: read tensors on a device too (``False`` while a rank stops: a device may wait forever for a
+                peer that is gone, so only numbers and CPU tensors are read).
+        """
+        numbers: dict[str, Any] = {}
+        for name, value in list(metrics.items())[:MAX_METRICS]:
+            if not device and getattr(getattr(value, "device", None), "type", "cpu") != "cpu":
+                continue
+            try:
+                number = metric_value(name, value)
+            except TypeError:
+                if strict:
+                    raise
+                continue
+            numbers[name[:MAX_METRIC_NAME]] = number if math.isfinite(number) else str(number)
+        return numbers
+
+    def snapshot(self, *, final: bool = False, stopped: bool = False) -> dict[str, Any]:
+        """What the launcher gets: step, total, metrics as floats, the points since the last snapshot, rank 0's
+        clock, and flags.
+
+        Args:
+            final: the function returned (nothing raises then: a metric that cannot be read is left out).
+            stopped: the function is stopping before it returned (it raised, or its rank was stopped).
 
         Returns:
             dict[str, Any]: the snapshot (JSON-ready; non-finite metric values as ``"nan"``, ``"inf"``, ``"-inf"``).
         """
-        metrics: dict[str, Any] = {}
-        for name, value in list(self.metrics.items())[:MAX_METRICS]:
-            number = metric_value(name, value)
-            metrics[name[:MAX_METRIC_NAME]] = number if math.isfinite(number) else str(number)
+        metrics = self._numbers(self.metrics, strict=not (final or stopped), device=not stopped)
+        points, self.points = self.points, []
         return {
             "step": self.step,
             "total": self.total,
             "metrics": metrics,
+            "points": [[step, self._numbers(values, device=not stopped)] for step, values in points],
             "time": time.time(),
             "final": final,
+            "stopped": stopped,
             "trainer_status": self.trainer_status,
             "trainer_status_owner": self.trainer_status_owner,
         }
@@ -207,6 +337,15 @@ class _Reporter:
         """Send the final snapshot (the function returned), if anything was reported."""
         if self.step is not None:
             self.send(self.snapshot(final=True))
+
+    def stop(self) -> None:
+        """Send where the run stood when it stopped before returning, if anything was reported (never raises)."""
+        if self.step is None:
+            return
+        try:
+            self.send(self.snapshot(stopped=True))
+        except Exception:  # noqa: BLE001 - the last word of a stopping run must not hide why it stops
+            pass
 
 
 def start_reporting(send: Callable[[dict[str, Any]], None], *, interval_s: float = HANDOFF_INTERVAL_S) -> None:
@@ -243,9 +382,18 @@ def finish_reporting() -> None:
 
 
 def stop_reporting() -> None:
-    """Stop reporting without a final snapshot (the function raised)."""
+    """Stop reporting, handing off where the run stood (the function raised, or its rank was stopped): the launcher's
+    last line then says the step the ranks reached, not the one of the last periodic hand-off."""
     global _reporter
-    _reporter = None
+    reporter, _reporter = _reporter, None
+    if reporter is not None:
+        reporter.stop()
+
+
+def hand_off_stop() -> None:
+    """Hand off where the run stands now, marked stopped, and stop reporting (rank 0; a signal handler calls it before
+    the rank ends: it never raises and never waits for a device)."""
+    stop_reporting()
 
 
 def reset() -> None:
