@@ -216,8 +216,16 @@ class ControlRecord:
 STARTED_SLACK_S = 10.0
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, a dead process not yet reaped, counts as gone)."""
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, a dead process not yet reaped, counts as gone): the launcher's and the ranks'
+    one test of a process they watch.
+
+    Args:
+        pid: the process id.
+
+    Returns:
+        bool: it runs.
+    """
     if pid <= 0:
         return False
     try:
@@ -448,7 +456,7 @@ class ControlDir:
                 peer = int(path.name.split(".")[0].split("-")[1])
                 if peer in ended_well or peer in failed or path.stat().st_mtime < since - STARTED_SLACK_S:
                     continue
-                if not _alive(int(path.read_text() or "0")):
+                if not pid_alive(int(path.read_text() or "0")):
                     failed.add(peer)
             except (OSError, ValueError):
                 continue

@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 from pytorch_contract.preemption import termination_grace_s
 from pytorch_core._codefiles import code_files
-from pytorch_core._control import ControlDir, ControlRecord, RankSpec, dumps
+from pytorch_core._control import ControlDir, ControlRecord, RankSpec, dumps, pid_alive
 from pytorch_core._failure import RankFailedError
 from pytorch_core._forkserver import start_forked_server
 from pytorch_core._nested import LAUNCHER_PID_ENV, PRELOAD_ENV
@@ -543,7 +543,7 @@ def _ranks_end_before_exit(control: ControlDir, plan: LaunchPlan) -> Callable[[]
     def wait_for_the_ranks() -> None:
         exiting.set()
         deadline = time.monotonic() + limit
-        while time.monotonic() < deadline and any(_pid_alive(pid) for pid in control.stopping_pids()):
+        while time.monotonic() < deadline and any(pid_alive(pid) for pid in control.stopping_pids()):
             time.sleep(0.05)
 
     def launch_over() -> None:
@@ -553,14 +553,6 @@ def _ranks_end_before_exit(control: ControlDir, plan: LaunchPlan) -> Callable[[]
 
     atexit.register(wait_for_the_ranks)
     return launch_over
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def _restore_handlers(saved: dict[signal.Signals, _Handler]) -> None:

@@ -39,7 +39,7 @@ from pytorch_contract.preemption import PREEMPTED_EXIT_CODE
 from pytorch_core import _checkpoints, preemption, progress
 from pytorch_core._codefiles import restore_code_files
 from pytorch_core._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
-from pytorch_core._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec, dumps
+from pytorch_core._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec, dumps, pid_alive
 from pytorch_core._failure import HangError, is_collateral
 from pytorch_core._forkserver import set_process_name
 from pytorch_core._hang import (
@@ -321,31 +321,16 @@ def die_with_parent(parent_pid: Optional[int]) -> None:
             pass
     if parent_pid is None:
         return
-    if not _pid_alive(parent_pid):
+    if not pid_alive(parent_pid):
         # The launcher died between starting us and now: nobody will collect our result.
         os._exit(1)
 
     def watch() -> None:
-        while _pid_alive(parent_pid):
+        while pid_alive(parent_pid):
             time.sleep(PARENT_POLL_S)
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="pytorch-rank-parent-watch", daemon=True).start()
-
-
-def _pid_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie (a dead launcher not yet reaped counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _set_rank_env(spec: RankSpec, rank: int) -> None:
