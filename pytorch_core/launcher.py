@@ -505,8 +505,7 @@ def _preemption_of(result: AgentResult, plan: LaunchPlan) -> Optional[tuple[Pree
     """
     marks = result.record.preempted
     if result.before_first_step and result.interrupted is not None:
-        record = _before_first_step(result.interrupted, plan)
-        return record, plan.rank_env.get(CHECKPOINT_DIR_ENV) or os.environ.get(CHECKPOINT_DIR_ENV, "").strip()
+        return _before_first_step(result.interrupted, plan), _checkpoint_folder(plan)
     if any(not error.collateral for error in result.record.errors):
         return None
     if not marks:
@@ -530,7 +529,17 @@ def _preemption_of(result: AgentResult, plan: LaunchPlan) -> Optional[tuple[Pree
         record = parse_preemption_record(json.dumps({k: v for k, v in chosen.items() if k != "where"}))
     except ValueError:
         return None
-    return record, str(chosen.get("where", ""))
+    folder = _checkpoint_folder(plan)
+    if not record.resume_known and folder:
+        # Rank 0 never said what stands (it was killed mid-save, say): a folder on this machine says it.
+        record = dataclasses.replace(record, resumes_from=_checkpoints.folder_step(folder), resume_known=True)
+    return record, str(chosen.get("where", "")) or folder
+
+
+def _checkpoint_folder(plan: LaunchPlan) -> str:
+    """The checkpoint folder on this machine (a local run's, or ``$FLYTE_PYTORCH_CHECKPOINT_DIR``), or ``""``: a pod's
+    checkpoint prefix is not read here."""
+    return plan.rank_env.get(CHECKPOINT_DIR_ENV) or os.environ.get(CHECKPOINT_DIR_ENV, "").strip()
 
 
 def _before_first_step(interrupted: signal.Signals, plan: LaunchPlan) -> PreemptionRecord:
@@ -539,7 +548,7 @@ def _before_first_step(interrupted: signal.Signals, plan: LaunchPlan) -> Preempt
     local run's, or ``$FLYTE_PYTORCH_CHECKPOINT_DIR``; a pod's checkpoint prefix is not read, so its record cannot
     tell)."""
     local = plan.kind is ExecutionKind.LOCAL
-    folder = plan.rank_env.get(CHECKPOINT_DIR_ENV) or os.environ.get(CHECKPOINT_DIR_ENV, "").strip()
+    folder = _checkpoint_folder(plan)
     known = bool(folder)
     return PreemptionRecord(
         stopped_at=None,

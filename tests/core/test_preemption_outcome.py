@@ -167,3 +167,17 @@ def test_which_stops_were_the_signals_alone(errors, by_the_signal) -> None:
     from pytorch_core._processes import _ended_by_the_signal
 
     assert _ended_by_the_signal(ControlRecord(errors=errors)) is by_the_signal
+
+
+def test_when_rank_0_could_not_say_what_stands_the_local_folder_says(tmp_path) -> None:
+    """Rank 0 was SIGKILLed mid-save at the stop: the others' records cannot tell which checkpoint stands; the
+    launcher reads the folder on this machine, whose manifest still names the last complete one."""
+    (tmp_path / "pytorch-checkpoint.json").write_text('{"version": 1, "step": 4, "file": "x", "bytes": 1}')
+    plan = dataclasses.replace(LOCAL, rank_env={"FLYTE_PYTORCH_CHECKPOINT_DIR": str(tmp_path)})
+    result = AgentResult(
+        record=ControlRecord(preempted={1: _mark(1, None), 2: _mark(2, None)}),
+        exit_codes={0: -9, 1: 200, 2: 200},
+        interrupted=signal.SIGTERM,
+    )
+    record, _ = launcher._preemption_of(result, plan)
+    assert (record.checkpoint_step, record.resumes_from) == (None, 4)
