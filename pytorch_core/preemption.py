@@ -44,6 +44,14 @@ as preempted: a recoverable error of system origin in a pod, a resumable stop lo
 moment before the grace ends is said in the log, naming the grace; if the SIGKILL comes first, the save's temporary
 file is all it leaves, and the last complete checkpoint stands (``checkpoint.py`` writes, then renames).
 
+Where a signal came from (``set_signal_source``: the rank entrypoint reads the launch's control directory, in the
+handler). After a peer of this round failed (it reported an exception, or its process is gone without a word), the
+signal is torch's agent stopping the ranks left, as torchrun's agent does: no preemption, no words, nothing saved;
+global rank 0 hands over where it stood, and the signal does what it did before the rank armed (the rank ends). When
+the launcher noted that it got the signal itself, the request says so (``by: "launcher"``) and only the first rank
+its agent started says it, once; otherwise the rank names itself. Nothing promises a checkpoint before one is saved:
+rank 0 says at the stop what it saved, or that nothing was, and what the next run starts from.
+
 Arming. A rank handles SIGTERM and SIGINT only once its loop has used this API (a first ``report_progress`` with a
 step, ``save_checkpoint``, ``load_checkpoint``, ``preemption_requested`` or ``on_preemption``): until then the
 signals do what they always did (the process ends at once, or ``KeyboardInterrupt``), as under torchrun. A rank

@@ -9,6 +9,10 @@ Every rank may call it once per step. What happens on each call:
   directory (``_control.ControlDir.write_progress``), or, when the function runs in the launcher's own process (the
   in-process mode, a pod with one rank), a call into the launcher's follower. Metric values are turned into floats
   only then, so a tensor's ``.item()`` (a device sync) runs once per hand-off, not once per step;
+- global rank 0 keeps, per call that gives metrics, a point of the curves (the values as given, a tensor detached
+  and read only at the hand-off; bounded, and thinned on long runs), and checks each metric at the call: a value
+  that is no number fails there, never at a later hand-off. The snapshot when the function returns, or when it stops
+  before that (it raised, or its rank is stopped: marked ``stopped``), never raises;
 - every rank records the step (one global store: the preemption watcher reads it, ``preemption.py``), and a
   step-boundary hook runs when one is set (:func:`set_step_boundary_hook`): one global read otherwise. The first
   call with a step arms the rank for a preemption (the hook that does it then leaves).
@@ -16,7 +20,8 @@ Every rank may call it once per step. What happens on each call:
 The launcher's follower (``_progress_follow.py``) shows what rank 0 handed over: the console line, the front-end's
 page (flytekit's Deck, Flyte 2's report), the progress record beside the outputs on a cluster
 (``pytorch_contract.progress``) and Kubeflow Trainer's ``trainerStatus`` where the TrainJob asks for it. Other ranks
-never write anything. A run that never reports writes nothing.
+never write anything. A run that never reports writes nothing. Outside a ``pytorch`` task (no launcher of ours: a
+plain script, a plain ``@flytekit.task``, torchrun) the first call says once, on global rank 0, that nothing is shown.
 
 The step boundary: a loop that calls ``report_progress(step)`` hands control to the plugin between two steps, on
 every rank, at the same step. That is where a preemption stops the ranks at an agreed step (``preemption.py``: the
