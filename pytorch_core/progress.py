@@ -81,6 +81,10 @@ _active = False
 _step: Optional[int] = None
 
 _monotonic = time.monotonic
+#: Metric types taken as they are, with no further check (the common case: Python numbers).
+_NUMBERS = frozenset({float, int})
+#: Types with a ``numel()`` seen as metrics (tensors): their size is the one thing left to check.
+_SIZED: set[type] = set()
 #: ``report_progress`` was called outside a ``pytorch`` task in this process, and said so.
 _said_outside = False
 
@@ -139,13 +143,26 @@ def report_progress(step: Optional[int] = None, total: Optional[int] = None, **m
     reporter = _reporter
     if reporter is not None and step is not None:
         if metrics:
-            _check_metrics(metrics)  # before anything is kept: a bad value fails this call, never a later one
+            # Checked first, so that a bad value fails this call and is never kept (a later hand-off would fail on it):
+            # numbers and one-element tensors of a type seen before pass here; the rest is judged by _check_metrics.
+            numbers = True
+            for value in metrics.values():
+                kind = type(value)
+                if kind in _NUMBERS:
+                    continue
+                numbers = False
+                if kind not in _SIZED or value.numel() != 1:
+                    _check_metrics(metrics)
             reporter.metrics.update(metrics)
-            reporter.note(step, metrics)
+            kept = reporter.points_kept = reporter.points_kept + 1
+            if not kept % reporter.stride:
+                reporter.keep(step, metrics, numbers)
         reporter.step = step
         if total is not None:
             reporter.total = total
-        if not reporter.said_total and reporter.total is not None and (reporter.total == 0 or step > reporter.total):
+            if total <= step and not reporter.said_total and (total == 0 or step > total):
+                reporter.check_total(step)
+        elif reporter.total is not None and step > reporter.total and not reporter.said_total:
             reporter.check_total(step)
         if now >= reporter.due:
             reporter.hand_off(now)
@@ -182,6 +199,8 @@ def _check_metrics(metrics: dict[str, Any]) -> None:
         kind = type(value)
         if kind is float or kind is int:
             continue
+        if kind in _SIZED and value.numel() == 1:
+            continue  # a one-element tensor of a type seen before: the common case after the first call
         size = getattr(value, "numel", None)
         if size is not None:
             try:
@@ -189,6 +208,7 @@ def _check_metrics(metrics: dict[str, Any]) -> None:
             except Exception:  # noqa: BLE001 - not a tensor's numel: judged as any other value below
                 count = 1
             if count == 1:
+                _SIZED.add(kind)
                 continue
             raise TypeError(
                 f"report_progress({name}=...): a metric must be a number or a one-element tensor, not a "
@@ -199,6 +219,38 @@ def _check_metrics(metrics: dict[str, Any]) -> None:
                 f"report_progress({name}={value!r}): a metric must be a number or a one-element tensor, not "
                 f"{kind.__name__}"
             )
+
+
+def _on_a_device(value: Any) -> bool:
+    return getattr(getattr(value, "device", None), "type", "cpu") != "cpu"
+
+
+def _read_together(values: list[Any]) -> dict[int, float]:
+    """The device tensors among ``values`` read in one copy per device (one device synchronization per hand-off,
+    however many points it carries), by ``id``; what cannot be read so is left to :func:`metric_value`, one by one.
+
+    Args:
+        values: metric values (numbers, tensors).
+
+    Returns:
+        dict[int, float]: ``id(tensor)`` -> its value.
+    """
+    by_device: dict[Any, list[Any]] = {}
+    for value in values:
+        if type(value) not in _NUMBERS and _on_a_device(value):
+            by_device.setdefault(value.device, []).append(value)
+    read: dict[int, float] = {}
+    if not by_device:
+        return read
+    import torch
+
+    for tensors in by_device.values():
+        try:
+            together = torch.stack([t.detach().reshape(()).to(torch.float64) for t in tensors]).tolist()
+        except Exception:  # noqa: BLE001 - a dtype or device that cannot be stacked: read one by one
+            continue
+        read.update(zip(map(id, tensors), together, strict=True))
+    return read
 
 
 def metric_value(name: str, value: Any) -> float:
@@ -248,20 +300,23 @@ class _Reporter:
         self.stride = 1
         self.said_total = False
 
-    def note(self, step: int, metrics: dict[str, Any]) -> None:
-        """Keep the metrics given at ``step`` for the curves (a point per report, :data:`POINTS_PER_RUN` at most in
-        all: past that only every other, then every fourth... report keeps its point). A tensor is kept detached from
-        its graph, and read only at the hand-off."""
-        self.points_kept += 1
-        if self.points_kept % self.stride:
-            return
-        kept = {}
-        for name, value in metrics.items():
-            kind = type(value)
-            if kind is not float and kind is not int and getattr(value, "requires_grad", False):
-                value = value.detach()  # a loss passed with its graph would keep every step's graph alive
-            kept[name] = value
-        self.points.append((step, kept))
+    def keep(self, step: int, metrics: dict[str, Any], numbers: bool) -> None:
+        """Keep the metrics given at ``step`` as a point of the curves: one per report, :data:`POINTS_PER_RUN` at most
+        in all (past that only every other report keeps its point, then every fourth, ...: ``report_progress`` counts
+        the reports and calls this for those that keep one). A tensor is kept detached from its graph, and read only at
+        the hand-off.
+
+        Args:
+            step: the step reported.
+            metrics: the call's own dict of metrics, checked.
+            numbers: they are all Python numbers (nothing to detach).
+        """
+        if not numbers:  # the call's own dict, but a loss passed with its graph would keep every step's graph alive
+            metrics = {
+                name: value.detach() if getattr(value, "requires_grad", False) else value
+                for name, value in metrics.items()
+            }
+        self.points.append((step, metrics))
         if self.points_kept >= POINTS_PER_RUN * self.stride:
             self.stride *= 2
         if len(self.points) > POINTS_PER_HAND_OFF:
@@ -285,7 +340,9 @@ class _Reporter:
         _warn(why)
 
     @staticmethod
-    def _numbers(metrics: dict[str, Any], *, strict: bool = False, device: bool = True) -> dict[str, Any]:
+    def _numbers(
+        metrics: dict[str, Any], *, strict: bool = False, device: bool = True, read: Optional[dict[int, float]] = None
+    ) -> dict[str, Any]:
         """Metrics as JSON numbers.
 
         Args:
@@ -293,13 +350,14 @@ class _Reporter:
             strict: a value that cannot be read raises (the loop's own call), else it is left out.
             device: read tensors on a device too (``False`` while a rank stops: a device may wait forever for a
                 peer that is gone, so only numbers and CPU tensors are read).
+            read: device tensors already read together (:func:`_read_together`), by ``id``.
         """
         numbers: dict[str, Any] = {}
         for name, value in list(metrics.items())[:MAX_METRICS]:
-            if not device and getattr(getattr(value, "device", None), "type", "cpu") != "cpu":
+            if not device and _on_a_device(value):
                 continue
             try:
-                number = metric_value(name, value)
+                number = read[id(value)] if read is not None and id(value) in read else metric_value(name, value)
             except TypeError:
                 if strict:
                     raise
@@ -318,13 +376,16 @@ class _Reporter:
         Returns:
             dict[str, Any]: the snapshot (JSON-ready; non-finite metric values as ``"nan"``, ``"inf"``, ``"-inf"``).
         """
-        metrics = self._numbers(self.metrics, strict=not (final or stopped), device=not stopped)
         points, self.points = self.points, []
+        read = (
+            None if stopped else _read_together([*self.metrics.values(), *(v for _, p in points for v in p.values())])
+        )
+        metrics = self._numbers(self.metrics, strict=not (final or stopped), device=not stopped, read=read)
         return {
             "step": self.step,
             "total": self.total,
             "metrics": metrics,
-            "points": [[step, self._numbers(values, device=not stopped)] for step, values in points],
+            "points": [[step, self._numbers(values, device=not stopped, read=read)] for step, values in points],
             "time": time.time(),
             "final": final,
             "stopped": stopped,

@@ -317,3 +317,45 @@ def test_a_negative_step_is_refused_on_every_rank() -> None:
     assert progress._reporter is None  # not rank 0
     with pytest.raises(ValueError, match=r"report_progress\(step=-3\): step must be >= 0"):
         report_progress(-3)
+
+
+class DeviceMetric:
+    """A stand-in for a one-element tensor on a GPU: reading it alone (``float()``, a device sync) is counted; its
+    ``detach()`` is a real CPU tensor, which the hand-off stacks with the others and copies once."""
+
+    device = type("Device", (), {"type": "cuda", "__hash__": lambda self: 1, "__eq__": lambda s, o: True})()
+    syncs = 0
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def numel(self) -> int:
+        return 1
+
+    def detach(self) -> Any:
+        import torch
+
+        return torch.tensor(self.value)
+
+    def __float__(self) -> float:
+        DeviceMetric.syncs += 1
+        return self.value
+
+
+def test_a_hand_off_reads_its_device_tensors_together_not_one_sync_per_point(clock: Clock) -> None:
+    """A point per report must not cost a device synchronization per point: the hand-off stacks the device tensors
+    it carries and copies them once (benchmarks/progress_gpu.py counts the syncs on a real GPU)."""
+    pytest.importorskip("torch")
+    sent: list[dict[str, Any]] = []
+    progress.start_reporting(sent.append)
+    DeviceMetric.syncs = 0
+    report_progress(0, loss=DeviceMetric(1.0))  # the first hand-off
+    for step in range(1, 41):
+        clock.now += 0.01
+        report_progress(step, loss=DeviceMetric(1.0 / step))
+    clock.now += 3
+    report_progress(41, loss=DeviceMetric(0.5))
+    assert DeviceMetric.syncs == 0  # nothing read one by one
+    points = sent[-1]["points"]
+    assert [p[0] for p in points] == list(range(1, 42))
+    assert points[9][1]["loss"] == pytest.approx(0.1) and sent[-1]["metrics"] == {"loss": 0.5}
