@@ -66,7 +66,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -176,11 +175,7 @@ def _requested() -> None:
 
 
 def _say(text: str) -> None:
-    try:
-        sys.stderr.write(f"preemption: {text}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):  # a closed stderr: nothing to tell
-        pass
+    progress.say(f"preemption: {text}")
 
 
 def _pod() -> str:

@@ -89,12 +89,22 @@ _SIZED: set[type] = set()
 _said_outside = False
 
 
-def _warn(text: str) -> None:
+def say(text: str) -> None:
+    """One line on stderr, never raising (a closed stderr: nothing to tell); for the few lines the loop's calls say
+    (``report_progress``'s here, ``preemption.py``'s).
+
+    Args:
+        text: the line, without its newline.
+    """
     try:
-        sys.stderr.write(f"report_progress: {text}\n")
+        sys.stderr.write(f"{text}\n")
         sys.stderr.flush()
-    except (OSError, ValueError):  # a closed stderr: nothing to tell
+    except (OSError, ValueError):
         pass
+
+
+def _warn(text: str) -> None:
+    say(f"report_progress: {text}")
 
 
 def _say_outside() -> None:
