@@ -982,7 +982,8 @@ def render(template: dict[str, Any], args: argparse.Namespace, config: BackendCo
 
 
 def check_report(job: dict[str, Any], problems: list[Problem]) -> str:
-    """The `--check` report: one line per problem (`<verdict> <path>: <message>`), then the verdict.
+    """The `--check` report: one line per problem (`<verdict> <path>: <message>`, or `<verdict> <message>` when the
+    message starts with the path, so that the path is said once), then the verdict.
 
     Args:
         job: the rendered job.
@@ -992,7 +993,8 @@ def check_report(job: dict[str, Any], problems: list[Problem]) -> str:
         The report text.
     """
     kind, name = job.get("kind"), (job.get("metadata") or {}).get("name")
-    lines = [f"{p.verdict} {p.path or '-'}: {p.message}" for p in problems]
+    lines = [f"{p.verdict} {p.message}" if p.path and p.message.startswith(p.path) else
+             f"{p.verdict} {p.path or '-'}: {p.message}" for p in problems]  # fmt: skip
     refusing = [p for p in problems if p.refuses]
     if refusing:
         lines.append(f"{kind} {name}: refused ({len(refusing)} problem(s)); nothing would be sent")

@@ -217,7 +217,7 @@ def with_pod_security_context() -> dict:
 def test_trainer_v2_1_refuses_what_its_overrides_cannot_carry() -> None:
     built = build("trainjob", with_pod_security_context(), crd("trainjobs-v2.1.0"))
     (problem,) = built.refusals
-    assert problem.verdict == PRUNED and problem.path == "spec.runtimePatches"
+    assert problem.verdict == REJECTED and problem.path == "spec.runtimePatches"
     assert "the cluster's TrainJob CRD (Trainer v2.1) does not declare it" in problem.message
     assert "cannot carry pod_template spec.securityContext" in problem.message
     assert "upgrade Kubeflow Trainer to v2.2 or later" in problem.message
