@@ -68,12 +68,13 @@ from backend_plugin.config import ENV_PREFIX, PROGRAM, BackendConfig, load_confi
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execution_metadata, job_name
 from backend_plugin.targets import declaration_for
-from backend_plugin.targets.registry import BY_CONFIG, JobTarget, target_for_config
+from backend_plugin.targets.registry import BY_CONFIG, KINDS, JobTarget, target_for_config
 from backend_plugin.template import template_to_dict
 from pytorch_contract import template_keys as keys
 from pytorch_contract.install import install_hint
 from pytorch_contract.k8s_metadata import ANNOTATIONS_TOTAL_MAX_BYTES
 from pytorch_contract.k8s_names import DNS1035_LABEL, image_reference_problem
+from pytorch_contract.suggest import closest, did_you_mean
 from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE, TASK_TYPE
 
 __all__ = [
@@ -89,6 +90,8 @@ __all__ = [
     "default_image_warnings",
     "placeholder_warnings",
     "check_job_options",
+    "check_file",
+    "check_path_options",
     "user_output_to_stderr",
     "unfilled_placeholder_warnings",
     "check_report",
@@ -1023,7 +1026,8 @@ def refused_report(kind: str, name: str, error: TemplateError) -> str:
     return f"{REFUSED} -: {error}\n{kind} {name}: refused (1 problem(s)); nothing would be sent\n"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """(the program's parser, `render`'s)."""
     parser = argparse.ArgumentParser(prog=PROGRAM, description="Tools for the Kubeflow job backend of Flyte.")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser(
@@ -1081,7 +1085,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--output-prefix",
         metavar="URL",
-        help=f"where the task writes its outputs (default: {DEFAULT_BUCKET}/NAME)",
+        help=f"where the task writes its outputs: a URL or a path every pod mounts (default: {DEFAULT_BUCKET}/NAME)",
     )
     r.add_argument(
         "--raw-output-prefix",
@@ -1096,7 +1100,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--prev-checkpoint", metavar="URL", help="a previous run's checkpoints to resume from (default: none)"
     )
-    return parser
+    return parser, r
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -1114,10 +1118,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         SystemExit: from argparse, for `--help` and for arguments it cannot parse (exit code 2). Every other error
             of bad input is caught here and becomes the one-line message and return code 2.
     """
-    parser = _parser()
-    args = parser.parse_args(argv)
+    parser, render_parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse would show the program's usage: a misspelled flag of `render` gets `render`'s
+        render_parser.error(f"unrecognized arguments: {' '.join(extra)}{_nearest_flags(render_parser, extra)}")
     try:
-        return _render_command(parser, args)
+        return _render_command(render_parser, args)
     except (RenderError, TemplateError, ConfigError, OSError) as e:
         print(f"{PROGRAM} render: {e}", file=sys.stderr)
         return 2
@@ -1130,9 +1136,81 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 3
 
 
+def _nearest_flags(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """ "; did you mean '--check'?" for the first unknown flag with a near one, else ""."""
+    flags = [f for action in parser._actions for f in action.option_strings if f.startswith("--")]
+    for arg in extra:
+        name = arg.split("=", 1)[0]
+        if name.startswith("--") and closest(name, flags):
+            return f"; {did_you_mean(name, flags)}"
+    return ""
+
+
+def check_file(args: argparse.Namespace, option: str, config: Optional[BackendConfig] = None) -> None:
+    """`--crd` or `--config` names a file that exists, checked before the file is read and before the task's module
+    is imported.
+
+    Args:
+        args: parsed arguments.
+        option: `crd` or `config`.
+        config: the backend config (its `target` names the CRD to save when `--target` is not given).
+
+    Raises:
+        RenderError: the file is missing or is not a file; the message names the option, the path and what to pass.
+    """
+    path = getattr(args, option, None)
+    if not path or os.path.isfile(path):
+        return
+    if option == "config":
+        fix = (
+            "pass a backend config YAML file (docs/reference/backend-config.md), or leave --config out to use "
+            f"{ENV_PREFIX}CONFIG and the {ENV_PREFIX}* variables"
+        )
+    else:
+        target = BY_CONFIG.get(getattr(args, "target", None) or (config.target if config is not None else ""))
+        names = [target.declaration.crd_name] if target is not None else [t.declaration.crd_name for t in KINDS]
+        fix = f"save the cluster's CRD with `kubectl get crd {' or '.join(names)} -o yaml > FILE` and pass that FILE"
+    problem = "no such file" if not os.path.exists(path) else "not a file"
+    raise RenderError(f"--{option} {path}: {problem}; {fix}")
+
+
+_PATH_OPTIONS = ("inputs", "output_prefix", "raw_output_prefix", "checkpoint_prefix", "prev_checkpoint")
+"""The options that name where the job's pods read or write (a blob URL, or a path every pod mounts)."""
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+"""A URL's scheme (RFC 3986) and `://`: what fsspec's `split_protocol`, and so flytekit's data persistence, takes as a
+protocol (`s3://`, `gs://`, `abfs://`, `file://`); any other string is a local path."""
+
+
+def check_path_options(args: argparse.Namespace) -> None:
+    """The path options name a URL or an absolute path: flytekit reads a string without a protocol as a local path,
+    and a relative one is then relative to the pod's working directory, where nothing outside the pod reads it.
+
+    Args:
+        args: parsed arguments.
+
+    Raises:
+        RenderError: a value that is neither; the message names the option, the value and what is allowed.
+    """
+    for name in _PATH_OPTIONS:
+        value = getattr(args, name, None)
+        if not value or value == '""' and name == "prev_checkpoint":  # Flyte's own "no previous checkpoint"
+            continue
+        if not (_URL.match(value) or value.startswith("/")):
+            option = "--" + name.replace("_", "-")
+            raise RenderError(
+                f"{option} {value!r} is neither a URL nor an absolute path: the pods would read it relative to their "
+                "working directory; pass a URL of your blob store (s3://bucket/run-1, gs://..., abfs://...) or a "
+                "path every pod mounts (/mnt/runs/run-1)"
+            )
+
+
 def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """`render`: the template, the inputs it is given, then the job or its `--check` report on stdout."""
+    check_file(args, "config")
+    check_path_options(args)
     config = check_job_options(args, _load_config(args.config))
+    check_file(args, "crd", config)
     given = parse_inputs(args.input)
     if given and not (args.inputs_to or args.output_prefix):
         raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")
