@@ -710,20 +710,22 @@ _FILLED_AT = {
     "remote_package_path": "the uploaded code archive of a fast-registered package (`pyflyte package --fast`), "
     "filled when `pyflyte register` uploads it: render the task from its .py file, or package it without --fast",
     "dest_dir": "the folder a fast-registered package is unpacked to, filled at registration (`pyflyte register`)",
-    "runname": "the name of the Flyte 2 run, filled by Flyte 2 when it runs the task",
-    "actionname": "the name of the Flyte 2 action, filled by Flyte 2 when it runs the task",
-    "runstarttime": "the start time of the Flyte 2 run, filled by Flyte 2 when it runs the task",
 }
+_FLYTE2_RUN = ("runname", "actionname", "runstarttime")
+"""Flyte 2's placeholders for the run an action belongs to, in every Flyte 2 task's arguments: Flyte 2 fills them when
+it runs the task, and its entrypoint reads one left unfilled as the `RUN_NAME` or `ACTION_NAME` variable and the
+epoch (`flyte/_bin/runtime.py`, `_run_action`), so they are said, not warned about."""
 
 
 def unfilled_placeholder_warnings(job: Any) -> list[str]:
-    """One warning per Flyte placeholder (`{{ .name }}`) still in the job after rendering, naming what fills it.
+    """The Flyte placeholders (`{{ .name }}`) still in the job after rendering: one line for Flyte 2's run
+    placeholders (who fills them), one warning naming every other one and what fills it.
 
     Args:
         job: the rendered job.
 
     Returns:
-        Warnings for stderr; empty when every placeholder was filled.
+        Lines for stderr; empty when every placeholder was filled.
     """
     found: dict[str, None] = {}
 
@@ -739,13 +741,31 @@ def unfilled_placeholder_warnings(job: Any) -> list[str]:
                 found.setdefault(m.group(0), None)
 
     walk(job)
+    run = [text for text in found if _placeholder_name(text) in _FLYTE2_RUN]
+    other = [text for text in found if text not in run]
     out = []
-    for text in found:
-        m = _UNFILLED.match(text)
-        name = m.group(1) if m else text
-        what = _FILLED_AT.get(name.lower(), "a value Flyte fills when it runs the task, which render cannot know")
-        out.append(f"warning: the job still holds the placeholder {text}: {what}; the job as printed cannot run")
+    if run:
+        out.append(
+            f"note: the job holds Flyte 2's {_listed(run)}, which name the run: Flyte 2 fills them when it runs the "
+            "task"
+        )
+    if other:
+        described = ", ".join(f"{text} ({_FILLED_AT.get(_placeholder_name(text), _UNKNOWN)})" for text in other)
+        noun = "placeholder" if len(other) == 1 else "placeholders"
+        out.append(f"warning: the job still holds the {noun} {described}; the job as printed cannot run")
     return out
+
+
+_UNKNOWN = "a value Flyte fills when it runs the task, which render cannot know"
+
+
+def _placeholder_name(text: str) -> str:
+    m = _UNFILLED.match(text)
+    return (m.group(1) if m else text).lower()
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _not_a_pytorch_task(template: dict[str, Any]) -> Optional[str]:

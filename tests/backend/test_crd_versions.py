@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
-from backend_plugin.admission import PRUNED, REJECTED
+from backend_plugin.admission import REJECTED
 from backend_plugin.admission.installed import (
     InstalledCrd,
     from_crd,
