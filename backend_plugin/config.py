@@ -832,6 +832,27 @@ class BackendConfig:
         holder = self.kinds[kind] if kind else getattr(self, parent)
         return getattr(holder, name)
 
+    def value(self, key: str) -> Any:
+        """The value of a key as users set it (`api_get_budget_s`, `trainjob_runtime_name`): the name the YAML file
+        and `PYTORCHJOB_<KEY>` give it, read from its section.
+
+        Args:
+            key: a key of `KEYS`.
+
+        Returns:
+            Its value.
+
+        Raises:
+            KeyError: not a key (the message names the nearest ones).
+        """
+        where = _KEYS.get(key)
+        if where is None:
+            raise KeyError(f"{key!r} is not a backend config key; {did_you_mean(key, _KEYS)}")
+        section, name = where
+        parent, _, kind = section.partition(".")
+        holder = self.kinds[kind] if kind else getattr(self, parent)
+        return getattr(holder, name)
+
     def kind(self, cls: type[S]) -> S:
         """A kind's section, by its class (what a kind's own code asks for).
 

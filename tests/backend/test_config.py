@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from backend_plugin.config import AcceleratorPlacement, BackendConfig, ConfigError, load_config
+from backend_plugin.config import (
+    _KEYS,
+    KEYS,
+    AcceleratorPlacement,
+    BackendConfig,
+    ConfigError,
+    _section_type,
+    load_config,
+)
 
 
 def test_defaults():
@@ -233,3 +241,26 @@ def test_the_progress_read_interval_is_a_status_key():
     assert BackendConfig.from_dict({"progress_read_interval_s": 10}).status.progress_read_interval_s == 10
     assert BackendConfig.from_yaml("status:\n  progress_read_interval_s: 60\n").progress_read_interval_s == 60
     assert load_config({"PYTORCHJOB_PROGRESS_READ_INTERVAL_S": "12.5"}).status.progress_read_interval_s == 12.5
+
+
+def test_the_config_page_names_the_variable_rule_once_instead_of_a_column() -> None:
+    """docs/reference/backend-config.md: every scalar key's variable is `PYTORCHJOB_` plus the key, said once above
+    the tables, with no env-var column (whose long names broke mid-word in every cell); a value that only the file
+    sets says so in its type."""
+    import re
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "backend-config.md").read_text()
+    headers = [line for line in page.splitlines() if line.startswith("| key |")]
+    assert headers and not [h for h in headers if "env var" in h], headers
+    assert not re.search(r"\| `PYTORCHJOB_[A-Z0-9_]+` \|", page)
+    assert "`PYTORCHJOB_` plus the key" in page
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \| ([^|]*) \|", page, re.MULTILINE)}
+    defaults = BackendConfig()
+    for key in KEYS:
+        section, name = _KEYS[key]
+        scalar = _section_type(section)().is_scalar(name)
+        assert ("file only" in rows.get(key, "")) is not scalar, (key, rows.get(key))
+        if scalar and defaults.value(key) != "":  # the variable the rule names is the one the config reads
+            value = defaults.value(key)
+            text = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+            assert BackendConfig.from_env(environ={f"PYTORCHJOB_{key.upper()}": text}).value(key) == value, key
