@@ -362,10 +362,11 @@ class _NamespaceInformer:
             if not token or self.cache._stopping.is_set():
                 break
         with self.lock:
-            for name, held in self.jobs.items():  # fed by a GET after the list's snapshot: newer, keep
-                if name not in jobs and rv.isdigit() and held.rv.isdigit():
-                    if int(held.rv) > int(rv):
-                        jobs[name] = held
+            for name, held in self.jobs.items():  # fed by a GET while the LIST ran: the larger resourceVersion wins
+                listed = jobs.get(name)
+                newer = listed.rv if listed is not None else rv
+                if held.rv != newer and _rv_newer(held.rv, newer) and held.rv.isdigit() and newer.isdigit():
+                    jobs[name] = held
             self.jobs = jobs
             self.resource_version = rv
             self.synced = True

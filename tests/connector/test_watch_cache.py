@@ -245,6 +245,25 @@ def test_feed_never_goes_backwards_nor_revives_a_deleted_job(server, make_cache)
     assert cache.feed(last) is False and cache.get(NS, "a") is None
 
 
+def test_a_relist_keeps_a_newer_copy_fed_during_it(server, make_cache):
+    """A GET during a paged LIST feeds a copy newer than the one the LIST's first page held: the relist keeps the copy
+    with the larger resourceVersion (as `put` does), so the phase never steps back until the watch replays."""
+    for name in ("a", "b", "c", "d"):
+        server.put_job(job(name))
+    server.stall_watches(new=True)  # the watch after the LIST delivers nothing: what the cache holds is the LIST's
+    server.delay(1.5, times=1, verb="list", resource=PLURAL, before=True, skip=1)  # page 1 (a, b, c) at once, page 2
+    # 1.5 s later
+    cache = make_cache()
+    assert cache.get(NS, "a") is None  # starts the LIST
+    wait_for(lambda: cache.stats(NS).get("lists") == 1)  # page 1 is in: "a" as it was
+    server.set_job_status(NS, "a", running("a"))
+    newer = server.get_job(NS, "a")
+    assert cache.feed(newer)  # the connector's GET, while the LIST goes on
+    assert cache.wait_synced(NS, 5)
+    assert phase(cache, "a") == "Running"
+    assert cache.get(NS, "a")["metadata"]["resourceVersion"] == newer["metadata"]["resourceVersion"]
+
+
 def test_same_code_caches_trainjobs(server, make_cache):
     train = job("t")
     train.update(apiVersion="trainer.kubeflow.org/v1alpha1", kind="TrainJob")

@@ -166,6 +166,8 @@ class FaultRule:
     lose: bool = False
     """Serve the request, then close the connection without an answer: the change happened, the client never
     heard (a create whose response was lost)."""
+    skip: int = 0
+    """Matching requests let through before the rule applies (the second page of a LIST, not the first)."""
 
     def matches(self, rec: RequestRecord) -> bool:
         """Whether this rule applies to `rec` (and has uses left)."""
@@ -860,8 +862,9 @@ class FakeKubeApi:
         verb: str | None = None,
         resource: str | None = None,
         before: bool = False,
+        skip: int = 0,
     ) -> FaultRule:
-        """Slow down the next `times` matching requests by `seconds`.
+        """Slow down the next `times` matching requests by `seconds`, after letting `skip` of them through.
 
         With `before=False` (default) the request is served first and the response is written late: a client that
         times out has still caused the change (the case that creates duplicate jobs in naive clients).
@@ -869,7 +872,8 @@ class FakeKubeApi:
         Returns:
             The rule.
         """
-        return self._add(FaultRule(verb=verb, resource=resource, delay_s=seconds, before=before, remaining=times))
+        return self._add(FaultRule(verb=verb, resource=resource, delay_s=seconds, before=before, remaining=times,
+                                   skip=skip))  # fmt: skip
 
     def forbid(self, verb: str, resource: str, times: int | None = None) -> FaultRule:
         """Deny `verb` on `resource` with the RBAC authorizer's 403 (forever by default).
@@ -940,6 +944,9 @@ class FakeKubeApi:
             taken = []
             for rule in self._faults:
                 if rule.matches(rec):
+                    if rule.skip > 0:
+                        rule.skip -= 1
+                        continue
                     if rule.remaining is not None:
                         rule.remaining -= 1
                     taken.append(rule)
