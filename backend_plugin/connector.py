@@ -36,7 +36,9 @@ Failure handling:
   (`JobConnector.adopt_existing`, the one place that decides);
 - `get` only reports what it read: API trouble is an exception (Flyte polls again), never an invented phase;
 - a failed job's phase (retryable or not) and message come from the task's own error document, read from the
-  output prefix kept in the resource meta (`status.failed_job_status`); a read failure never hides the phase;
+  output prefix kept in the resource meta (`status.failed_job_status`); blob storage that does not answer is
+  unknown, never a phase: `get` raises `StorageUnavailable` and Flyte polls again (a document found but too large or
+  malformed is a retryable failure that says so);
 - a job that never starts is failed after `job_start_timeout_s`, with its warning events as the reason;
 - a template that cannot be built (an image the kubelet would refuse included), or a job the API server rejects
   (invalid, too large, ...), can never run: `create` records why in the resource meta and the first `get` reports a
@@ -49,7 +51,8 @@ Failure handling:
 - ages (the pickup and start timeouts) are measured on the API server's clock, learnt from its `Date` header
   (`api.ServerClock`), never by comparing ours with it;
 - a job deleted behind Flyte's back is reported RETRYABLE_FAILED with that reason (as propeller reports a deleted
-  pod), unless the task already wrote its outputs or an error document; `delete` of a missing job is success;
+  pod), unless the task already wrote its outputs or an error document (looked for in blob storage: one that does not
+  answer is `StorageUnavailable`, never a phase); `delete` of a missing job is success;
 - a RUNNING answer carries the task's live progress after the kind's message ("running (3/3 replicas active); step
   1,200/5,000 (24%), ETA 3m10s, loss 0.124"), from the record global rank 0 writes beside the outputs, read through
   `blobs` at most once per `progress_read_interval_s` per task attempt on a pool of its own, never in the event loop
@@ -102,6 +105,7 @@ from backend_plugin.errors import (
     MalformedAnswer,
     NotFound,
     Rejected,
+    StorageUnavailable,
     TemplateError,
     Unavailable,
 )
@@ -443,13 +447,16 @@ class JobConnector(AsyncConnectorBase):
 
     # ------------------------------------------------------------------ the output prefix (blob storage)
     def read_error_report(self, output_prefix: str) -> ErrorReport:
-        """The task's error documents under `output_prefix` (`blobs.read_error_report`, never raising).
+        """The task's error documents under `output_prefix` (`blobs.read_error_report`).
 
         Args:
             output_prefix: the execution's output prefix.
 
         Returns:
-            The documents read and what went wrong.
+            The documents read and what kept one found from being used.
+
+        Raises:
+            StorageUnavailable: the store did not answer (no phase is decided on it: Flyte polls again).
         """
         return blobs.read_error_report(output_prefix, self.config.status.error_document_max_bytes)
 
@@ -461,6 +468,9 @@ class JobConnector(AsyncConnectorBase):
 
         Returns:
             True when the task wrote its outputs.
+
+        Raises:
+            StorageUnavailable: the store did not answer (no phase is decided on it: Flyte polls again).
         """
         return blobs.outputs_written(output_prefix)
 
@@ -517,9 +527,13 @@ class JobConnector(AsyncConnectorBase):
     def _read_progress(self, prefix: str) -> None:
         """On the progress pool: read the record and hand it over (a claim is always settled)."""
         try:
-            found = blobs.read_progress_record(prefix)  # never raises
-        except Exception as e:  # noqa: BLE001 - whatever it was, the attempt's claim must not stay under way
-            found = blobs.RecordRead(problem=f"{type(e).__name__}: {e}")
+            found = blobs.read_progress_record(prefix)
+        except StorageUnavailable as e:  # unknown: the record held stays (`LiveProgress.store`)
+            found = blobs.RecordRead(problem=e.reason)
+        except Exception:
+            self.progress.release(prefix)  # a bug: the claim is let go, and the error is logged with its traceback
+            logger.exception("reading the progress record under %s raised an unexpected error", prefix)
+            raise
         self.progress.store(prefix, found.data, found.problem, self._monotonic())
 
     def with_progress(self, answer: Resource, resource_meta: JobMetadata) -> Resource:

@@ -24,6 +24,7 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from backend_plugin import blobs
 from backend_plugin import connector as connector_module
 from backend_plugin.connector import PROGRESS_READ_WAIT_S, JobConnector, JobMetadata
+from backend_plugin.errors import StorageUnavailable
 from backend_plugin.progress import LiveProgress, Read
 from backend_plugin.targets.registry import KINDS
 from pytorch_contract.progress import FILE_NAME, MAX_RECORD_BYTES, ProgressRecord, stale_after
@@ -347,10 +348,12 @@ def test_the_read_is_bounded_whatever_the_file_holds(tmp_path):
     assert blobs.read_progress_record(str(tmp_path / "elsewhere")) == blobs.RecordRead(None, "")
 
 
-def test_a_store_that_cannot_be_read_is_named_and_never_raises(tmp_path):
+def test_a_store_that_cannot_be_read_is_unknown_named_never_absent(tmp_path):
+    """Found, absent, or unknown: a read the store fails raises, naming the prefix; it is never "no record"."""
     (tmp_path / FILE_NAME).mkdir()  # not a file: the open fails
-    found = blobs.read_progress_record(str(tmp_path))
-    assert found.data is None and str(tmp_path) in found.problem and "Error" in found.problem
+    with pytest.raises(StorageUnavailable, match="IsADirectoryError") as raised:
+        blobs.read_progress_record(str(tmp_path))
+    assert str(tmp_path) in str(raised.value) and "Error" in raised.value.reason
 
 
 def test_a_record_unreadable_after_a_good_one_keeps_the_one_held(fake_api, kind, connector, clock, tmp_path, caplog):
