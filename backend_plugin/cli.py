@@ -67,7 +67,7 @@ from backend_plugin.build import BuiltJob, build_job
 from backend_plugin.config import ENV_PREFIX, PROGRAM, BackendConfig, load_config
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execution_metadata, job_name
-from backend_plugin.targets import declaration_for
+from backend_plugin.kinds import declaration_for
 from backend_plugin.targets.registry import BY_CONFIG, KINDS, JobTarget, target_for_config
 from backend_plugin.template import template_to_dict
 from pytorch_contract import template_keys as keys
@@ -1139,9 +1139,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             of bad input is caught here and becomes the one-line message and return code 2.
     """
     parser, render_parser = _parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # argparse would show the program's usage: a misspelled flag of `render` gets `render`'s
-        render_parser.error(f"unrecognized arguments: {' '.join(extra)}{_nearest_flags(render_parser, extra)}")
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would show the program's usage: a misspelled flag of `render` gets `render`'s
+        render_parser.error(f"unrecognized arguments: {' '.join(unknown)}{_nearest_flags(render_parser, unknown)}")
     try:
         return _render_command(render_parser, args)
     except (RenderError, TemplateError, ConfigError, OSError) as e:

@@ -47,7 +47,7 @@ from backend_plugin.admission.installed import InstalledCrd, schema_declares
 from backend_plugin.admission.settings import get_path, setting_for
 from backend_plugin.admission.structural import NOTE, PRUNED, REJECTED, Path, format_path
 from backend_plugin.errors import TemplateError
-from backend_plugin.targets import DECLARED, Declaration, declaration_for
+from backend_plugin.kinds import DECLARED, Declaration, declaration_for
 from pytorch_contract.install import install_hint
 from pytorch_contract.job_limits import (
     LARGE_VALUE_ADVICE,

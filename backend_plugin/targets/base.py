@@ -22,10 +22,10 @@ from flyteidl.core.execution_pb2 import TaskLog
 from backend_plugin.admission.installed import Fitted, InstalledCrd
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.kinds.declaration import Declaration
 from backend_plugin.pods import PodPlan, plan_pods
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
-from backend_plugin.targets.declaration import Declaration
 from backend_plugin.task_errors import ErrorReport
 
 __all__ = ["JobTarget", "Reads", "Observed", "PrimaryImage"]

@@ -30,7 +30,7 @@ from backend_plugin.admission.installed import (
 from backend_plugin.build import build_job
 from backend_plugin.config import BackendConfig
 from backend_plugin.errors import TemplateError
-from backend_plugin.targets import DECLARED
+from backend_plugin.kinds import DECLARED
 from backend_plugin.targets.registry import target_for_config
 from tests.helpers.jobs import GKE, META, SPOT, load
 from tests.kube_schema import rendered_node_pod

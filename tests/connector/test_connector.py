@@ -24,8 +24,8 @@ from google.protobuf import json_format
 from backend_plugin.admission import SPEC_DIGEST_ANNOTATION, stamp
 from backend_plugin.connector import JobConnector, JobMetadata, spec_differences
 from backend_plugin.errors import RBAC_MANIFEST, Conflict, Forbidden, KubeApiError, NotFound, Unavailable
+from backend_plugin.kinds.trainjob import PLURAL as TRAINJOBS
 from backend_plugin.targets.registry import KINDS
-from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
 from tests.connector.helpers import NOW, TEMPLATES, execution_metadata, load_template, make_connector
 from tests.fakeapi.objects import condition, node_pod
 from tests.targets.conftest import Kind, facts_of

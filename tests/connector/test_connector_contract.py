@@ -196,7 +196,7 @@ def test_dynamic_log_links_come_from_the_tasks_config(fake_api, tmp_path):
 
 def test_backend_config_carries_the_new_settings():
     config = BackendConfig.from_env(environ={"PYTORCHJOB_JOB_START_TIMEOUT_S": "120"})
-    assert config.job_start_timeout_s == 120
+    assert config.value("job_start_timeout_s") == 120
     assert BackendConfig.from_env(environ={"PYTORCHJOB_JOB_START_TIMEOUT_S": ""}).job_start_timeout_s is None
     with pytest.raises(ValueError, match="job_start_timeout_s=-1 must be a non-negative number of seconds or None"):
         BackendConfig.from_dict(dict(job_start_timeout_s=-1))

@@ -139,7 +139,7 @@ def test_a_created_job_reads_its_pods_through_the_cache_too(fake_api, cached, tm
 
 def test_with_the_cache_off_every_get_is_the_same_requests_as_before(fake_api, connector, tmp_path):
     server, _ = fake_api
-    assert connector.config.watch_cache is False
+    assert connector.config.value("watch_cache") is False
     meta = create(connector, tmp_path)
     server.set_job_status(NS, meta.name, RUNNING)
     server.reset_log()

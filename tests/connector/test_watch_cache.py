@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
+from backend_plugin.kinds.trainjob import PLURAL as TRAINJOBS
 from backend_plugin.watch import KEPT_METADATA, JobWatchCache, WatchSettings, parse_equality_selector, slim
 from tests.fakeapi.objects import condition
 from tests.fakeapi.server import GROUP, PLURAL, VERSION, FakeKubeApi

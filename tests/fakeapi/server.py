@@ -42,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from backend_plugin.targets import DECLARED
+from backend_plugin.kinds import DECLARED
 from tests.fakeapi import pruning
 
 GROUP = DECLARED[0].group

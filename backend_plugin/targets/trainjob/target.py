@@ -11,12 +11,12 @@ from flyteidl.core.execution_pb2 import TaskLog
 from backend_plugin.admission.installed import Fitted, InstalledCrd
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.kinds.trainjob import DECLARATION, NODE
 from backend_plugin.pods import PodPlan, placement_warnings
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
 from backend_plugin.targets.base import JobTarget, Observed, PrimaryImage, Reads
 from backend_plugin.targets.trainjob import links, status, versions, writer
-from backend_plugin.targets.trainjob.declaration import DECLARATION, NODE
 
 __all__ = ["TrainJobTarget", "TARGET"]
 

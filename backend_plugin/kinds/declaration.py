@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional, Union
 
-from backend_plugin.sections import Section
+from backend_plugin.settings import Section
 
 __all__ = [
     "Declaration",
