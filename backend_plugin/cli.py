@@ -894,7 +894,7 @@ def render_job(template: dict[str, Any], args: argparse.Namespace, config: Backe
     if fitted:  # what fitting the job to --crd wrote otherwise or dropped: a note (a `--check` line too)
         built = dataclasses.replace(built, problems=(*built.problems, *(Problem(NOTE, "", "--crd", n) for n in fitted)))
     job = built.job
-    lines = default_image_warnings(job, built.kind) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)
+    lines = default_image_warnings(job, built.target) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)
     for line in lines:
         print(f"{PROGRAM} render: {line}", file=sys.stderr)
     note = client_side_apply_note(job)

@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.kube.timestamps import parse_time, rfc3339
 from backend_plugin.log_templates import VARIABLES, LogTemplate, check_templates, link_types, render_template
-from backend_plugin.timestamps import parse_time, rfc3339
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
 __all__ = ["link_templates", "pod_times", "link_values", "check_templates", "render_template", "VARIABLES"]

@@ -860,7 +860,7 @@ class ApiSettings(Section):
 
 @dataclass
 class WatchSettings(Section):
-    """The `watch` section: whether `get` is answered from a watch-backed cache (`backend_plugin.watch`), and how
+    """The `watch` section: whether `get` is answered from a watch-backed cache (`backend_plugin.kube.watch`), and how
     that cache lists, watches and backs off.
 
     Raises:
@@ -877,6 +877,7 @@ class WatchSettings(Section):
         "backoff_max_s": "watch_backoff_max_s",
         "page_size": "watch_page_size",
         "request_timeout_s": "watch_request_timeout_s",
+        "all_namespaces": "watch_all_namespaces",
     }
 
     cache: bool = True
@@ -930,8 +931,19 @@ class WatchSettings(Section):
     request_timeout_s: float = 30.0
     """Connect and read timeout of LIST requests. Key: `watch_request_timeout_s`."""
 
+    all_namespaces: bool = False
+    """One LIST and one WATCH per job kind for every namespace (`GET /apis/<group>/<version>/<plural>`), instead of one
+    per namespace the connector polls. For a connector that tracks tasks in many namespaces (a Flyte with hundreds of
+    project-domains): one watch connection and one thread per kind instead of one per namespace, and no list when a
+    namespace's first task is polled. It needs `list` and `watch` on the job kinds cluster-wide (the ClusterRole of
+    `deploy/rbac.yaml` bound with its ClusterRoleBinding, as shipped; a RoleBinding per namespace does not grant it:
+    the cluster-wide LIST is then forbidden, the watch backs off and every `get` reads the API). Off by default: it
+    holds every job of ours in the cluster, also in namespaces this connector never polls, and a connector confined to
+    some namespaces cannot use it. Key: `watch_all_namespaces`."""
+
     def __post_init__(self) -> None:
         check_bool(self.key("cache"), self.cache)
+        check_bool(self.key("all_namespaces"), self.all_namespaces)
         for name in ("silence_s", "idle_s", "watch_timeout_s", "max_staleness_s", "request_timeout_s"):
             check_seconds(self.key(name), getattr(self, name), positive=True)
         for name in ("backoff_initial_s", "backoff_max_s"):

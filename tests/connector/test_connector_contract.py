@@ -15,6 +15,7 @@ from flyteidl.core import errors_pb2
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.connector import blobs
 from backend_plugin.errors import StorageUnavailable
 from tests.connector.error_tasks import VALUE_ERROR
 from tests.connector.helpers import execution_metadata, load_template, make_connector
@@ -197,7 +198,7 @@ def test_dynamic_log_links_come_from_the_tasks_config(fake_api, tmp_path):
 def test_backend_config_carries_the_new_settings():
     config = BackendConfig.from_env(environ={"PYTORCHJOB_JOB_START_TIMEOUT_S": "120"})
     assert config.value("job_start_timeout_s") == 120
-    assert BackendConfig.from_env(environ={"PYTORCHJOB_JOB_START_TIMEOUT_S": ""}).job_start_timeout_s is None
+    assert BackendConfig.from_env(environ={"PYTORCHJOB_JOB_START_TIMEOUT_S": ""}).value("job_start_timeout_s") is None
     with pytest.raises(ValueError, match="job_start_timeout_s=-1 must be a non-negative number of seconds or None"):
         BackendConfig.from_dict(dict(job_start_timeout_s=-1))
     with pytest.raises(ValueError, match="error_document_max_bytes=10 must be an integer >= 1024"):
@@ -236,6 +237,6 @@ def test_error_documents_read_are_bounded_in_number(fake_api, connector, tmp_pat
     prefix.mkdir()
     for i in range(70):
         put_document(flytekit_errors["user_worker"], prefix, name=f"error-{i:032x}.pb")
-    report = connector.read_error_report(str(prefix))
+    report = blobs.read_error_report(str(prefix), connector.config.status.error_document_max_bytes)
     assert (len(report.errors), report.skipped, report.problem) == (64, 6, "")
-    assert connector.read_error_report(str(tmp_path / "missing")).errors == ()
+    assert blobs.read_error_report(str(tmp_path / "missing"), 1024).errors == ()

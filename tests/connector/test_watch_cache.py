@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from backend_plugin.kinds.trainjob import PLURAL as TRAINJOBS
-from backend_plugin.watch import KEPT_METADATA, JobWatchCache, WatchSettings, parse_equality_selector, slim
+from backend_plugin.kube.watch import KEPT_METADATA, JobWatchCache, WatchSettings, parse_equality_selector, slim
 from tests.fakeapi.objects import condition
 from tests.fakeapi.server import GROUP, PLURAL, VERSION, FakeKubeApi
 

@@ -70,11 +70,13 @@ class JobSetTarget(JobTarget):
         return out
 
     def reads(self, job: Mapping[str, Any], config: BackendConfig, now: datetime.datetime) -> Reads:
-        # pods to explain a failure or a stuck start, and to name log links (the pods' names end in a random suffix).
+        # pods to explain a failure or a stuck start; for log links, the pods' names (they end in a random suffix),
+        # listed once per job status.
         return Reads(
-            pods=status.needs_pods(job) or bool(config.status.log_links),
+            pods=status.needs_pods(job),
             error_report=status.needs_error_report(job),
             events=status.needs_events(job, config, now),
+            link_pods=bool(config.status.log_links),
         )
 
     def status(

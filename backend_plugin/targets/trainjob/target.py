@@ -46,11 +46,13 @@ class TrainJobTarget(JobTarget):
         return [PrimaryImage(NODE, "spec.trainer.image", str(trainer.get("image", "")))]
 
     def reads(self, job: Mapping[str, Any], config: BackendConfig, now: datetime.datetime) -> Reads:
-        # pods to explain a failure or a stuck start, and to name log links (the JobSet's pod names end in a random
-        # suffix); never events (a TrainJob without a JobSet is caught by `trainjob_pickup_timeout_s`).
+        # pods to explain a failure or a stuck start; for log links, the pods' names (the JobSet's end in a random
+        # suffix), listed once per job status; never events (a TrainJob without a JobSet is caught by
+        # `trainjob_pickup_timeout_s`).
         return Reads(
-            pods=status.needs_pods(job) or bool(config.status.log_links),
+            pods=status.needs_pods(job),
             error_report=status.needs_error_report(job),
+            link_pods=bool(config.status.log_links),
         )
 
     def status(
