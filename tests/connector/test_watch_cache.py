@@ -442,3 +442,51 @@ def test_a_slimmed_job_reads_exactly_as_the_whole_job(golden, status):
     assert target.links(kept, None, config, now, {}) == target.links(whole, None, config, now, {})
     assert target.primary_images(kept) == target.primary_images(whole)
     assert len(json.dumps(kept)) < len(json.dumps(whole))
+
+
+def test_one_watch_covers_every_namespace_when_asked(server, make_cache):
+    """`watch_all_namespaces`: one LIST and one WATCH of the kind's jobs in every namespace (no namespace in the URL),
+    answering for each; a job created in another namespace afterwards arrives through the same watch."""
+    server.put_job(job("a", namespace="ns-1"))
+    server.put_job(job("b", namespace="ns-2"))
+    server.put_job(job("foreign", managed=False, namespace="ns-2"))
+    settings = WatchSettings(**{**FAST.__dict__, "all_namespaces": True})
+    cache = make_cache(settings)
+    assert cache.wait_synced("ns-1", 5) and cache.wait_synced("ns-2", 5)
+    assert cache.get("ns-1", "a") is not None and cache.get("ns-2", "b") is not None
+    assert cache.get("ns-2", "foreign") is None and cache.namespaces() == ["*"]
+    server.put_job(job("c", namespace="ns-3"))
+    wait_for(lambda: cache.get("ns-3", "c") is not None)
+    paths = {(r.verb, r.path) for r in server.requests if r.resource == PLURAL}
+    assert paths == {("list", f"/apis/{GROUP}/{VERSION}/{PLURAL}"), ("watch", f"/apis/{GROUP}/{VERSION}/{PLURAL}")}
+    assert len(watch_threads()) == 1
+
+
+def test_the_setting_is_a_key_and_off_by_default():
+    from backend_plugin.config import BackendConfig
+
+    assert BackendConfig().watch.all_namespaces is False
+    assert BackendConfig.from_dict({"watch_all_namespaces": True}).watch.all_namespaces is True
+    with pytest.raises(ValueError, match="watch_all_namespaces='yes' must be true or false"):
+        BackendConfig.from_dict({"watch_all_namespaces": "yes"})
+
+
+def test_a_bug_in_the_cache_s_own_code_stops_its_watch_loudly(server, make_cache, caplog):
+    """A transform (our code) that raises is a bug, never an odd answer: the namespace's watch stops with its
+    traceback logged, and every get of that namespace raises it, instead of relisting quietly forever while the
+    connector falls back to GETs."""
+    from backend_plugin.kube.watch import WatchCrashed
+
+    server.put_job(job("a"))
+
+    def buggy(job: dict) -> dict:
+        return job["metadata"]["no-such-key"]
+
+    cache = make_cache(transform=buggy)
+    deadline = time.monotonic() + 10
+    with pytest.raises(WatchCrashed, match="KeyError: 'no-such-key'"):
+        while time.monotonic() < deadline:
+            cache.get(NS, "a")
+            time.sleep(0.02)
+    assert "stopped on an error of its own code" in caplog.text and "Traceback" in caplog.text
+    assert watch_threads() == []
