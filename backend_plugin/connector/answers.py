@@ -84,7 +84,7 @@ class JobReader:
             return None
         pods = None
         if reads.link_pods:
-            pods = self.session.log_pods.get(meta.uid, run_key(job), self.monotonic())
+            pods = self.session.log_pods.get(_uid(job), run_key(job), self.monotonic())
             if pods is None:
                 return None
         return self._compose(job, meta, target, Observed(), pods, "", now)
@@ -120,13 +120,13 @@ class JobReader:
         pods: Optional[list[dict]] = None
         note = ""
         if reads.pods or reads.link_pods:
-            held = None if reads.pods else self.session.log_pods.get(meta.uid, run_key(job), self.monotonic())
+            held = None if reads.pods else self.session.log_pods.get(_uid(job), run_key(job), self.monotonic())
             if held is not None:
                 pods = held
             else:
                 try:
                     pods = self._list("pods", ns, name, target, deadline)
-                    self.session.log_pods.put(meta.uid, run_key(job), pods, self.monotonic())
+                    self.session.log_pods.put(_uid(job), run_key(job), pods, self.monotonic())
                 except KubeApiError as e:  # the job's own conditions still decide the phase
                     logger.warning("%s", e)
                     note = f" (replica details unavailable: {e.reason})"
@@ -164,7 +164,7 @@ class JobReader:
             custom_info(job, target),
         )
         if answer.terminal:
-            self.session.log_pods.forget(meta.uid)
+            self.session.log_pods.forget(_uid(job))
         return answer
 
     def gone(self, meta: JobMetadata) -> Answer:
@@ -216,6 +216,11 @@ class JobReader:
             problem = shapes.event_problem
         request = Request(f"list {what} of", f"{target.kind} {namespace}/{name}", namespace, "list", what, "")
         return api.list_pages(request, list_call, selector, what, deadline, problem)
+
+
+def _uid(job: dict) -> str:
+    """The job's own uid: what its log-link pods are held under."""
+    return str((job.get("metadata") or {}).get("uid") or "")
 
 
 def custom_info(job: dict, target: JobTarget) -> dict[str, Any]:

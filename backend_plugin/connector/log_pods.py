@@ -117,7 +117,7 @@ class LogPods:
         """Hold what the links read of the job's pods, under `key`.
 
         Args:
-            uid: the job's uid ("" holds nothing: metadata of an older connector).
+            uid: the job's uid ("" holds nothing).
             key: `run_key` of the job the pods were listed for.
             pods: the job's pods as listed.
             now: a monotonic clock, seconds.

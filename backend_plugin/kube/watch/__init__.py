@@ -191,6 +191,10 @@ class JobWatchCache:
 
     def _informer(self, namespace: str, start: bool = True) -> Optional[Informer]:
         key = self._key(namespace)
+        running = self._informers.get(key)  # a poll's path: no lock once the scope's informer runs
+        if running is not None and not self.stopping.is_set():
+            running.used_at = time.monotonic()
+            return running
         with self._lock:
             crashed = self._crashed.get(key)
             if crashed is not None:
