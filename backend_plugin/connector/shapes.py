@@ -16,12 +16,12 @@ it holds: a proxy's answer, a corrupted object, or an API server that is not one
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from backend_plugin.admission.crds import schema_for
 
-__all__ = ["job_problem", "pod_problem", "event_problem", "problem", "OBJECT_META", "POD", "EVENT"]
+__all__ = ["job_problem", "pod_problem", "event_problem", "item_problem", "problem", "OBJECT_META", "POD", "EVENT"]
 
 _STR: dict[str, Any] = {"type": "string"}
 _INT: dict[str, Any] = {"type": "integer"}
@@ -171,25 +171,25 @@ def job_problem(job: Any) -> Optional[str]:
     return problem(job, schema, "")
 
 
-def pod_problem(pod: Any) -> Optional[str]:
-    """Whether a pod of a list has a shape no API server writes (the fields `POD` names).
+def item_problem(schema: Mapping[str, Any], what: str) -> Callable[[Any], Optional[str]]:
+    """The check of a list's items against one of this module's schemas (`POD`, `EVENT`).
 
     Args:
-        pod: an item of a pod list.
+        schema: the fields read, with their types.
+        what: what an item is, for the message (`pod`, `event`).
 
     Returns:
-        What is wrong, naming the field; None for a pod of the shape core/v1 writes.
+        A check: what is wrong with an item, naming the field, or None for one of the shape core/v1 writes.
     """
-    return problem(pod, POD, "") if isinstance(pod, dict) else f"the pod is {_what(pod)}, not an object"
+
+    def check(item: Any) -> Optional[str]:
+        return problem(item, schema, "") if isinstance(item, dict) else f"the {what} is {_what(item)}, not an object"
+
+    return check
 
 
-def event_problem(event: Any) -> Optional[str]:
-    """Whether an event of a list has a shape no API server writes (the fields `EVENT` names).
+pod_problem = item_problem(POD, "pod")
+"""Whether a pod of a list has a shape no API server writes (the fields `POD` names)."""
 
-    Args:
-        event: an item of an event list.
-
-    Returns:
-        What is wrong, naming the field; None for an event of the shape core/v1 writes.
-    """
-    return problem(event, EVENT, "") if isinstance(event, dict) else f"the event is {_what(event)}, not an object"
+event_problem = item_problem(EVENT, "event")
+"""Whether an event of a list has a shape no API server writes (the fields `EVENT` names)."""
