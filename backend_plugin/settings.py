@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, TypeVar
 
 from backend_plugin.errors import ConfigError
-from backend_plugin.log_templates import check_templates
+from backend_plugin.log_templates import LogTemplate, check_templates, uses_time
 from pytorch_contract.k8s_names import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
@@ -1013,6 +1013,17 @@ class StatusSettings(Section):
     called stale between two reads (the writer allows 60 s of silence at least), and 10,000 running tasks cost
     at most 333 small blob reads per second, whatever Flyte's poll rate. One more read is made when the record held
     turns stale before the next one is due, so that "stale" is said of what rank 0 last wrote, not of an old read."""
+
+    @functools.cached_property
+    def checked_log_links(self) -> tuple[LogTemplate, ...]:
+        """`log_links` as checked templates, checked once (every poll's links read them)."""
+        return tuple(check_templates(self.log_links))
+
+    @functools.cached_property
+    def log_links_read_time(self) -> bool:
+        """Whether a template of `log_links` reads a pod's start or finish time (a running pod's link then moves
+        with every poll)."""
+        return any(uses_time(t.template) for t in self.checked_log_links)
 
     def __post_init__(self) -> None:
         check_seconds("image_pull_grace_s", self.image_pull_grace_s, positive=False)

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Optional
 
-from flyteidl.core.execution_pb2 import TaskExecution
+from flyteidl.core.execution_pb2 import TaskExecution, TaskLog
 
 from backend_plugin.connector import blobs, shapes
 from backend_plugin.connector.log_pods import run_key
@@ -156,16 +156,39 @@ class JobReader:
     ) -> Answer:
         config = self.session.config
         status = target.status(job, observed, config, now)
-        links = target.links(job, pods, config, now, meta.task_config)
         answer = Answer(
             status.phase,
             status.message + note + (f"; note: {meta.dropped}" if meta.dropped else ""),
-            tuple(links),
+            self._links(job, meta, target, pods, now, fresh=observed.pods is not None),
             custom_info(job, target),
         )
         if answer.terminal:
             self.session.log_pods.forget(_uid(job))
         return answer
+
+    def _links(
+        self,
+        job: dict,
+        meta: JobMetadata,
+        target: JobTarget,
+        pods: Optional[list[dict]],
+        now: datetime.datetime,
+        fresh: bool,
+    ) -> tuple[TaskLog, ...]:
+        """The job's log links: made of the pods held (or none, for a kind that names its pods from its spec) once
+        per job status and kept, unless a template reads a time (a running pod's finish is now) or the pods were
+        listed for the status (`fresh`: they may change within one status)."""
+        config = self.session.config
+        if not config.status.log_links:
+            return ()
+        if fresh or config.status.log_links_read_time:
+            return tuple(target.links(job, pods, config, now, meta.task_config))
+        uid, key, variant = _uid(job), run_key(job), tuple(sorted(meta.task_config.items()))
+        links = self.session.log_pods.links(uid, key, variant, self.monotonic())
+        if links is None:
+            links = tuple(target.links(job, pods, config, now, meta.task_config))
+            self.session.log_pods.put_links(uid, key, variant, links, self.monotonic())
+        return links
 
     def gone(self, meta: JobMetadata) -> Answer:
         """The job is not there: what the task wrote before it went decides (a TTL of 0 deletes a finished job).

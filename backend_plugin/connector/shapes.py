@@ -185,6 +185,14 @@ def item_problem(schema: Mapping[str, Any], what: str) -> Callable[[Any], Option
     def check(item: Any) -> Optional[str]:
         return problem(item, schema, "") if isinstance(item, dict) else f"the {what} is {_what(item)}, not an object"
 
+    check.__doc__ = f"""Whether a {what} of a list has a shape no API server writes.
+
+        Args:
+            item: an item of a {what} list.
+
+        Returns:
+            What is wrong, naming the field; None for a {what} of the shape core/v1 writes.
+        """
     return check
 
 

@@ -213,3 +213,41 @@ def test_log_links_cost_no_pod_list_per_steady_poll(fake_api, tmp_path, random_s
         assert len([r for r in server.requests if r.resource == "pods"]) == 1  # once for the new status
     finally:
         served.close()
+
+
+@pytest.mark.parametrize(
+    ("template", "made"),
+    [
+        ("https://logs.example.com/{{ .namespace }}/{{ .podName }}", 1),  # names only: made once per job version
+        ("https://logs.example.com/{{ .podName }}?to={{ .podUnixFinishTime }}", 5),  # a running pod's finish moves
+    ],
+    ids=["names", "times"],
+)
+def test_links_are_made_once_per_job_version_unless_they_read_a_time(fake_api, tmp_path, monkeypatch, template, made):
+    server, client = fake_api
+    links = ({"name": "Logs", "template": template},)
+    config = BackendConfig.from_dict({"watch_cache": False, "log_links": links, **FAST})
+    served = ServedJobConnector(config=config, api_client_factory=lambda: client)
+    target = BY_CONFIG["pytorchjob"]
+    calls = []
+    original = type(target).links
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(target), "links", counted)
+    try:
+        meta = served.create(load_template("official_container"), str(tmp_path / "a"), None, execution_metadata())
+        running = {**RUNNING, "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 2}}}
+        server.set_job_status(NS, meta.name, running)
+        answers = _polls(served, meta, 5, 0.01)
+        assert len(calls) == made
+        assert {tuple(link.uri for link in a.log_links) for a in answers} != set() and all(a.log_links for a in answers)
+        if made == 1:
+            assert len({tuple(link.uri for link in a.log_links) for a in answers}) == 1
+        server.set_job_status(NS, meta.name, {**running, "conditions": [condition("Created"), condition("Succeeded")]})
+        assert asyncio.run(served.get(meta)).phase == TaskExecution.SUCCEEDED
+        assert len(calls) == made + 1  # a new version of the job: its links made again
+    finally:
+        served.close()
