@@ -1,4 +1,4 @@
-"""The watch-backed job cache (backend_plugin/watch.py) against the fake API server, through the real client."""
+"""The watch-backed job cache (backend_plugin/kube/watch/) against the fake API server, through the real client."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A local HTTP server that answers like the Kubernetes API server for the calls our backend makes.
 
-Covered: the jobs of every registered kind (`backend_plugin.targets.DECLARED`: PyTorchJobs, TrainJobs, ...): create,
+Covered: the jobs of every registered kind (`backend_plugin.kinds.DECLARED`: PyTorchJobs, TrainJobs, ...): create,
 get, list, watch, delete with `propagationPolicy`; API discovery of their groups (`GET /apis/<group>/<version>`,
 only for the kinds in `served`); pods (list and watch with a label selector, get) and events (list). LIST answers a
 `<Kind>List` with `metadata.resourceVersion`, honours `labelSelector` and pages with `limit`/`continue`; WATCH
