@@ -14,7 +14,7 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from flytekit.extend.backend.base_connector import ConnectorRegistry
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.connector import ServedJobConnector, set_api_client_factory
+from backend_plugin.connector import JobService, ServedJobConnector, register, set_api_client_factory, shared_service
 from backend_plugin.targets.registry import BY_CONFIG, KINDS
 from tests.connector.helpers import execution_metadata, load_template
 from tests.fakeapi.objects import condition
@@ -41,12 +41,21 @@ def _job_requests(server: Any, verb: str, plural: str = "pytorchjobs") -> list:
 # --- one engine per process -----------------------------------------------------------------------------------------
 
 
-def test_tasks_of_versions_0_and_1_in_one_namespace_share_one_watch(fake_api, tmp_path) -> None:
-    """flytekit's own kfpytorch writes task type version 0, this SDK version 1: both registered connectors poll
-    through one engine, so their namespace is listed and watched once per kind, not once per task version."""
-    server, client = fake_api
-    set_api_client_factory(lambda: client)
+def test_the_registered_versions_share_the_processs_one_service() -> None:
+    """flytekit's own kfpytorch writes task type version 0, this SDK version 1: both registered connectors are thin
+    wrappers over the process's one service (Flyte 2's connector too: tests/flyte2/test_connector_inputs.py)."""
+    register()  # what importing backend_plugin.connector did, in case a test registered a connector of its own
     v0, v1 = (ConnectorRegistry.get_connector("pytorch", version) for version in (0, 1))
+    assert isinstance(v0, ServedJobConnector) and isinstance(v1, ServedJobConnector)
+    assert v0.service is v1.service is shared_service()
+
+
+def test_tasks_of_versions_0_and_1_in_one_namespace_share_one_watch(fake_api, tmp_path) -> None:
+    """Polls of tasks of both versions in one namespace go through one engine: the namespace is listed and watched
+    once per kind, not once per task version."""
+    server, client = fake_api
+    service = JobService(BackendConfig.from_dict({"watch_cache": True, **FAST}), lambda: client)
+    v0, v1 = (ServedJobConnector(task_type_version=version, service=service) for version in (0, 1))
     try:
         old = v0.create(load_template("legacy_v0"), str(tmp_path / "a"), None, execution_metadata("a"))
         new = v1.create(load_template("official_container"), str(tmp_path / "b"), None, execution_metadata("b"))
@@ -60,9 +69,7 @@ def test_tasks_of_versions_0_and_1_in_one_namespace_share_one_watch(fake_api, tm
         assert len(_job_requests(server, "list")) == 1, lists  # one LIST of the namespace's PyTorchJobs
         assert len({r.started for r in _job_requests(server, "watch")}) == 1
     finally:
-        set_api_client_factory(None)
-        for connector in (v0, v1):
-            connector.close()
+        service.close()
 
 
 # --- no lock on the event loop; close() closes ------------------------------------------------------------------------
