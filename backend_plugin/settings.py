@@ -1004,15 +1004,16 @@ class StatusSettings(Section):
     `link_type` (Flyte's `dynamic-log-links`); any template may use `{{ .taskConfig.<key> }}`."""
 
     progress_read_interval_s: float = 30.0
-    """The least time between two reads of a running task attempt's progress record (`pytorch-progress.json`
-    beside its outputs, written by global rank 0 every 10 s), whose line the connector adds to the RUNNING message
-    (`backend_plugin.connector.progress`); the polls between two reads show the record last read, its ETA and staleness judged
-    at each poll. A missing record is looked for again only after this long too. Each next read is due up to 10%
-    later (jittered, so that tasks first polled together do not read together at every interval). 30 s: the record
-    shown is then at most 33 s and one poll behind rank 0's last write (made every 10 s), a healthy run is never
-    called stale between two reads (the writer allows 60 s of silence at least), and 10,000 running tasks cost
-    at most 333 small blob reads per second, whatever Flyte's poll rate. One more read is made when the record held
-    turns stale before the next one is due, so that "stale" is said of what rank 0 last wrote, not of an old read."""
+    """The least time between two reads of a running task attempt's progress record (`pytorch-progress.json` beside its
+    outputs, written by global rank 0 every 10 s), whose line the connector adds to the RUNNING message
+    (`backend_plugin.connector.progress`); the polls between two reads show the record last read, its ETA and
+    staleness judged at each poll. A missing record is looked for again only after this long too. Each next read is
+    due up to 10% later (jittered, so that tasks first polled together do not read together at every interval). 30
+    s: the record shown is then at most 33 s and one poll behind rank 0's last write (made every 10 s), a healthy
+    run is never called stale between two reads (the writer allows 60 s of silence at least), and 10,000 running
+    tasks cost at most 333 small blob reads per second, whatever Flyte's poll rate. One more read is made when the
+    record held turns stale before the next one is due, so that "stale" is said of what rank 0 last wrote, not of an
+    old read."""
 
     @functools.cached_property
     def checked_log_links(self) -> tuple[LogTemplate, ...]:

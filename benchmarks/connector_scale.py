@@ -43,7 +43,8 @@ and the Created job a TrainJob of 1,000 nodes starting.
 ``--log-links on`` configures one log link (the connector's ``log_links``, from a ``PYTORCHJOB_CONFIG`` file) and puts
 every tracked job's pods on the fake API, as their controllers name them: a TrainJob's and a JobSet's links name their
 pods, whose names only a pod list tells. ``--log-links both`` measures without, then with, and prints the two side by
-side (with ``--progress both``: the four runs, two tables).
+side (with ``--progress both``: the four runs, two tables). The script runs the connector of the checkout it stands
+in, so it measures an earlier commit as well: copy it into a checkout of that commit and run it there.
 
 ``--cache on|off`` sets the connector's watch-cache setting (``PYTORCHJOB_<SETTING>=true|false``, the setting named by
 ``--cache-setting``) in the connector's environment; it stops with an error while the connector has no such setting.
@@ -318,7 +319,12 @@ def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_thr
 
         for line in sys.stdin:
             if json.loads(line)["cmd"] == "progress":
-                session = ConnectorRegistry.get_connector("pytorch", 1).service.session()
+                connector = ConnectorRegistry.get_connector("pytorch", 1)
+                service = getattr(connector, "service", None)
+                if service is None:  # a connector before one service per process (measuring an earlier commit)
+                    print(json.dumps(connector.progress.stats()), flush=True)
+                    continue
+                session = service.session()
                 print(json.dumps({**session.progress.stats(), "pod_lists_for_links": session.log_pods.lists}),
                       flush=True)  # fmt: skip
 
