@@ -145,6 +145,11 @@ class JobConnector(AsyncConnectorBase):
         """
         return self.service.session().cache(target)
 
+    @property
+    def progress(self) -> Any:
+        """The live progress the service holds (`connector.progress.LiveProgress`)."""
+        return self.service.session().progress
+
     def close(self) -> None:
         """`JobService.close`: the pools shut, the watches stopped."""
         self.service.close()
