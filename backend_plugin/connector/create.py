@@ -203,7 +203,7 @@ class JobCreator:
         namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
         target = target_for_kind(str(job.get("kind") or ""))
         request = Request("create", f"{target.kind} {namespace}/{name}", namespace, "create", target.plural,
-                          target.group, retry_transient=False, secrets=_env_values(job))  # fmt: skip
+                          target.group, retry_transient=False, secrets=secret_values(job))  # fmt: skip
 
         def send(timeout: tuple[float, float]) -> Any:
             return api.custom.create_namespaced_custom_object(
@@ -303,6 +303,19 @@ def _how_it_differs(sent: dict, stored: dict) -> str:
     if digest is not None:
         return f"its {admission.SPEC_DIGEST_ANNOTATION} annotation is the digest of another spec, labels or annotations"
     return "differs in its labels or annotations"
+
+
+def secret_values(job: dict) -> tuple[str, ...]:
+    """The job's `env[].value`s an API server's message must not carry into our errors, less those the job's own
+    metadata already shows: its namespace, name, label and annotation values are the object's key and labels, which
+    the server names in its messages (a project and domain in `FLYTE_INTERNAL_EXECUTION_PROJECT`/`_DOMAIN` are
+    the parts of a namespace such as `flytesnacks-development`; blanking them made `namespaces "<redacted>-<redacted>"
+    not found`). A value that appears nowhere in the metadata stays redacted."""
+    meta = job.get("metadata") or {}
+    shown = [str(meta.get("namespace") or ""), str(meta.get("name") or "")]
+    for key in ("labels", "annotations"):
+        shown.extend(str(v) for v in (meta.get(key) or {}).values())
+    return tuple(v for v in _env_values(job) if not any(v in text for text in shown))
 
 
 def _env_values(job: Any) -> tuple[str, ...]:

@@ -346,3 +346,23 @@ def test_pods_of_a_shape_no_api_server_writes_leave_the_job_to_its_conditions(fa
     resource = connector.get(meta)
     assert resource.phase == TE.RETRYABLE_FAILED and "boom." in resource.message
     assert "replica details unavailable" in resource.message
+
+
+def test_a_value_the_jobs_metadata_shows_is_not_redacted_from_the_servers_message() -> None:
+    # project and domain name the namespace: the server's "namespaces ... not found" must say which one
+    from backend_plugin.connector.create import secret_values
+    from backend_plugin.errors import redact
+
+    env = [
+        {"name": "FLYTE_INTERNAL_EXECUTION_PROJECT", "value": "flytesnacks"},
+        {"name": "FLYTE_INTERNAL_EXECUTION_DOMAIN", "value": "development"},
+        {"name": "WANDB_API_KEY", "value": "s3cr3t-token"},
+    ]
+    job = {
+        "metadata": {"namespace": "flytesnacks-development", "name": "f1-n0-0", "labels": {"domain": "development"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "env": env}]}}},
+    }
+    secrets = secret_values(job)
+    assert secrets == ("s3cr3t-token",)
+    message = 'namespaces "flytesnacks-development" not found; env WANDB_API_KEY=s3cr3t-token'
+    assert redact(message, secrets) == 'namespaces "flytesnacks-development" not found; env WANDB_API_KEY=<redacted>'
