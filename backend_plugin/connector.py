@@ -993,7 +993,8 @@ class JobConnector(AsyncConnectorBase):
 
     # ------------------------------------------------------------------ delete
     def delete(self, resource_meta: JobMetadata, **kwargs: Any) -> None:
-        """Delete the job and, in the foreground, its pods; a job that is already gone is success.
+        """Delete the job and its pods (foreground, or as its kind's `delete_propagation` says); a job that is
+        already gone is success.
 
         Args:
             resource_meta: what `create` returned.
@@ -1010,7 +1011,7 @@ class JobConnector(AsyncConnectorBase):
 
         ns, name = resource_meta.namespace, resource_meta.name
         target = target_for_kind(getattr(resource_meta, "kind", "") or "")
-        body = client.V1DeleteOptions(propagation_policy="Foreground")
+        body = client.V1DeleteOptions(propagation_policy=target.declaration.delete_propagation)
 
         def send(timeout: tuple[float, float]) -> Any:
             return api.custom.delete_namespaced_custom_object(

@@ -32,6 +32,8 @@ from tests.cluster.harness import (
 )
 
 JOB_TIMEOUT_S = 300.0
+DELETE_PROPAGATION = {"pytorchjob": "Foreground", "trainjob": "Background", "jobset": "Foreground"}
+"""How the connector deletes each kind's job (tests/connector/test_connector.py says why a TrainJob differs)."""
 
 # What the controllers of each kind make for a job, by API path (owned, directly or not, by the job)
 OWNED = {
@@ -83,6 +85,13 @@ def owned_by(run: Execution, uid: str) -> list[str]:
     return sorted(found)
 
 
+def still_there(run: Execution, path: str, names: set[str]) -> set[str]:
+    """Which of `names` are still in the API under `path` (an object being deleted counts until it is gone)."""
+    return {
+        f"{path.rsplit('/', 1)[1]}/{n}" for n in names if run.real.kube.get_or_none(f"{path.format(ns=TASK_NS)}/{n}")
+    }
+
+
 def pid_alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -94,9 +103,9 @@ def pid_alive(pid: int) -> bool:
 def test_delete_while_running_deletes_the_job_and_the_garbage_collector_takes_its_pods(
     real: RealCluster, propeller: Propeller, kind: str, templates: dict, marker_dir: Path
 ) -> None:
-    """DeleteTask deletes the job (foreground: the job goes last); the garbage collector deletes what its controllers
-    made; the node agent stops the pods' containers (SIGTERM, SIGKILL after the grace) and no process of the
-    execution is left on the machine."""
+    """DeleteTask deletes the job (foreground: the job goes last; a TrainJob in the background: it goes first); the
+    garbage collector deletes what its controllers made, and nothing is made again meanwhile; the node agent stops
+    the pods' containers (SIGTERM, SIGKILL after the grace) and no process of the execution is left on the machine."""
     from tests.e2e.workflows import sleeps
 
     iface = sleeps.python_interface
@@ -114,10 +123,28 @@ def test_delete_while_running_deletes_the_job_and_the_garbage_collector_takes_it
         assert len(pods) == 2 and all(f"pods/{name}" in made for name in pods), made
 
         run.propeller.delete(run.job.meta)
-        # foreground propagation: the job stays (with its deletionTimestamp) until the garbage collector has deleted
-        # every dependent that blocks its owner's deletion, then goes
-        wait_for(f"{run.job.job_name} deleted", lambda: run.job_object() is None, 120, 0.5)
-        assert owned_by(run, job["metadata"]["uid"]) == []
+        # what the pods of the job were at any moment until everything it made is gone: none new (a controller that
+        # makes its objects again during the delete would start new pods)
+        names = {path: {n.split("/", 1)[1] for n in made if n.startswith(path.rsplit("/", 1)[1] + "/")}
+                 for path in OWNED[kind]}  # fmt: skip
+        seen_pods: set[str] = set()
+
+        def gone() -> bool:
+            seen_pods.update(p["metadata"]["name"] for p in run.pods())
+            return run.job_object() is None
+
+        wait_for(f"{run.job.job_name} deleted", gone, 120, 0.3)
+        left_at_job_end = sorted(set().union(*[still_there(run, path, names[path]) for path in OWNED[kind]]))
+        if DELETE_PROPAGATION[kind] == "Foreground":
+            # foreground: the job went last, after the garbage collector had deleted every object blocking it
+            assert left_at_job_end == [], left_at_job_end
+
+        def all_gone() -> bool:
+            seen_pods.update(p["metadata"]["name"] for p in run.pods())
+            return not any(still_there(run, path, names[path]) for path in OWNED[kind])
+
+        wait_for("everything the job's controllers made deleted", all_gone, 60, 0.3)
+        assert seen_pods <= set(pods), f"pods made during the delete: {sorted(seen_pods - set(pods))}"
         assert run.pods() == []
         left = run.guard.gone(60)
         assert not left, left
