@@ -31,11 +31,20 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 
 CASES = {
-    # task, what the scheduler says, the setting that caused it (named in GetTask)
-    "accelerator-no-node-has": ("gpu_on_a_missing_product", "didn't match Pod's node affinity/selector",
-                                MISSING_PRODUCT),
-    "gpu-pool-taint-not-tolerated": ("cpu_task_on_the_gpu_pool", "untolerated taint", f"{POOL_LABEL}"),
-}  # fmt: skip
+    # task, what the scheduler says, what GetTask adds: what the pod asks of a node, named after the task's setting
+    "accelerator-no-node-has": (
+        "gpu_on_a_missing_product",
+        "didn't match Pod's node affinity/selector",
+        f"the pod asks for a node with nvidia.com/gpu.product In [{MISSING_PRODUCT}] (the task's accelerator); "
+        # the GPU tolerations, then the accelerator's own (`<label>=<value>:NoSchedule`, the backend's default)
+        f"it tolerates the taints nvidia.com/gpu, flyte/gpu=dedicated, nvidia.com/gpu.product={MISSING_PRODUCT})",
+    ),
+    "gpu-pool-taint-not-tolerated": (
+        "cpu_task_on_the_gpu_pool",
+        "had untolerated taint(s)",
+        f"the pod asks for a node with {POOL_LABEL}=gpu (nodeSelector); it tolerates no NoSchedule taint)",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -43,7 +52,7 @@ CASES = {
 def test_a_task_no_node_can_take_stays_pending_and_gettask_says_why(
     real: RealCluster, propeller: Propeller, kind: str, case: str, templates: dict
 ) -> None:
-    task, verdict, setting = CASES[case]
+    task, verdict, asks = CASES[case]
     run = execute(real, propeller, kind, templates[task], {"x": 1}, {"x": int}, f"pending-{case[:10]}")
     try:
 
@@ -60,7 +69,7 @@ def test_a_task_no_node_can_take_stays_pending_and_gettask_says_why(
         assert answer.name in ("QUEUED", "INITIALIZING", "RUNNING"), answer
         pods = run.pods()
         assert pods and all(p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName") for p in pods)
-        assert setting in answer.message, answer.message
+        assert f"({asks}" in answer.message, answer.message
         run.clock(f"pending: {case}")
     finally:
         run.finish()

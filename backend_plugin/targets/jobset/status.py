@@ -33,6 +33,7 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from backend_plugin.config import BackendConfig
 from backend_plugin.status import (
     JobStatus,
+    accelerator_keys,
     condition_text,
     deciding_condition,
     deciding_type,
@@ -410,7 +411,7 @@ def _from_jobs(read: _Read) -> JobStatus:
         message = f"running ({counts}){'; ' + disrupted if disrupted else ''}"
         return JobStatus(TaskExecution.RUNNING, _with_restarts(job, message), read.ctype)
     if active:
-        pending = pending_reason(read.pods, replica_name)
+        pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config))
         message = f"starting pods ({counts}){'; ' + pending if pending else ''}"
         return JobStatus(TaskExecution.INITIALIZING, _with_restarts(job, message), read.ctype)
     timeout = read.config.kind(JobSetSettings).start_timeout_s

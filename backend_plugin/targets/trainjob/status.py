@@ -31,6 +31,7 @@ from backend_plugin.config import BackendConfig
 from backend_plugin.status import (
     JobStatus,
     Phase,
+    accelerator_keys,
     condition_text,
     deciding_condition,
     deciding_type,
@@ -255,7 +256,7 @@ def _from_nodes(read: _Read, config: BackendConfig, now: datetime.datetime) -> J
     counts = f"{ready}/{expected} nodes ready, {active} active"
     phase = next((phase for key, phase in NODE_PHASES if int(read.node.get(key) or 0) > 0), TaskExecution.QUEUED)
     if phase == TaskExecution.INITIALIZING:
-        pending = pending_reason(read.nodes, node_name)
+        pending = pending_reason(read.nodes, node_name, accelerator_keys(config))
         return JobStatus(phase, f"starting nodes ({counts}){'; ' + pending if pending else ''}")
     if phase == TaskExecution.QUEUED:  # no row matched
         return JobStatus(phase, f"waiting for nodes ({counts})")
