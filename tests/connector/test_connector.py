@@ -331,13 +331,13 @@ def test_get_walks_the_trainjob_status_table(fake_api, trainjob_connector, tmp_p
     meta = create(trainjob_connector, tmp_path)
     job = server.get_job(NS, meta.name, plural=TRAINJOBS)
     assert trainjob_connector.get(meta).phase == TaskExecution.QUEUED  # no JobSet yet
-    server.set_job_status(NS, meta.name, {"jobsStatus": [{"name": "node", "active": 3, "ready": 0}]}, TRAINJOBS)
+    server.set_job_status(NS, meta.name, {"jobsStatus": [{"name": "node", "active": 1, "ready": 0}]}, TRAINJOBS)
     assert trainjob_connector.get(meta).phase == TaskExecution.INITIALIZING
     for i in range(3):
         server.put_pod(node_pod(job, i))
-    server.set_job_status(NS, meta.name, {"jobsStatus": [{"name": "node", "active": 3, "ready": 3}]}, TRAINJOBS)
+    server.set_job_status(NS, meta.name, {"jobsStatus": [{"name": "node", "active": 1, "ready": 1}]}, TRAINJOBS)
     running = trainjob_connector.get(meta)
-    assert running.phase == TaskExecution.RUNNING and "3/3 nodes ready" in running.message
+    assert running.phase == TaskExecution.RUNNING and "running (3 nodes, all ready)" in running.message
     assert [link.name for link in running.log_links] == ["Logs node-0", "Logs node-1", "Logs node-2"]
     assert running.log_links[1].uri == f"https://logs.example.com/{NS}/{meta.name}-node-0-1-ab1c1/node"
     complete = {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "jobset completed",

@@ -167,7 +167,7 @@ def test_log_links_name_the_jobs_pods(kind: Kind) -> None:
 
 STARTING = {
     "pytorchjob": {"conditions": [condition("Created")]},
-    "trainjob": {"jobsStatus": [{"name": "node", "active": 2, "ready": 0}]},
+    "trainjob": {"jobsStatus": [{"name": "node", "active": 1, "ready": 0}]},
     "jobset": {"replicatedJobsStatus": [{"name": "master", "active": 1, "ready": 0},
                                         {"name": "worker", "active": 1, "ready": 0}]},
 }  # fmt: skip

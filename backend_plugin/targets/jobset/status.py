@@ -7,8 +7,9 @@ The phase comes from two places, in this order:
    retryable unless the task's own error document says it is not), Suspended is QUEUED, RestartingJobSet is RUNNING
    (a restart by the failure policy is the job carrying on, never a failure), and an unknown type is still running
    (and logged), never an error;
-2. `status.replicatedJobsStatus`, the child Jobs of each replicated job: all ready (or done) is RUNNING, some with
-   active pods is INITIALIZING, none yet is QUEUED.
+2. `status.replicatedJobsStatus`, the child Jobs of each replicated job: a failed one is RUNNING (the controller
+   counts it before it applies its failure policy: the job ends or restarts, it does not start again), all ready (or
+   done) is RUNNING, some with active pods is INITIALIZING, none yet is QUEUED.
 
 A JobSet without `replicatedJobsStatus` was never seen by the JobSet controller: QUEUED, then a permanent FAILED after
 `jobset_pickup_timeout_s`. One the controller has seen whose pods never appear (a child Job the API server refuses
@@ -406,6 +407,12 @@ def _from_jobs(read: _Read) -> JobStatus:
         for e in replicated_jobs(job) or []
     )
     counts = f"child Jobs ready: {counts}" if counts else "no child Job yet"
+    failed = [str(e.get("name")) for e in replicated_jobs(job) or [] if _count(e, "failed")]
+    if failed:
+        message = (
+            f"a child Job failed ({', '.join(failed)}); the JobSet controller applies its failure policy ({counts})"
+        )
+        return JobStatus(TaskExecution.RUNNING, _with_restarts(job, message), read.ctype)
     if expected and ready >= expected:
         disrupted = disruption_text(read.pods, replica_name)  # only where the pods were read: never a steady poll
         message = f"running ({counts}){'; ' + disrupted if disrupted else ''}"

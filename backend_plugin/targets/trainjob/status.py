@@ -7,8 +7,11 @@ a running job has no true condition at all. So the phase comes from two places, 
    table `CONDITIONS`: Complete is SUCCEEDED, Suspended is QUEUED, Failed is decided by the rule every kind shares
    (`status.failed_job_status`: retryable unless the task's own error document says it is not), and an unknown type
    is still running (and logged), never an error;
-2. `status.jobsStatus`, the entry of the torch runtime's replicated job `node` (`NODE_PHASES`): pods active with none
-   ready are starting (INITIALIZING), a ready pod means the nodes are up (RUNNING).
+2. `status.jobsStatus`, the entry of the torch runtime's replicated job `node` (`NODE_PHASES`). Its counts are child
+   Jobs, not nodes (Trainer v2.3 `JobStatus`: `ready` is the number of Jobs whose ready and completed pods reach the
+   Job's pod count); the torch runtime's `node` is one Job of `numNodes` pods. A ready Job means every node is up
+   (RUNNING), an active one that some are still starting (INITIALIZING); a Job that failed or succeeded before the
+   Trainer wrote the TrainJob's condition means the nodes ran and the outcome is on its way (RUNNING).
 
 A job with neither was never turned into a JobSet: QUEUED while the Trainer controller may still pick it up, and a
 permanent FAILED after `BackendConfig.trainjob_pickup_timeout_s` (a missing runtime or an unbuildable JobSet only
@@ -65,10 +68,12 @@ logger = logging.getLogger(__name__)
 
 TERMINAL_CONDITIONS = ("Failed", "Complete")  # checked first: a terminal condition wins over Suspended
 
-# jobsStatus[name=node] with no true condition -> Flyte phase (first matching row wins).
+# jobsStatus[name=node] with no true condition -> Flyte phase (first matching row wins); the counts are child Jobs.
 NODE_PHASES: tuple[tuple[str, Phase], ...] = (
-    ("ready", TaskExecution.RUNNING),  # ready >= 1: nodes are up and training
-    ("active", TaskExecution.INITIALIZING),  # active >= 1, ready = 0: pods pending, pulling or starting
+    ("failed", TaskExecution.RUNNING),  # the nodes' Job failed: the Trainer is about to write Failed
+    ("ready", TaskExecution.RUNNING),  # ready >= 1: every node of the Job is up and training
+    ("succeeded", TaskExecution.RUNNING),  # the nodes' Job succeeded: the Trainer is about to write Complete
+    ("active", TaskExecution.INITIALIZING),  # active >= 1, ready = 0: some node pending, pulling or starting
 )
 
 
@@ -107,7 +112,7 @@ def needs_pods(job: Mapping[str, Any]) -> bool:
         job: the TrainJob as read from the API.
 
     Returns:
-        True for a Failed job and for one whose nodes are active but none ready.
+        True for a Failed job and for one whose node Job is active but not ready (some node is still starting).
     """
     ctype = deciding_type(job, TERMINAL_CONDITIONS)
     if ctype == "Failed":
@@ -252,16 +257,19 @@ def _from_nodes(read: _Read, config: BackendConfig, now: datetime.datetime) -> J
     if stuck is not None:
         return JobStatus(failure_phase(ran=False), stuck)
     expected = int(((read.job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
-    ready, active = int(read.node.get("ready") or 0), int(read.node.get("active") or 0)
-    counts = f"{ready}/{expected} nodes ready, {active} active"
-    phase = next((phase for key, phase in NODE_PHASES if int(read.node.get(key) or 0) > 0), TaskExecution.QUEUED)
-    if phase == TaskExecution.INITIALIZING:
+    nodes = f"{expected} node{'s' if expected != 1 else ''}"
+    row = next((key for key, _ in NODE_PHASES if int(read.node.get(key) or 0) > 0), "")
+    phase = dict(NODE_PHASES).get(row, TaskExecution.QUEUED)
+    if row in ("failed", "succeeded"):
+        return JobStatus(phase, f"the nodes' Job {row} ({nodes}); waiting for the Trainer controller to write the "
+                                "TrainJob's outcome")  # fmt: skip
+    if row == "active":
         pending = pending_reason(read.nodes, node_name, accelerator_keys(config))
-        return JobStatus(phase, f"starting nodes ({counts}){'; ' + pending if pending else ''}")
-    if phase == TaskExecution.QUEUED:  # no row matched
-        return JobStatus(phase, f"waiting for nodes ({counts})")
+        return JobStatus(phase, f"starting nodes ({nodes}, not all ready yet){'; ' + pending if pending else ''}")
+    if not row:
+        return JobStatus(phase, f"waiting for nodes ({nodes}, none started yet)")
     disrupted = disruption_text(read.nodes, node_name)  # only where the nodes were read (never a steady poll)
-    return JobStatus(phase, f"running ({counts}){'; ' + disrupted if disrupted else ''}")
+    return JobStatus(phase, f"running ({nodes}, all ready){'; ' + disrupted if disrupted else ''}")
 
 
 def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:

@@ -79,6 +79,16 @@ CASES = [
         "worker 1/1",
         id="workers-done-master-running",
     ),
+    # the JobSet controller counts a child Job failed before it applies its failure policy (the Failed or
+    # RestartingJobSet condition): the job ran and carries on or ends, it does not start again (seen on the real
+    # controllers: the worker's Job failed while the master's ran)
+    pytest.param(
+        jobset(jobs={"master": {"ready": 1, "active": 1}, "worker": {"failed": 1}}),
+        TaskExecution.RUNNING,
+        "a child Job failed (worker); the JobSet controller applies its failure policy (child Jobs ready: master 1/1,"
+        " worker 0/1)",
+        id="a-child-job-failed-no-condition-yet",
+    ),
     pytest.param(
         jobset(
             (cond("Suspended", reason="SuspendedJobs", message="jobset is suspended"),), {"master": {}}, suspend=True

@@ -35,14 +35,33 @@ def job(conditions=(), node=None, created="2025-01-01T00:09:00Z") -> dict:
 CASES = [
     pytest.param(job(), TaskExecution.QUEUED, "waiting for the Kubeflow Trainer controller", id="new"),
     pytest.param(job([cond("Suspended", reason="Suspended")]), TaskExecution.QUEUED, "suspended", id="suspended"),
+    # jobsStatus counts the child Jobs of the replicated job `node` (Trainer v2.3 `JobStatus`: `ready` is "the number
+    # of child Jobs where the number of ready pods and completed pods is greater than or equal to the total expected
+    # pod count"), one Job of numNodes pods in the torch runtime, not the nodes (seen on the real controllers)
     pytest.param(
-        job([cond("Suspended", "False", "Resumed")], {"active": 3, "ready": 0}),
+        job([cond("Suspended", "False", "Resumed")], {"active": 1, "ready": 0}),
         TaskExecution.INITIALIZING,
-        "starting nodes (0/3 nodes ready, 3 active)",
+        "starting nodes (3 nodes, not all ready yet)",
         id="resumed-false-ignored-starting",
     ),
-    pytest.param(job(node={"active": 3, "ready": 3}), TaskExecution.RUNNING, "3/3 nodes ready", id="running"),
+    pytest.param(
+        job(node={"active": 1, "ready": 1}), TaskExecution.RUNNING, "running (3 nodes, all ready)", id="running"
+    ),  # fmt: skip
     pytest.param(job(node={"active": 0, "ready": 0}), TaskExecution.QUEUED, "waiting for nodes", id="jobset-idle"),
+    # the JobSet counts the nodes' Job failed (or succeeded) before the Trainer writes the TrainJob's condition: the
+    # nodes ran, the outcome is being written (not QUEUED again, as a TrainJob that never started)
+    pytest.param(
+        job(node={"active": 0, "ready": 0, "failed": 1}),
+        TaskExecution.RUNNING,
+        "the nodes' Job failed (3 nodes); waiting for the Trainer",
+        id="node-job-failed-no-condition-yet",
+    ),
+    pytest.param(
+        job(node={"active": 0, "ready": 0, "succeeded": 1}),
+        TaskExecution.RUNNING,
+        "the nodes' Job succeeded (3 nodes); waiting for the Trainer",
+        id="node-job-succeeded-no-condition-yet",
+    ),
     pytest.param(
         job([cond("Suspended", at="2025-01-01T00:01:00Z"), cond("Complete", reason="JobSetCompleted")]),
         TaskExecution.SUCCEEDED,
