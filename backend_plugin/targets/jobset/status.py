@@ -39,6 +39,7 @@ from backend_plugin.status import (
     deciding_condition,
     deciding_type,
     disruption_text,
+    earliest_failure,
     failed_job_status,
     failure_phase,
     fatal_waiting,
@@ -408,6 +409,11 @@ def _from_jobs(read: _Read) -> JobStatus:
     )
     counts = f"child Jobs ready: {counts}" if counts else "no child Job yet"
     failed = [str(e.get("name")) for e in replicated_jobs(job) or [] if _count(e, "failed")]
+    # a pod of this run failed before its Job was counted failed (or active): the same moment, seen from the pods
+    failure = earliest_failure(current_pods(job, read.pods), replica_name) if not failed else ""
+    if failure:
+        message = f"a pod failed ({failure}); the JobSet controller applies its failure policy ({counts})"
+        return JobStatus(TaskExecution.RUNNING, _with_restarts(job, message), read.ctype)
     if failed:
         message = (
             f"a child Job failed ({', '.join(failed)}); the JobSet controller applies its failure policy ({counts})"

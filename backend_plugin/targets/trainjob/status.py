@@ -39,6 +39,7 @@ from backend_plugin.status import (
     deciding_condition,
     deciding_type,
     disruption_text,
+    earliest_failure,
     failed_job_status,
     failure_phase,
     fatal_waiting,
@@ -112,7 +113,8 @@ def needs_pods(job: Mapping[str, Any]) -> bool:
         job: the TrainJob as read from the API.
 
     Returns:
-        True for a Failed job and for one whose node Job is active but not ready (some node is still starting).
+        True for a Failed job, for one whose node Job is active but not ready (a node starting, or restarting in
+        place), and for one whose node Job counts nothing (not created yet, or ended and not counted yet).
     """
     ctype = deciding_type(job, TERMINAL_CONDITIONS)
     if ctype == "Failed":
@@ -120,7 +122,10 @@ def needs_pods(job: Mapping[str, Any]) -> bool:
     if ctype is not None or suspended(job):
         return False
     node = node_status(job)
-    return int(node.get("active") or 0) > 0 and int(node.get("ready") or 0) == 0
+    counts = [int(node.get(key) or 0) for key in ("active", "ready", "failed", "succeeded")]
+    # active and not ready: a node starting, or one waiting to restart in place; nothing counted: a node Job not
+    # created yet, or one that ended and is not counted failed or succeeded yet (the pods tell which)
+    return (counts[0] > 0 and counts[1] == 0) or (bool(node) and not any(counts))
 
 
 def needs_error_report(job: Mapping[str, Any]) -> bool:
@@ -263,6 +268,14 @@ def _from_nodes(read: _Read, config: BackendConfig, now: datetime.datetime) -> J
     if row in ("failed", "succeeded"):
         return JobStatus(phase, f"the nodes' Job {row} ({nodes}); waiting for the Trainer controller to write the "
                                 "TrainJob's outcome")  # fmt: skip
+    # a node that failed: restarted in place (its previous run in lastState), or ended before its Job was counted
+    failure = earliest_failure(read.nodes, node_name) or earliest_failure(read.nodes, node_name, last_state=True)
+    if row == "active" and failure:
+        return JobStatus(TaskExecution.RUNNING, f"restarting nodes ({nodes}): {failure}")
+    if not row and (failure or any(_ran(pod) for pod in read.nodes)):
+        detail = f": {failure}" if failure else ""
+        waiting = "waiting for the Trainer controller to write the TrainJob's outcome"
+        return JobStatus(TaskExecution.RUNNING, f"the nodes ended ({nodes}){detail}; {waiting}")
     if row == "active":
         pending = pending_reason(read.nodes, node_name, accelerator_keys(config))
         return JobStatus(phase, f"starting nodes ({nodes}, not all ready yet){'; ' + pending if pending else ''}")
@@ -270,6 +283,16 @@ def _from_nodes(read: _Read, config: BackendConfig, now: datetime.datetime) -> J
         return JobStatus(phase, f"waiting for nodes ({nodes}, none started yet)")
     disrupted = disruption_text(read.nodes, node_name)  # only where the nodes were read (never a steady poll)
     return JobStatus(phase, f"running ({nodes}, all ready){'; ' + disrupted if disrupted else ''}")
+
+
+def _ran(pod: Mapping[str, Any]) -> bool:
+    """Whether a node's container ran (a terminated state, now or before a restart)."""
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        if isinstance(c, Mapping) and (
+            (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated")
+        ):
+            return True
+    return False
 
 
 def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:

@@ -116,3 +116,35 @@ def test_failure_rule():
 
 
 # --- the contract's failure rule on a TrainJob: the task's own error document decides ----------------------------
+
+
+def _node(index: int, **status: object) -> dict:
+    return {
+        "metadata": {"name": f"j-node-0-{index}-abcde", "creationTimestamp": "2025-01-01T00:09:10Z",
+                     "labels": {"batch.kubernetes.io/job-completion-index": str(index)}},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "node", **status}]},
+    }  # fmt: skip
+
+
+FAILED_ONCE = {"exitCode": 1, "reason": "Error", "finishedAt": "2025-01-01T00:09:40Z"}
+
+
+def test_nodes_that_ran_are_never_reported_as_queued_or_starting_again():
+    """Seen on the real controllers: the torch runtime's node pods restart in place (`restartPolicy: OnFailure`), and
+    while a failed node waits out its back-off the node Job is active and not ready; when the Job has failed, there is
+    a moment when it counts neither active nor failed. Neither is a job starting or queued again: the nodes ran."""
+    crash_loop = _node(2, state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}},
+                       lastState={"terminated": FAILED_ONCE}, restartCount=1)  # fmt: skip
+    restarting = trainjob_status(job(node={"active": 1, "ready": 0}), [_node(0, state={"running": {}}), crash_loop],
+                                 CONFIG, NOW)  # fmt: skip
+    assert restarting.phase == TaskExecution.RUNNING, restarting.message
+    assert restarting.message.startswith("restarting nodes (3 nodes): node-2 (node): exit code 1"), restarting.message
+    ended = job(node={"active": 0, "ready": 0, "failed": 0, "succeeded": 0})
+    assert needs_pods(ended)
+    status = trainjob_status(ended, [_node(2, state={"terminated": FAILED_ONCE})], CONFIG, NOW)
+    assert status.phase == TaskExecution.RUNNING, status.message
+    assert status.message.startswith("the nodes ended (3 nodes): node-2 (node): exit code 1; waiting for the Trainer")
+    # before any node ran, it is what it was: waiting
+    assert trainjob_status(ended, [], CONFIG, NOW).phase == TaskExecution.QUEUED
+    starting = trainjob_status(job(node={"active": 1, "ready": 0}), [_node(0, state={"running": {}})], CONFIG, NOW)
+    assert starting.phase == TaskExecution.INITIALIZING, starting.message
