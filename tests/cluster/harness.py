@@ -483,6 +483,27 @@ class ProcessGuard:
             time.sleep(0.2)
 
 
+PHASE_ORDER = {
+    TaskExecution.UNDEFINED: 0,
+    TaskExecution.QUEUED: 1,
+    TaskExecution.WAITING_FOR_RESOURCES: 2,
+    TaskExecution.INITIALIZING: 3,
+    TaskExecution.RUNNING: 4,
+}
+"""Where a phase stands in a task's life; terminal phases come after every other."""
+
+
+def phases_going_back(answers: list[Answer]) -> list[str]:
+    """Each step where GetTask's phase went back (RUNNING, then INITIALIZING or QUEUED): propeller shows a task's
+    phases as they come, and a job that ran does not start again unless it was restarted."""
+    back = []
+    for before, after in zip(answers, answers[1:], strict=False):
+        rank = (PHASE_ORDER.get(before.phase, 9), PHASE_ORDER.get(after.phase, 9))
+        if rank[1] < rank[0]:
+            back.append(f"{before.name} ({before.message[:120]}) -> {after.name} ({after.message[:160]})")
+    return back
+
+
 # --- one execution on the cluster -------------------------------------------------------------------------------------
 
 TIMES: dict[tuple[str, str], float] = {}
@@ -545,6 +566,8 @@ class Execution:
             answer = self.get()
             self.snapshot()
             if answer.phase in TERMINAL:
+                back = phases_going_back(self.answers)
+                assert not back, f"{self.name}: GetTask's phase went back: {back}"
                 return self.answers
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.name}: no terminal phase after {timeout_s:.0f} s: "
