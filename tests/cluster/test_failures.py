@@ -123,6 +123,7 @@ def test_a_rank_that_raises_fails_the_job_naming_it(real: RealCluster, propeller
     try:
         run.poll(JOB_TIMEOUT_S)
         message = run.answers[-1].message
+        print(f"\n[cluster] failing rank on {kind}: {[(a.name, a.message[:160]) for a in run.answers]}")
         # the contract's rule: rank 2's own error document (a ValueError, not recoverable) makes it a permanent
         # failure, and the message leads with the user's exception
         assert run.phases()[-1] == "FAILED", f"{message}\n{run.logs()}"

@@ -37,9 +37,8 @@ def test_a_condition_that_turns_true_keeps_no_reason_or_message_of_its_false_day
     False one had, and a strategic merge keeps what a patch leaves out."""
     kube = RecordingKube()
     node = SimpleNamespace(agent=SimpleNamespace(state=tmp_path, node_ip="10.78.0.1"), kube=kube)
-    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-           "spec": {"containers": [{"name": "main", "image": "img"}], "initContainers": [{"name": "init", "image": "img"}]},
-           "status": {}}  # fmt: skip
+    spec = {"containers": [{"name": "main", "image": "img"}], "initContainers": [{"name": "init", "image": "img"}]}
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}, "spec": spec, "status": {}}
     runtime = PodRuntime(node, pod)  # type: ignore[arg-type]
     runtime.report()
     before = merged_conditions(kube.patches)["Initialized"]
