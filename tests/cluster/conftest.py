@@ -113,14 +113,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"{s:<36}{cells}")
 
 
-PACKAGED = (
-    "tests.e2e.workflows",
-    "tests.e2e.workflows_official",
-    "tests.e2e.workflows_map",
-    "tests.faults.hang_tasks",
-    "tests.cluster.tasks",
-    "examples.mnist.workflow",
-)
+PACKAGED = ("tests.cluster.workflows", "tests.cluster.workflows_official", "tests.cluster.workflows_map",
+            "examples.mnist.workflow")  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -116,7 +116,7 @@ RANK_TWO_FAILED: dict[str, Callable[[Execution, str], None]] = {
 
 def test_a_rank_that_raises_fails_the_job_naming_it(real: RealCluster, propeller: Propeller, kind: str,
                                                     templates: dict) -> None:  # fmt: skip
-    from tests.e2e.workflows import worker_raises
+    from tests.cluster.workflows import worker_raises
 
     iface = worker_raises.python_interface
     run = execute(real, propeller, kind, templates["worker_raises"], {"fail_rank": 2}, iface.inputs, "fail")
@@ -167,7 +167,7 @@ def test_a_hanging_rank_is_named_and_every_pod_ends_within_the_bound(real: RealC
     failure is not retried (the late rank was still running the task's code). Each pod is its own process group in
     its own network namespace, so the ranks share nothing but the store."""
     from backend_plugin.task_errors import parse_error_document
-    from tests.faults.hang_tasks import HANG_TIMEOUT_S, rank_hangs
+    from tests.cluster.workflows import HANG_TIMEOUT_S, rank_hangs
 
     # The player's bound was the collective timeout + 30 s from the job's start. Here each pod's pyflyte-execute
     # imports flytekit and torch before the collective starts, three at once on two cores: 15 to 30 s on a loaded

@@ -106,7 +106,7 @@ def test_delete_while_running_deletes_the_job_and_the_garbage_collector_takes_it
     """DeleteTask deletes the job (foreground: the job goes last; a TrainJob in the background: it goes first); the
     garbage collector deletes what its controllers made, and nothing is made again meanwhile; the node agent stops
     the pods' containers (SIGTERM, SIGKILL after the grace) and no process of the execution is left on the machine."""
-    from tests.e2e.workflows import sleeps
+    from tests.cluster.workflows import sleeps
 
     iface = sleeps.python_interface
     run = execute(real, propeller, kind, templates["sleeps"], {"seconds": 600}, iface.inputs, "delete",
@@ -168,7 +168,7 @@ def test_gettask_carries_the_live_progress_while_the_job_runs(real: RealCluster,
                                                               templates: dict, marker_dir: Path) -> None:  # fmt: skip
     """Rank 0 of a pod writes the progress record beside the outputs; the connector, asked by GetTask as propeller
     asks it, adds its line to the RUNNING message, and drops it when the job ends."""
-    from tests.e2e.workflows import reports_progress
+    from tests.cluster.workflows import reports_progress
 
     iface = reports_progress.python_interface
     env = {"E2E_MARKER_DIR": str(marker_dir), "FLYTE_PYTORCH_PROGRESS_INTERVAL_S": "1"}  # every second (10 s default)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.cluster.harness import Propeller, RealCluster, execute, kind_params
-from tests.cluster.tasks import MISSING_PRODUCT, POOL_LABEL
+from tests.cluster.workflows import MISSING_PRODUCT, POOL_LABEL
 
 PENDING_TIMEOUT_S = 120.0
 

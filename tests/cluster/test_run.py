@@ -28,6 +28,7 @@ from tests.cluster.harness import (
     execute,
     gpu_request,
     gpu_tolerations,
+    job_collection,
     kind_params,
     read_outputs,
 )
@@ -202,7 +203,7 @@ def propeller(connectors: Callable[..., Propeller], kind: str) -> Propeller:
 
 def test_seed_decorator_allreduce_over_three_ranks(real: RealCluster, propeller: Propeller, kind: str,
                                                     templates: dict) -> None:  # fmt: skip
-    from tests.e2e.workflows import seed_allreduce
+    from tests.cluster.workflows import seed_allreduce
 
     iface = seed_allreduce.python_interface
     run = execute(real, propeller, kind, templates["seed_allreduce"], {"x": 10}, iface.inputs, "seed")
@@ -290,7 +291,7 @@ def test_mnist_example_reaches_the_local_runs_accuracy(real: RealCluster, propel
 def test_elastic_one_to_two_nodes(real: RealCluster, propeller: Propeller, kind: str, templates: dict) -> None:
     """An elastic task (1 to 2 nodes): the operator gives both worker pods the elastic rendezvous (`PET_RDZV_*`,
     `PET_NNODES=1:2`) and no RANK; torch's agent in each pod forms the group."""
-    from tests.e2e.workflows import elastic_allreduce
+    from tests.cluster.workflows import elastic_allreduce
 
     iface = elastic_allreduce.python_interface
     run = execute(real, propeller, kind, templates["elastic_allreduce"], {"x": 1}, iface.inputs, "elastic")
@@ -319,7 +320,7 @@ def test_task_from_flytekits_official_kfpytorch_plugin(real: RealCluster, propel
                                                        templates: dict) -> None:  # fmt: skip
     """A task written with flytekit's own `kfpytorch` plugin runs through our backend (its dialect): master and one
     worker, a CPU-only task on the CPU nodes."""
-    from tests.e2e.workflows_official import official_allreduce
+    from tests.cluster.workflows_official import official_allreduce
 
     iface = official_allreduce.python_interface
     run = execute(real, propeller, kind, templates["official_allreduce"], {"x": 5}, iface.inputs, "official")
@@ -365,3 +366,33 @@ def test_each_mapped_item_is_one_job_reading_its_own_item(real: RealCluster, pro
     finally:
         for run in runs:
             run.finish()
+
+
+# --- the TrainJob kind -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["trainjob"], indirect=True)
+@pytest.mark.parametrize(
+    "task, setting",
+    [
+        ("elastic_allreduce", "Elastic(nnodes="),
+        ("per_role", "Worker(requests/limits=...) differs from Master(requests/limits=...)"),
+    ],
+    ids=["elastic", "per-role"],
+)
+def test_refused_tasks_name_the_setting_and_the_alternative(
+    real: RealCluster, propeller: Propeller, kind: str, templates: dict, task: str, setting: str
+) -> None:
+    """The contract's rule: a task that can never run as a TrainJob is recorded at CreateTask (no job is created,
+    no error for propeller to retry) and reported as a permanent FAILED by the first GetTask, naming the setting and
+    the kind that can run it."""
+    run = execute(real, propeller, kind, templates[task], {"x": 1}, {"x": int}, f"refused-{task[:8]}")
+    try:
+        answer = run.get()
+        assert answer.name == "FAILED", answer
+        assert setting in answer.message and "target: pytorchjob" in answer.message, answer.message
+        jobs = real.kube.get(job_collection(kind))["items"]
+        assert not [j for j in jobs if j["metadata"]["name"] == run.job.job_name] and run.pods() == []
+        run.clock(f"refused at create: {task}")
+    finally:
+        run.finish()
