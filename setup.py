@@ -53,7 +53,7 @@ setup(
         "protobuf>=5.27",
         "dataclasses-json>=0.5.9",
         "pyyaml>=6",
-        "cloudpickle>=2",
+        "cloudpickle>=2.2",
     ],
     extras_require={
         "torch": [TORCH, "numpy>=2"],  # torch warns "Failed to initialize NumPy" on every import without it

@@ -16,7 +16,8 @@ minute or two with the pip that ships with Python, and a slower one is reported 
 library is used: this runs before any virtual environment exists.
 
 Usage: ``MNIST_DATA_DIR=<folder> python3 .ci/readme_install.py WORKDIR`` (WORKDIR must not exist; it is left in place
-for further checks).
+for further checks). ``python3 .ci/readme_install.py --block PAGE MARKER`` prints the lines of a page's fenced block
+after ``<!-- MARKER -->`` (the cluster job's commands, from docs/testing.md).
 """
 
 from __future__ import annotations
@@ -143,6 +144,11 @@ def check_render(repo: Path, env: dict[str, str], example: str) -> None:
 
 
 def main() -> int:
+    if len(sys.argv) == 4 and sys.argv[1] == "--block":
+        # `--block PAGE MARKER`: the lines of a page's fenced block after <!-- MARKER --> (docs/testing.md's
+        # devcluster commands, which the cluster job runs as the page gives them)
+        print(readme_block((ROOT / sys.argv[2]).read_text(encoding="utf-8"), sys.argv[3]))
+        return 0
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     work = Path(sys.argv[1]).resolve()

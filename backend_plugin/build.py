@@ -1,4 +1,4 @@
-"""The one build path: `build_job(template, execution, config, kind)` -> the job, its warnings and the admission
+"""The one build path: `build_job(template, execution, config, target)` -> the job, its warnings and the admission
 model's findings.
 
 `pytorchjob render` prints what it returns and the connector's `create` sends it: read the template
@@ -33,14 +33,14 @@ class WrittenJob:
 
     Attributes:
         job: the job as written (not stamped; never changed afterwards).
-        kind: its kind.
+        target: its kind's target.
         spec: the task it was built from.
         plan: the plan it was written from.
         warnings: the kind's warnings (`JobTarget.warnings`).
     """
 
     job: dict[str, Any]
-    kind: JobTarget
+    target: JobTarget
     spec: TaskSpec
     plan: PodPlan
     warnings: tuple[str, ...]
@@ -52,7 +52,7 @@ class BuiltJob:
 
     Attributes:
         job: the stamped job.
-        kind: its kind.
+        target: its kind's target.
         spec: the task it was built from.
         warnings: backend defaults the kind cannot express and drops, a placement no node can match
             (`JobTarget.warnings`): logged by the connector, printed by `render`.
@@ -62,7 +62,7 @@ class BuiltJob:
     """
 
     job: dict[str, Any]
-    kind: JobTarget
+    target: JobTarget
     spec: TaskSpec
     warnings: tuple[str, ...]
     problems: tuple[Problem, ...]
@@ -130,7 +130,7 @@ def build_job(
     template: Mapping[str, Any],
     execution: ExecutionMetadata,
     config: BackendConfig,
-    kind: JobTarget,
+    target: JobTarget,
     crd: Optional[InstalledCrd] = None,
 ) -> BuiltJob:
     """Build the job one execution of a task becomes, as the connector sends it (pure): `write_job`, then
@@ -140,7 +140,7 @@ def build_job(
         template: the task template (anything `template.read_template` accepts).
         execution: the execution (`execution.execution_metadata`, or `render`'s sample one).
         config: the backend config.
-        kind: the job kind to build.
+        target: the job kind to build.
         crd: the cluster's installed CRD of the kind, when known (read by the connector, `render --crd`): the job
             is fitted to it and judged by it; None: the vendored CRD.
 
@@ -149,14 +149,14 @@ def build_job(
         admission model's findings.
 
     Raises:
-        TemplateError: the template is not a valid pytorch task, or it cannot run as `kind` with this execution and
+        TemplateError: the template is not a valid pytorch task, or it cannot run as `target` with this execution and
             config; the message names the setting and what is allowed.
     """
-    return finish_job(write_job(template, execution, config, kind), crd)
+    return finish_job(write_job(template, execution, config, target), crd)
 
 
 def write_job(
-    template: Mapping[str, Any], execution: ExecutionMetadata, config: BackendConfig, kind: JobTarget
+    template: Mapping[str, Any], execution: ExecutionMetadata, config: BackendConfig, target: JobTarget
 ) -> WrittenJob:
     """Read the template, plan the job (refusing what the kind cannot express) and write it (pure).
 
@@ -164,7 +164,7 @@ def write_job(
         template: the task template.
         execution: the execution.
         config: the backend config.
-        kind: the job kind.
+        target: the job kind.
 
     Returns:
         The job as written, with its plan and the kind's warnings.
@@ -173,8 +173,8 @@ def write_job(
         TemplateError: as `build_job`.
     """
     spec = read_template(template)
-    plan = kind.plan(spec, execution, config)
-    return WrittenJob(kind.write(plan), kind, spec, plan, tuple(kind.warnings(spec, config)))
+    plan = target.plan(spec, execution, config)
+    return WrittenJob(target.write(plan), target, spec, plan, tuple(target.warnings(spec, config)))
 
 
 def finish_job(written: WrittenJob, crd: Optional[InstalledCrd] = None) -> BuiltJob:
@@ -188,11 +188,11 @@ def finish_job(written: WrittenJob, crd: Optional[InstalledCrd] = None) -> Built
     Returns:
         The stamped job and what there is to say about it.
     """
-    kind, spec = written.kind, written.spec
+    target, spec = written.target, written.spec
     if crd is None:
         job = stamp(written.job)
-        return BuiltJob(job, kind, spec, written.warnings, tuple(admit(job)))
-    fitted = kind.fit(written.job, written.plan, crd)
+        return BuiltJob(job, target, spec, written.warnings, tuple(admit(job)))
+    fitted = target.fit(written.job, written.plan, crd)
     job = stamp(fitted.job)
     problems = tuple(admit(job, crd, fitted.advice))
-    return BuiltJob(job, kind, spec, written.warnings + fitted.notes, problems, crd, fitted)
+    return BuiltJob(job, target, spec, written.warnings + fitted.notes, problems, crd, fitted)

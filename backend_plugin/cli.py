@@ -67,13 +67,14 @@ from backend_plugin.build import BuiltJob, build_job
 from backend_plugin.config import ENV_PREFIX, PROGRAM, BackendConfig, load_config
 from backend_plugin.errors import ConfigError, TemplateError
 from backend_plugin.execution import ExecutionIdentity, ExecutionMetadata, execution_metadata, job_name
-from backend_plugin.targets import declaration_for
-from backend_plugin.targets.registry import BY_CONFIG, JobTarget, target_for_config
+from backend_plugin.kinds import declaration_for
+from backend_plugin.targets.registry import BY_CONFIG, KINDS, JobTarget, target_for_config
 from backend_plugin.template import template_to_dict
 from pytorch_contract import template_keys as keys
 from pytorch_contract.install import install_hint
 from pytorch_contract.k8s_metadata import ANNOTATIONS_TOTAL_MAX_BYTES
 from pytorch_contract.k8s_names import DNS1035_LABEL, image_reference_problem
+from pytorch_contract.suggest import closest, did_you_mean
 from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE, TASK_TYPE
 
 __all__ = [
@@ -89,6 +90,8 @@ __all__ = [
     "default_image_warnings",
     "placeholder_warnings",
     "check_job_options",
+    "check_file",
+    "check_path_options",
     "user_output_to_stderr",
     "unfilled_placeholder_warnings",
     "check_report",
@@ -707,20 +710,22 @@ _FILLED_AT = {
     "remote_package_path": "the uploaded code archive of a fast-registered package (`pyflyte package --fast`), "
     "filled when `pyflyte register` uploads it: render the task from its .py file, or package it without --fast",
     "dest_dir": "the folder a fast-registered package is unpacked to, filled at registration (`pyflyte register`)",
-    "runname": "the name of the Flyte 2 run, filled by Flyte 2 when it runs the task",
-    "actionname": "the name of the Flyte 2 action, filled by Flyte 2 when it runs the task",
-    "runstarttime": "the start time of the Flyte 2 run, filled by Flyte 2 when it runs the task",
 }
+_FLYTE2_RUN = ("runname", "actionname", "runstarttime")
+"""Flyte 2's placeholders for the run an action belongs to, in every Flyte 2 task's arguments: Flyte 2 fills them when
+it runs the task, and its entrypoint reads one left unfilled as the `RUN_NAME` or `ACTION_NAME` variable and the
+epoch (`flyte/_bin/runtime.py`, `_run_action`), so they are said, not warned about."""
 
 
 def unfilled_placeholder_warnings(job: Any) -> list[str]:
-    """One warning per Flyte placeholder (`{{ .name }}`) still in the job after rendering, naming what fills it.
+    """The Flyte placeholders (`{{ .name }}`) still in the job after rendering: one line for Flyte 2's run
+    placeholders (who fills them), one warning naming every other one and what fills it.
 
     Args:
         job: the rendered job.
 
     Returns:
-        Warnings for stderr; empty when every placeholder was filled.
+        Lines for stderr; empty when every placeholder was filled.
     """
     found: dict[str, None] = {}
 
@@ -736,13 +741,31 @@ def unfilled_placeholder_warnings(job: Any) -> list[str]:
                 found.setdefault(m.group(0), None)
 
     walk(job)
+    run = [text for text in found if _placeholder_name(text) in _FLYTE2_RUN]
+    other = [text for text in found if text not in run]
     out = []
-    for text in found:
-        m = _UNFILLED.match(text)
-        name = m.group(1) if m else text
-        what = _FILLED_AT.get(name.lower(), "a value Flyte fills when it runs the task, which render cannot know")
-        out.append(f"warning: the job still holds the placeholder {text}: {what}; the job as printed cannot run")
+    if run:
+        out.append(
+            f"note: the job holds Flyte 2's {_listed(run)}, which name the run: Flyte 2 fills them when it runs the "
+            "task"
+        )
+    if other:
+        described = ", ".join(f"{text} ({_FILLED_AT.get(_placeholder_name(text), _UNKNOWN)})" for text in other)
+        noun = "placeholder" if len(other) == 1 else "placeholders"
+        out.append(f"warning: the job still holds the {noun} {described}; the job as printed cannot run")
     return out
+
+
+_UNKNOWN = "a value Flyte fills when it runs the task, which render cannot know"
+
+
+def _placeholder_name(text: str) -> str:
+    m = _UNFILLED.match(text)
+    return (m.group(1) if m else text).lower()
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _not_a_pytorch_task(template: dict[str, Any]) -> Optional[str]:
@@ -871,7 +894,7 @@ def render_job(template: dict[str, Any], args: argparse.Namespace, config: Backe
     if fitted:  # what fitting the job to --crd wrote otherwise or dropped: a note (a `--check` line too)
         built = dataclasses.replace(built, problems=(*built.problems, *(Problem(NOTE, "", "--crd", n) for n in fitted)))
     job = built.job
-    lines = default_image_warnings(job, built.kind) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)
+    lines = default_image_warnings(job, built.target) + placeholder_warnings(meta) + unfilled_placeholder_warnings(job)
     for line in lines:
         print(f"{PROGRAM} render: {line}", file=sys.stderr)
     note = client_side_apply_note(job)
@@ -982,7 +1005,8 @@ def render(template: dict[str, Any], args: argparse.Namespace, config: BackendCo
 
 
 def check_report(job: dict[str, Any], problems: list[Problem]) -> str:
-    """The `--check` report: one line per problem (`<verdict> <path>: <message>`), then the verdict.
+    """The `--check` report: one line per problem (`<verdict> <path>: <message>`, or `<verdict> <message>` when the
+    message starts with the path, so that the path is said once), then the verdict.
 
     Args:
         job: the rendered job.
@@ -992,7 +1016,8 @@ def check_report(job: dict[str, Any], problems: list[Problem]) -> str:
         The report text.
     """
     kind, name = job.get("kind"), (job.get("metadata") or {}).get("name")
-    lines = [f"{p.verdict} {p.path or '-'}: {p.message}" for p in problems]
+    lines = [f"{p.verdict} {p.message}" if p.path and p.message.startswith(p.path) else
+             f"{p.verdict} {p.path or '-'}: {p.message}" for p in problems]  # fmt: skip
     refusing = [p for p in problems if p.refuses]
     if refusing:
         lines.append(f"{kind} {name}: refused ({len(refusing)} problem(s)); nothing would be sent")
@@ -1021,7 +1046,8 @@ def refused_report(kind: str, name: str, error: TemplateError) -> str:
     return f"{REFUSED} -: {error}\n{kind} {name}: refused (1 problem(s)); nothing would be sent\n"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """(the program's parser, `render`'s)."""
     parser = argparse.ArgumentParser(prog=PROGRAM, description="Tools for the Kubeflow job backend of Flyte.")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser(
@@ -1079,7 +1105,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--output-prefix",
         metavar="URL",
-        help=f"where the task writes its outputs (default: {DEFAULT_BUCKET}/NAME)",
+        help=f"where the task writes its outputs: a URL or a path every pod mounts (default: {DEFAULT_BUCKET}/NAME)",
     )
     r.add_argument(
         "--raw-output-prefix",
@@ -1094,7 +1120,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--prev-checkpoint", metavar="URL", help="a previous run's checkpoints to resume from (default: none)"
     )
-    return parser
+    return parser, r
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -1112,10 +1138,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         SystemExit: from argparse, for `--help` and for arguments it cannot parse (exit code 2). Every other error
             of bad input is caught here and becomes the one-line message and return code 2.
     """
-    parser = _parser()
-    args = parser.parse_args(argv)
+    parser, render_parser = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would show the program's usage: a misspelled flag of `render` gets `render`'s
+        render_parser.error(f"unrecognized arguments: {' '.join(unknown)}{_nearest_flags(render_parser, unknown)}")
     try:
-        return _render_command(parser, args)
+        return _render_command(render_parser, args)
     except (RenderError, TemplateError, ConfigError, OSError) as e:
         print(f"{PROGRAM} render: {e}", file=sys.stderr)
         return 2
@@ -1128,9 +1156,81 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 3
 
 
+def _nearest_flags(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """ "; did you mean '--check'?" for the first unknown flag with a near one, else ""."""
+    flags = [f for action in parser._actions for f in action.option_strings if f.startswith("--")]
+    for arg in extra:
+        name = arg.split("=", 1)[0]
+        if name.startswith("--") and closest(name, flags):
+            return f"; {did_you_mean(name, flags)}"
+    return ""
+
+
+def check_file(args: argparse.Namespace, option: str, config: Optional[BackendConfig] = None) -> None:
+    """`--crd` or `--config` names a file that exists, checked before the file is read and before the task's module
+    is imported.
+
+    Args:
+        args: parsed arguments.
+        option: `crd` or `config`.
+        config: the backend config (its `target` names the CRD to save when `--target` is not given).
+
+    Raises:
+        RenderError: the file is missing or is not a file; the message names the option, the path and what to pass.
+    """
+    path = getattr(args, option, None)
+    if not path or os.path.isfile(path):
+        return
+    if option == "config":
+        fix = (
+            "pass a backend config YAML file (docs/reference/backend-config.md), or leave --config out to use "
+            f"{ENV_PREFIX}CONFIG and the {ENV_PREFIX}* variables"
+        )
+    else:
+        target = BY_CONFIG.get(getattr(args, "target", None) or (config.target if config is not None else ""))
+        names = [target.declaration.crd_name] if target is not None else [t.declaration.crd_name for t in KINDS]
+        fix = f"save the cluster's CRD with `kubectl get crd {' or '.join(names)} -o yaml > FILE` and pass that FILE"
+    problem = "no such file" if not os.path.exists(path) else "not a file"
+    raise RenderError(f"--{option} {path}: {problem}; {fix}")
+
+
+_PATH_OPTIONS = ("inputs", "output_prefix", "raw_output_prefix", "checkpoint_prefix", "prev_checkpoint")
+"""The options that name where the job's pods read or write (a blob URL, or a path every pod mounts)."""
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+"""A URL's scheme (RFC 3986) and `://`: what fsspec's `split_protocol`, and so flytekit's data persistence, takes as a
+protocol (`s3://`, `gs://`, `abfs://`, `file://`); any other string is a local path."""
+
+
+def check_path_options(args: argparse.Namespace) -> None:
+    """The path options name a URL or an absolute path: flytekit reads a string without a protocol as a local path,
+    and a relative one is then relative to the pod's working directory, where nothing outside the pod reads it.
+
+    Args:
+        args: parsed arguments.
+
+    Raises:
+        RenderError: a value that is neither; the message names the option, the value and what is allowed.
+    """
+    for name in _PATH_OPTIONS:
+        value = getattr(args, name, None)
+        if not value or value == '""' and name == "prev_checkpoint":  # Flyte's own "no previous checkpoint"
+            continue
+        if not (_URL.match(value) or value.startswith("/")):
+            option = "--" + name.replace("_", "-")
+            raise RenderError(
+                f"{option} {value!r} is neither a URL nor an absolute path: the pods would read it relative to their "
+                "working directory; pass a URL of your blob store (s3://bucket/run-1, gs://..., abfs://...) or a "
+                "path every pod mounts (/mnt/runs/run-1)"
+            )
+
+
 def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """`render`: the template, the inputs it is given, then the job or its `--check` report on stdout."""
+    check_file(args, "config")
+    check_path_options(args)
     config = check_job_options(args, _load_config(args.config))
+    check_file(args, "crd", config)
     given = parse_inputs(args.input)
     if given and not (args.inputs_to or args.output_prefix):
         raise RenderError("--input needs --inputs-to PREFIX (a local folder or a URL) or --output-prefix")

@@ -37,6 +37,25 @@ class ConfigError(ValueError):
     """A backend configuration value that is not allowed; the message names the field, the value and the rule."""
 
 
+class StorageUnavailable(Exception):
+    """Blob storage did not answer a read whose answer decides a phase (the task's outputs, its error documents):
+    unknown, which is never a phase. `get` raises it, so that propeller polls again; the next poll reads again.
+
+    Args:
+        what: what was read (`outputs.pb`, `the error documents`).
+        prefix: the output prefix it was read under.
+        error: what the store's client raised (only its type and text are kept: no credentials are in them).
+    """
+
+    def __init__(self, what: str, prefix: str, error: BaseException) -> None:
+        self.what, self.prefix = what, prefix
+        self.reason = redact(f"{type(error).__name__}: {error}")
+        super().__init__(
+            f"blob storage could not be read for {what} under {prefix} ({self.reason}): whether it is there is "
+            "unknown, so no phase is reported; Flyte polls again"
+        )
+
+
 RBAC_MANIFEST = "backend_plugin/deploy/rbac.yaml"
 """The ClusterRole/Role the connector's service account needs (written next to the builder)."""
 

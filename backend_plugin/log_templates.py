@@ -13,13 +13,23 @@ instead of being shown with the placeholder in its URL.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Optional
 
 from backend_plugin.errors import ConfigError
 
-__all__ = ["VARIABLES", "LogTemplate", "check_templates", "render_template", "link_types", "LINK_TYPE_KEY"]
+__all__ = [
+    "VARIABLES",
+    "TIME_VARIABLES",
+    "LogTemplate",
+    "check_templates",
+    "render_template",
+    "link_types",
+    "uses_time",
+    "LINK_TYPE_KEY",
+]
 
 LINK_TYPE_KEY = "link_type"
 """The task template config key that selects dynamic log links (set by flytekit plugins such as `@vscode`)."""
@@ -129,9 +139,42 @@ def render_template(
         placeholder left in it leads nowhere).
     """
     config = task_config or {}
-    missing = [key for key in _TASK_CONFIG_VAR.findall(template) if key not in config]
-    if missing:
+    parts = _parts(template)
+    if any(key not in config for kind, key in parts if kind == _CONFIG):
         return None
-    # The link's own variables first: a config value is inserted as it is, never read as a template itself.
-    filled = _VAR.sub(lambda m: values[m.group(1)], template)
-    return _TASK_CONFIG_VAR.sub(lambda m: str(config[m.group(1)]), filled)
+    # A value, the link's own or the config's, is inserted as it is, never read as a template itself.
+    return "".join(
+        text if kind == _TEXT else values[text] if kind == _OWN else str(config[text]) for kind, text in parts
+    )
+
+
+TIME_VARIABLES = frozenset({"podUnixStartTime", "podUnixFinishTime", "podRFC3339StartTime", "podRFC3339FinishTime"})
+"""The variables whose value moves while a pod runs (its finish is then the time of the poll)."""
+
+
+def uses_time(template: str) -> bool:
+    """Whether a checked template reads a pod's start or finish time.
+
+    Args:
+        template: a template that passed `check_templates`.
+
+    Returns:
+        True when a link of it changes from one poll to the next while its pod runs.
+    """
+    return any(kind == _OWN and name in TIME_VARIABLES for kind, name in _parts(template))
+
+
+_TEXT, _OWN, _CONFIG = 0, 1, 2
+
+
+@functools.lru_cache(maxsize=256)
+def _parts(template: str) -> tuple[tuple[int, str], ...]:
+    """A template cut once into its text and its variables (`_OWN` link variables, `_CONFIG` taskConfig keys)."""
+    out: list[tuple[int, str]] = []
+    at = 0
+    for m in re.finditer(f"{_VAR.pattern}|{_TASK_CONFIG_VAR.pattern}", template):
+        out.append((_TEXT, template[at : m.start()]))
+        out.append((_OWN, m.group(1)) if m.group(1) is not None else (_CONFIG, m.group(2)))
+        at = m.end()
+    out.append((_TEXT, template[at:]))
+    return tuple(out)

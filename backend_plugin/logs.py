@@ -30,12 +30,12 @@ Examples, one per common log store (the templates are used verbatim; shown short
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.kube.timestamps import parse_time, rfc3339
 from backend_plugin.log_templates import VARIABLES, LogTemplate, check_templates, link_types, render_template
-from backend_plugin.timestamps import parse_time, rfc3339
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
 __all__ = ["link_templates", "pod_times", "link_values", "check_templates", "render_template", "VARIABLES"]
@@ -85,7 +85,7 @@ def link_templates(config: BackendConfig, task_config: Mapping[str, str] | None)
         ConfigError: a template is malformed (see `check_templates`).
     """
     wanted = link_types(task_config)
-    return [t for t in check_templates(config.status.log_links) if not t.link_type or t.link_type in wanted]
+    return [t for t in config.status.checked_log_links if not t.link_type or t.link_type in wanted]
 
 
 def link_values(
@@ -96,10 +96,11 @@ def link_values(
     job_name: str,
     replica_type: str,
     index: int,
-    start: datetime.datetime,
-    finish: datetime.datetime,
-) -> dict[str, str]:
-    """The template variables of one replica's (or node's) link.
+    job: Mapping[str, Any],
+    now: datetime.datetime,
+) -> Mapping[str, str]:
+    """The template variables of one replica's (or node's) link, each made when a template reads it: a link that
+    names only the pod reads no time (`pod_times` runs for the first time variable read).
 
     Args:
         pod: the replica's pod; None for a replica without a listed pod yet.
@@ -109,24 +110,58 @@ def link_values(
         job_name: the job's name.
         replica_type: `master`, `worker`, `node`.
         index: the replica's index.
-        start: `pod_times`' start.
-        finish: `pod_times`' finish.
+        job: the job (the replica's times when its pod has none).
+        now: the finish of a replica still running.
 
     Returns:
         Variable name -> value, one entry per `VARIABLES` name.
     """
-    return {
-        "podName": pod_name,
-        "namespace": namespace,
-        "containerName": container,
-        "podUID": str(((pod or {}).get("metadata") or {}).get("uid", "")),
-        "jobName": job_name,
-        "replicaName": f"{replica_type}-{index}",
-        "replicaType": replica_type,
-        "replicaIndex": str(index),
-        "hostname": str(((pod or {}).get("spec") or {}).get("nodeName", "")),
-        "podUnixStartTime": str(int(start.timestamp())),
-        "podUnixFinishTime": str(int(finish.timestamp())),
-        "podRFC3339StartTime": rfc3339(start),
-        "podRFC3339FinishTime": rfc3339(finish),
-    }
+    times: list[tuple[datetime.datetime, datetime.datetime]] = []
+
+    def start() -> datetime.datetime:
+        if not times:
+            times.append(pod_times(pod, job, now))
+        return times[0][0]
+
+    def finish() -> datetime.datetime:
+        start()
+        return times[0][1]
+
+    return _LinkValues(
+        {
+            "podName": lambda: pod_name,
+            "namespace": lambda: namespace,
+            "containerName": lambda: container,
+            "podUID": lambda: str(((pod or {}).get("metadata") or {}).get("uid", "")),
+            "jobName": lambda: job_name,
+            "replicaName": lambda: f"{replica_type}-{index}",
+            "replicaType": lambda: replica_type,
+            "replicaIndex": lambda: str(index),
+            "hostname": lambda: str(((pod or {}).get("spec") or {}).get("nodeName", "")),
+            "podUnixStartTime": lambda: str(int(start().timestamp())),
+            "podUnixFinishTime": lambda: str(int(finish().timestamp())),
+            "podRFC3339StartTime": lambda: rfc3339(start()),
+            "podRFC3339FinishTime": lambda: rfc3339(finish()),
+        }
+    )
+
+
+class _LinkValues(Mapping[str, str]):
+    """A link's variables, each made on first read."""
+
+    __slots__ = ("_made", "_makers")
+
+    def __init__(self, makers: dict[str, Callable[[], str]]) -> None:
+        self._makers = makers
+        self._made: dict[str, str] = {}
+
+    def __getitem__(self, name: str) -> str:
+        if name not in self._made:
+            self._made[name] = self._makers[name]()
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)

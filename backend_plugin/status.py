@@ -38,8 +38,8 @@ from typing import Any, Optional
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.kube.timestamps import EPOCH, parse_time
 from backend_plugin.task_errors import ErrorReport, TaskError
-from backend_plugin.timestamps import EPOCH, parse_time
 from pytorch_contract.preemption import PREEMPTED_EXIT_CODE
 
 __all__ = [

@@ -62,6 +62,7 @@ from pytorch_contract.k8s_names import (
     LABEL_VALUE,
     MAX_REPLICAS_PER_ROLE,
     image_reference_problem,
+    queue_name_problem,
 )
 from pytorch_contract.pod_rules import env_name_problems
 from pytorch_contract.quantity import is_quantity, parse_quantity
@@ -554,8 +555,10 @@ def _k8s_resources(resources: Mapping[str, Any], path: str) -> dict[str, dict[st
 
 def _scheduling(cfg: Mapping[str, str], total: int) -> SchedulingSpec:
     queue = cfg.get(keys.QUEUE)
-    if queue is not None and not LABEL_VALUE.match(queue):
-        raise _err(f"config[{keys.QUEUE!r}]", queue, "must be a non-empty label value (<=63 of [A-Za-z0-9-_.])")
+    problem = queue_name_problem(queue) if queue is not None else None
+    if problem is not None:
+        # The rule, with its upstream source (Kueue's webhook), is the contract's: the SDK refuses the same names.
+        raise _err(f"config[{keys.QUEUE!r}]", queue, f"is not a queue name Kueue admits: {problem}")
     priority_class = cfg.get(keys.PRIORITY_CLASS)
     if priority_class is not None and not DNS1123_SUBDOMAIN.match(priority_class):
         raise _err(

@@ -32,11 +32,19 @@ Usage::
 
     python benchmarks/connector_scale.py [--jobs 2000] [--pollers 32] [--latency-ms 20] [--seconds 35]
                                          [--executor-threads N] [--get-threads N] [--cache off|on]
-                                         [--progress off|on|both] [--kind pytorchjob|jobset] [--json PATH]
+                                         [--progress off|on|both] [--log-links off|on|both]
+                                         [--kind pytorchjob|trainjob|jobset] [--json PATH]
 
 ``--kind`` picks the job kind the connector tracks (PyTorchJobs by default): JobSets are our golden CPU JobSet, Running
 as the JobSet controller reports it (every child Job ready, no condition), and the Created job a JobSet whose worker
-Job has 1,000 pods starting.
+Job has 1,000 pods starting; TrainJobs are our golden CPU TrainJob, Running as Trainer reports it (its node Job ready),
+and the Created job a TrainJob of 1,000 nodes starting.
+
+``--log-links on`` configures one log link (the connector's ``log_links``, from a ``PYTORCHJOB_CONFIG`` file) and puts
+every tracked job's pods on the fake API, as their controllers name them: a TrainJob's and a JobSet's links name their
+pods, whose names only a pod list tells. ``--log-links both`` measures without, then with, and prints the two side by
+side (with ``--progress both``: the four runs, two tables). The script runs the connector of the checkout it stands
+in, so it measures an earlier commit as well: copy it into a checkout of that commit and run it there.
 
 ``--cache on|off`` sets the connector's watch-cache setting (``PYTORCHJOB_<SETTING>=true|false``, the setting named by
 ``--cache-setting``) in the connector's environment; it stops with an error while the connector has no such setting.
@@ -85,9 +93,15 @@ BIG_JOB = "big-created"
 STALE_JOB = "job-00000"
 PROGRESS_LINE = "; step 1,200/5,000 (24%)"
 """What the message of a job with a record carries (`write_records`)."""
-KINDS = ("pytorchjob", "jobset")
+KINDS = ("pytorchjob", "trainjob", "jobset")
 """The job kinds `--kind` can track (a kind's golden job, its Running status and its starting job are below)."""
+KIND_NAMES = {"pytorchjob": ("PyTorchJob", "pytorchjobs"), "trainjob": ("TrainJob", "trainjobs"),
+              "jobset": ("JobSet", "jobsets")}  # fmt: skip
+"""`--kind` -> (the object's kind, its plural)."""
 GOLDEN_JOBSET = ROOT / "tests" / "targets" / "jobset" / "golden" / "cpu_only.yaml"
+GOLDEN_TRAINJOB = ROOT / "tests" / "data" / "trainjobs" / "cpu_only.yaml"
+LOG_LINKS = [{"name": "Logs", "template": "https://logs.example.com/{{ .namespace }}/{{ .podName }}"}]
+"""The one log link `--log-links on` configures (a site's log store, as most have one)."""
 _META_KIND: dict[str, str] = {}
 """The `kind` every GetTask's resource meta names (set from `--kind`; none for the default kind, as Flyte stores it)."""
 
@@ -109,8 +123,9 @@ def _jobset_status(conditions: list[str]) -> dict:
     return {"conditions": done, "replicatedJobsStatus": ready, "restarts": 0}
 
 
-def _serve_jobset_api(jobs: int, big_workers: int, latency_ms: float) -> Any:
-    """The fake API of `_serve_api` with JobSets: `jobs` Running ones, and a starting one with `big_workers` pods."""
+def _serve_jobset_api(jobs: int, big_workers: int, latency_ms: float, pods: bool) -> Any:
+    """The fake API of `_serve_api` with JobSets: `jobs` Running ones (with their pods when `pods`), and a starting one
+    with `big_workers` pods."""
     import yaml
 
     from tests.fakeapi.server import FakeKubeApi
@@ -124,7 +139,11 @@ def _serve_jobset_api(jobs: int, big_workers: int, latency_ms: float) -> Any:
             job = copy.deepcopy(base)
             job["metadata"].update(name=f"job-{i:05d}", namespace=namespace)
             job["status"] = _jobset_status([])
-            api.put_job(job)
+            stored = api.put_job(job)
+            if pods:
+                api.put_pod(pod(stored, 0, role="master"))
+                for index in range(int(stored["spec"]["replicatedJobs"][1].get("replicas", 1)) * 2):
+                    api.put_pod(pod(stored, index))
     if big_workers:
         big = copy.deepcopy(base)
         big["metadata"].update(name=BIG_JOB, namespace=NAMESPACE, creationTimestamp="2025-01-01T00:00:00Z")
@@ -144,7 +163,49 @@ def _serve_jobset_api(jobs: int, big_workers: int, latency_ms: float) -> Any:
     return api
 
 
-def _serve_api(jobs: int, big_workers: int, latency_ms: float, kind: str = "pytorchjob") -> None:
+def _trainjob_status(conditions: list[str], nodes: int = 2) -> dict:
+    """A TrainJob's status as Trainer writes it: Running (its node Job ready, no condition), or Complete."""
+    stamp = "2025-01-01T00:00:00Z"
+    done = [{"type": "Complete", "status": "True", "reason": "JobsCompleted", "message": "the trainjob completed",
+             "lastTransitionTime": stamp}] if "Succeeded" in conditions else []  # fmt: skip
+    return {"conditions": done, "jobsStatus": [{"name": "node", "ready": nodes, "active": nodes}]}
+
+
+def _serve_trainjob_api(jobs: int, big_workers: int, latency_ms: float, pods: bool) -> Any:
+    """The fake API of `_serve_api` with TrainJobs: `jobs` Running ones (with their nodes' pods when `pods`), and a
+    starting one of `big_workers` nodes."""
+    import yaml
+
+    from tests.fakeapi.objects import node_pod
+    from tests.fakeapi.server import FakeKubeApi
+
+    base = yaml.safe_load(GOLDEN_TRAINJOB.read_text())
+    base["metadata"]["labels"] = {**(base["metadata"].get("labels") or {}), **MANAGED_BY}
+    nodes = int(base["spec"]["trainer"]["numNodes"])
+    api = FakeKubeApi(history_limit=10_000).start()
+    for namespace, count in ((NAMESPACE, jobs), (WARMUP_NAMESPACE, 64)):
+        for i in range(count):
+            job = copy.deepcopy(base)
+            job["metadata"].update(name=f"job-{i:05d}", namespace=namespace)
+            job["status"] = _trainjob_status([], nodes)
+            stored = api.put_job(job)
+            if pods:
+                for index in range(nodes):
+                    api.put_pod(node_pod(stored, index))
+    if big_workers:
+        big = copy.deepcopy(base)
+        big["metadata"].update(name=BIG_JOB, namespace=NAMESPACE, creationTimestamp="2025-01-01T00:00:00Z")
+        big["spec"]["trainer"]["numNodes"] = big_workers
+        big["status"] = {"jobsStatus": [{"name": "node", "active": big_workers, "ready": 0}]}
+        stored = api.put_job(big)
+        for index in range(big_workers):
+            api.put_pod(node_pod(stored, index, "Pending", waiting={"reason": "ContainerCreating"}))
+    if latency_ms:
+        api.delay(latency_ms / 1000, times=None, before=True)
+    return api
+
+
+def _serve_api(jobs: int, big_workers: int, latency_ms: float, kind: str = "pytorchjob", pods: bool = False) -> None:
     """Child process: run the fake API with `jobs` Running jobs, answer control commands on stdin (JSON lines)."""
     import yaml
 
@@ -152,7 +213,10 @@ def _serve_api(jobs: int, big_workers: int, latency_ms: float, kind: str = "pyto
     from tests.fakeapi.server import FakeKubeApi
 
     if kind == "jobset":
-        _answer(_serve_jobset_api(jobs, big_workers, latency_ms), kind)
+        _answer(_serve_jobset_api(jobs, big_workers, latency_ms, pods), kind)
+        return
+    if kind == "trainjob":
+        _answer(_serve_trainjob_api(jobs, big_workers, latency_ms, pods), kind)
         return
     base = yaml.safe_load(GOLDEN_JOB.read_text())
     base["metadata"]["labels"] = {**(base["metadata"].get("labels") or {}), **MANAGED_BY}
@@ -165,7 +229,11 @@ def _serve_api(jobs: int, big_workers: int, latency_ms: float, kind: str = "pyto
             job = copy.deepcopy(base)
             job["metadata"].update(name=f"job-{i:05d}", namespace=namespace)
             job["status"] = running
-            api.put_job(job)
+            stored = api.put_job(job)
+            if pods:
+                api.put_pod(replica_pod(stored, "Master", 0))
+                for index in range(int(stored["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"])):
+                    api.put_pod(replica_pod(stored, "Worker", index))
     if big_workers:
         big = copy.deepcopy(base)
         big["metadata"].update(name=BIG_JOB, namespace=NAMESPACE, creationTimestamp="2025-01-01T00:00:00Z")
@@ -182,7 +250,7 @@ def _serve_api(jobs: int, big_workers: int, latency_ms: float, kind: str = "pyto
 
 def _answer(api: Any, kind: str) -> None:
     """Print the API's address, then answer the driver's commands until it quits."""
-    jobset = kind == "jobset"
+    object_kind, plural = KIND_NAMES[kind]
     print(json.dumps({"host": api.host}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -202,13 +270,14 @@ def _answer(api: Any, kind: str) -> None:
         elif cmd["cmd"] == "unstall_watches":
             api.unstall_watches()
         elif cmd["cmd"] == "watch_answers_a_list":  # a proxy answering the next watch with a LIST body
-            body = json.dumps({"kind": "JobSetList" if jobset else "PyTorchJobList", "items": [],
-                               "apiVersion": "jobset.x-k8s.io/v1alpha2" if jobset else "kubeflow.org/v1",
+            body = json.dumps({"kind": f"{object_kind}List", "items": [],
                                "metadata": {"resourceVersion": api.resource_version}}).encode()  # fmt: skip
             api.answer_raw(200, body, times=1, verb="watch")
             out["dropped"] = api.drop_watches()
-        elif cmd["cmd"] == "set_conditions" and jobset:
-            api.set_job_status(NAMESPACE, cmd["name"], _jobset_status(cmd["conditions"]), "jobsets")
+        elif cmd["cmd"] == "set_conditions" and kind == "jobset":
+            api.set_job_status(NAMESPACE, cmd["name"], _jobset_status(cmd["conditions"]), plural)
+        elif cmd["cmd"] == "set_conditions" and kind == "trainjob":
+            api.set_job_status(NAMESPACE, cmd["name"], _trainjob_status(cmd["conditions"]), plural)
         elif cmd["cmd"] == "set_conditions":
             api.set_job_status(NAMESPACE, cmd["name"], {"conditions": [_condition(c) for c in cmd["conditions"]]})
         elif cmd["cmd"] == "quit":
@@ -233,7 +302,7 @@ def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_thr
     if cache == "on" and cache_setting not in KEYS:
         raise SystemExit(
             f"--cache on: BackendConfig has no setting {cache_setting!r} yet; the connector does not use "
-            "backend_plugin/watch.py. Run with --cache off, or name the setting with --cache-setting."
+            "its watch cache. Run with --cache off, or name the setting with --cache-setting."
         )
     configuration = client.Configuration()
     configuration.host = api_host
@@ -250,7 +319,14 @@ def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_thr
 
         for line in sys.stdin:
             if json.loads(line)["cmd"] == "progress":
-                print(json.dumps(ConnectorRegistry.get_connector("pytorch", 1).progress.stats()), flush=True)
+                connector = ConnectorRegistry.get_connector("pytorch", 1)
+                service = getattr(connector, "service", None)
+                if service is None:  # a connector before one service per process (measuring an earlier commit)
+                    print(json.dumps(connector.progress.stats()), flush=True)
+                    continue
+                session = service.session()
+                print(json.dumps({**session.progress.stats(), "pod_lists_for_links": session.log_pods.lists}),
+                      flush=True)  # fmt: skip
 
     threading.Thread(target=answer_commands, name="bench-commands", daemon=True).start()
 
@@ -461,6 +537,7 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
         reads = sum(n for key, n in counts.items() if key.split()[0] in ("get", "list"))
         watches = sum(n for key, n in counts.items() if key.split()[0] == "watch")
         figures["api_requests_per_gettask"] = round(reads / max(calls, 1), 3)
+        figures["pod_lists_per_gettask"] = round(counts.get("list pods", 0) / max(calls, 1), 3)
         figures["api_watch_requests_in_window"] = watches
         figures["api_requests_by_verb"] = counts
         figures["rss_end_mib"] = round(_rss_mib(pid), 1)
@@ -489,7 +566,7 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
         api.ask("unstall_watches")
         # The job reads the cache itself makes (GET, LIST, WATCH of the jobs); the staleness job's pod lists are what
         # its status needs on every poll, stall or not.
-        plural = "jobsets" if args.kind == "jobset" else "pytorchjobs"
+        plural = KIND_NAMES[args.kind][1]
         job_reads = sum(n for key, n in stall_counts.items() if key.endswith(f" {plural}"))
         figures["api_requests_per_s_during_stall"] = round(job_reads / max(stall_s, 1.0), 3)
         figures["api_requests_during_stall"] = stall_counts
@@ -588,11 +665,16 @@ def main(argv: list[str] | None = None) -> int:
         "--progress", choices=("off", "on", "both"), default="off",
         help="a progress record beside every job's outputs (on), none (off), or one run of each (both)",
     )  # fmt: skip
+    parser.add_argument(
+        "--log-links", choices=("off", "on", "both"), default="off",
+        help="one log link configured and every job's pods on the API (on), none (off), or one run of each (both)",
+    )  # fmt: skip
     parser.add_argument("--kind", choices=KINDS, default="pytorchjob", help="the job kind tracked (default pytorchjob)")
     parser.add_argument(
         "--json", metavar="PATH", help="also write the figures to PATH as JSON (--progress both: {off: ..., on: ...})"
     )
     parser.add_argument("--role", choices=("api", "connector"), help=argparse.SUPPRESS)
+    parser.add_argument("--pods", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--api-host", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for name in ("jobs", "pollers"):
@@ -601,50 +683,61 @@ def main(argv: list[str] | None = None) -> int:
     if args.executor_threads < 0:
         parser.error(f"--executor-threads={args.executor_threads} must be 0 (asyncio's default) or more")
     if args.role == "api":
-        _serve_api(args.jobs, args.big_workers, args.latency_ms, args.kind)
+        _serve_api(args.jobs, args.big_workers, args.latency_ms, args.kind, args.pods)
         return 0
     if args.role == "connector":
         _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads, args.sync_get)
         return 0
 
-    modes = ("off", "on") if args.progress == "both" else (args.progress,)
-    results = {mode: run(args, mode) for mode in modes}
-    if len(results) > 1:
-        print(side_by_side(results["off"], results["on"]))
+    progress_modes = ("off", "on") if args.progress == "both" else (args.progress,)
+    link_modes = ("off", "on") if args.log_links == "both" else (args.log_links,)
+    results = {(p, links): run(args, p, links) for links in link_modes for p in progress_modes}
+    for links in link_modes:
+        if len(progress_modes) > 1:
+            print(f"log links {links}:" + side_by_side(results[("off", links)], results[("on", links)], "progress"))
+    for p in progress_modes:
+        if len(link_modes) > 1:
+            print(f"progress {p}:" + side_by_side(results[(p, "off")], results[(p, "on")], "log links"))
     if args.json:
-        Path(args.json).write_text(json.dumps(results if len(results) > 1 else results[modes[0]], indent=1))
+        named = {f"progress {p}, log links {links}": r for (p, links), r in results.items()}
+        Path(args.json).write_text(json.dumps(named if len(named) > 1 else next(iter(named.values())), indent=1))
     return 0
 
 
-def run(args: argparse.Namespace, progress: str) -> dict[str, Any]:
+def run(args: argparse.Namespace, progress: str, log_links: str = "off") -> dict[str, Any]:
     """One measurement: a fake API and a connector of their own, over a fresh blob store (`progress` "on": a record
-    beside every job's outputs).
+    beside every job's outputs; `log_links` "on": one log link configured, and every job's pods on the API).
 
     Args:
         args: the parsed command line.
         progress: "off" or "on".
+        log_links: "off" or "on".
 
     Returns:
         The figures, with the load average before and after and each goal's verdict.
     """
     global BLOBS
     load = os.getloadavg()
-    print(f"progress {progress}: load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
-          f"{os.cpu_count()} CPUs", flush=True)  # fmt: skip
+    print(f"progress {progress}, log links {log_links}: load average before: {load[0]:.2f} {load[1]:.2f} "
+          f"{load[2]:.2f} on {os.cpu_count()} CPUs (a loaded machine's figures are not final)", flush=True)  # fmt: skip
     common = ["--jobs", str(args.jobs), "--big-workers", str(args.big_workers), "--latency-ms", str(args.latency_ms)]
     if args.kind != "pytorchjob":
-        _META_KIND["kind"] = "JobSet"
+        _META_KIND["kind"] = KIND_NAMES[args.kind][0]
     with tempfile.TemporaryDirectory(prefix="connector-scale-blobs-") as blobs:
         BLOBS = Path(blobs)
         if progress == "on":
             write_records([f"job-{i:05d}" for i in range(args.jobs)], NAMESPACE)
             write_records([f"job-{i:05d}" for i in range(64)], WARMUP_NAMESPACE)
-        api = _Child(["--role", "api", *common, "--kind", args.kind])
+        api = _Child(["--role", "api", *common, "--kind", args.kind, *(["--pods"] if log_links == "on" else [])])
         conn = None
         try:
             env = {f"PYTORCHJOB_{args.cache_setting.upper()}": "true" if args.cache == "on" else "false"}
             if args.get_threads:
                 env["PYTORCHJOB_GET_THREADS"] = str(args.get_threads)
+            if log_links == "on":  # a list: only a config file sets it
+                config = Path(blobs) / "backend-config.yaml"
+                config.write_text(json.dumps({"log_links": LOG_LINKS}))
+                env["PYTORCHJOB_CONFIG"] = str(config)
             conn = _Child(["--role", "connector", "--api-host", api.hello["host"], "--cache", args.cache,
                            "--cache-setting", args.cache_setting, "--executor-threads", str(args.executor_threads),
                            *(["--sync-get"] if args.sync_get else [])],
@@ -661,7 +754,8 @@ def run(args: argparse.Namespace, progress: str) -> dict[str, Any]:
     after = os.getloadavg()
     result = {
         "jobs": args.jobs, "pollers": args.pollers, "latency_ms": args.latency_ms, "seconds": args.seconds,
-        "kind": args.kind, "cache": args.cache, "progress": progress, "cpus": conn.hello["cpus"] if conn else None,
+        "kind": args.kind, "cache": args.cache, "progress": progress, "log_links": log_links,
+        "cpus": conn.hello["cpus"] if conn else None,
         "executor_threads": conn.hello["executor_threads"] if conn else None, "sync_get": args.sync_get,
         "get_threads": args.get_threads or None,
         "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in after], **figures,
@@ -678,21 +772,23 @@ SIDE_BY_SIDE = (
     ("p50_ms", "p50 ms"),
     ("p99_ms", "p99 ms"),
     ("api_requests_per_gettask", "API requests per GetTask"),
+    ("pod_lists_per_gettask", "pod lists per GetTask"),
     ("connector_cpu_ms_per_gettask", "connector CPU ms per GetTask"),
     ("rss_per_1000_jobs_mib", "RSS MiB per 1,000 jobs"),
     ("answers_with_progress", "answers with a progress line"),
     ("progress_reads_per_s", "record reads/s in the window"),
     ("errors", "errors"),
 )
-"""The figures printed side by side by `--progress both`."""
+"""The figures printed side by side by `--progress both` and `--log-links both`."""
 
 
-def side_by_side(off: dict[str, Any], on: dict[str, Any]) -> str:
-    """The two runs of `--progress both` as a table: without records, then with a record beside every job.
+def side_by_side(off: dict[str, Any], on: dict[str, Any], what: str = "progress") -> str:
+    """Two runs as a table: without, then with (progress records beside every job, or a log link and the pods).
 
     Args:
-        off: the figures of the run without records.
-        on: the figures of the run with them.
+        off: the figures of the run without.
+        on: the figures of the run with.
+        what: what the two runs differ in, for the header.
 
     Returns:
         The table's text.
@@ -702,9 +798,9 @@ def side_by_side(off: dict[str, Any], on: dict[str, Any]) -> str:
         value = result.get(key)
         return f"{value[0]:.2f}" if key == "load_before" and isinstance(value, list) else str(value)
 
-    lines = [f"\n{'':34} {'progress off':>14} {'progress on':>14}"]
+    lines = [f"\n{'':34} {what + ' off':>16} {what + ' on':>16}"]
     for key, label in SIDE_BY_SIDE:
-        lines.append(f"{label:34} {shown(off, key):>14} {shown(on, key):>14}")
+        lines.append(f"{label:34} {shown(off, key):>16} {shown(on, key):>16}")
     missed = [f"{mode}: {key} {verdict}" for mode, result in (("off", off), ("on", on))
               for key, verdict in result["goals"].items() if verdict.startswith("MISSED")]  # fmt: skip
     lines.append("goals: " + ("; ".join(missed) if missed else "all met in both runs"))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from devcluster import build, cluster
+from devcluster import build
+from devcluster.components import CONTROLLERS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,8 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     u = sub.add_parser("up", help="start the cluster; prints KUBECONFIG=<path> last")
     u.add_argument(
         "--controllers",
-        default=",".join(cluster.CONTROLLERS),
-        help=f"comma-separated, of {', '.join(cluster.CONTROLLERS)} (default: all four; trainer brings jobset)",
+        default=",".join(CONTROLLERS),
+        help=f"comma-separated, of {', '.join(CONTROLLERS)} (default: all four; trainer brings jobset)",
     )
     sub.add_parser("down", help="stop everything up started and remove what it made")
     args = parser.parse_args(argv)
@@ -32,13 +33,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"devcluster build: {e}", file=sys.stderr)
             return 1
         return 0
+    # up and down need the `kubernetes` client and PyYAML (the test and cluster extras); build needs Python alone
+    from devcluster import cluster
+
     if args.command == "up":
         names = tuple(n.strip() for n in args.controllers.split(",") if n.strip())
         try:
             cluster.up(names)
         except (cluster.UpError, build.BuildError, TimeoutError, RuntimeError) as e:
-            print(f"devcluster up: {e}\n(what was started stays recorded: `python -m devcluster down` stops it)",
-                  file=sys.stderr)
+            print(
+                f"devcluster up: {e}\n(what was started stays recorded: `python -m devcluster down` stops it)",
+                file=sys.stderr,
+            )
             return 1
         return 0
     cluster.down()

@@ -75,9 +75,7 @@ class Release:
 
 
 RELEASES: dict[str, Release] = {
-    "training-operator": Release(
-        "training-operator", {"resources": ["@MODULE@/manifests/overlays/standalone"]}
-    ),
+    "training-operator": Release("training-operator", {"resources": ["@MODULE@/manifests/overlays/standalone"]}),
     "jobset": Release("jobset", {"resources": ["@MODULE@/config/default"]}),
     "trainer": Release(
         "trainer",
@@ -93,12 +91,18 @@ RELEASES: dict[str, Release] = {
             ],
             "images": [{"name": "ghcr.io/kubeflow/trainer/trainer-controller-manager", "newTag": "v2.3.0"}],
             "secretGenerator": [
-                {"name": "kubeflow-trainer-webhook-cert", "namespace": "kubeflow-system",
-                 "options": {"disableNameSuffixHash": True}}
+                {
+                    "name": "kubeflow-trainer-webhook-cert",
+                    "namespace": "kubeflow-system",
+                    "options": {"disableNameSuffixHash": True},
+                }
             ],
             "configMapGenerator": [
-                {"name": "kubeflow-trainer-public", "literals": ["kubeflow_trainer_version=v2.3.0"],
-                 "options": {"disableNameSuffixHash": True}}
+                {
+                    "name": "kubeflow-trainer-public",
+                    "literals": ["kubeflow_trainer_version=v2.3.0"],
+                    "options": {"disableNameSuffixHash": True},
+                }
             ],
         },
         extra_files=("manifests/base/runtimes/torch_distributed.yaml",),
@@ -169,8 +173,36 @@ CLUSTER_SCOPED = {
     "Node",
 }
 
-_RANK = {"Namespace": 0, "CustomResourceDefinition": 1, "ServiceAccount": 2, "ClusterRole": 2, "Role": 2,
-         "ClusterRoleBinding": 3, "RoleBinding": 3, "ConfigMap": 3, "Secret": 3, "Service": 4, "Deployment": 5}
+BUILTIN_GROUPS = (
+    "v1",
+    "apps/v1",
+    "rbac.authorization.k8s.io/v1",
+    "admissionregistration.k8s.io/v1",
+    "apiextensions.k8s.io/v1",
+    "apiregistration.k8s.io/v1",
+    "scheduling.k8s.io/v1",
+    "policy/v1",
+)
+
+
+def is_builtin(o: dict) -> bool:
+    """Whether `o` is of a Kubernetes API (else a custom resource, which its controller's webhooks may judge)."""
+    return o["apiVersion"] in BUILTIN_GROUPS
+
+
+_RANK = {
+    "Namespace": 0,
+    "CustomResourceDefinition": 1,
+    "ServiceAccount": 2,
+    "ClusterRole": 2,
+    "Role": 2,
+    "ClusterRoleBinding": 3,
+    "RoleBinding": 3,
+    "ConfigMap": 3,
+    "Secret": 3,
+    "Service": 4,
+    "Deployment": 5,
+}
 
 
 class _Permanent(Exception):
@@ -200,12 +232,14 @@ def apply_all(kube: Kube, objects: list[dict], manager: str = "devcluster") -> N
         except _Permanent as e:
             raise RuntimeError(f"{what}: {e}") from None
         if o["kind"] == "CustomResourceDefinition":
+
+            def established(path: str = path) -> bool:
+                conditions = (kube.get(path).get("status") or {}).get("conditions") or []
+                return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
             wait_for(
                 f"CRD {o['metadata']['name']} established",
-                lambda path=path: any(
-                    c["type"] == "Established" and c["status"] == "True"
-                    for c in (kube.get(path).get("status") or {}).get("conditions") or []
-                ),
+                established,
                 60,
                 0.3,
             )
@@ -220,10 +254,13 @@ def wait_deployments(kube: Kube, objects: list[dict], timeout_s: float) -> None:
         def available(path: str = path) -> bool:
             d = kube.get(path)
             return any(
-                c["type"] == "Available" and c["status"] == "True" for c in (d.get("status") or {}).get("conditions") or []
+                c["type"] == "Available" and c["status"] == "True"
+                for c in (d.get("status") or {}).get("conditions") or []
             ) and (d.get("status") or {}).get("readyReplicas", 0) >= d["spec"].get("replicas", 1)
 
-        wait_for(f"Deployment {o['metadata']['namespace']}/{o['metadata']['name']} available", available, timeout_s, 1.0)
+        wait_for(
+            f"Deployment {o['metadata']['namespace']}/{o['metadata']['name']} available", available, timeout_s, 1.0
+        )
 
 
 def dns_objects(domain: str, service_ip: str) -> list[dict]:
@@ -236,7 +273,11 @@ def dns_objects(domain: str, service_ip: str) -> list[dict]:
             "kind": "ClusterRole",
             "metadata": {"name": "system:coredns"},
             "rules": [
-                {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+                {
+                    "apiGroups": [""],
+                    "resources": ["endpoints", "services", "pods", "namespaces"],
+                    "verbs": ["list", "watch"],
+                },
                 {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
             ],
         },
@@ -333,8 +374,11 @@ def blobstore_objects(service_ip: str) -> list[dict]:
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": "blobs", "namespace": BLOBS_NAMESPACE, "labels": labels},
-            "spec": {"clusterIP": service_ip, "selector": labels,
-                     "ports": [{"name": "s3", "port": BLOBS_PORT, "targetPort": BLOBS_PORT}]},
+            "spec": {
+                "clusterIP": service_ip,
+                "selector": labels,
+                "ports": [{"name": "s3", "port": BLOBS_PORT, "targetPort": BLOBS_PORT}],
+            },
         },
     ]
 
@@ -343,8 +387,12 @@ def kueue_objects(gpu_node_labels: dict[str, str]) -> list[dict]:
     """A ResourceFlavor for the CPU nodes and one for the GPU node, a ClusterQueue over both, and a LocalQueue
     `user-queue` in `default` (tests make the LocalQueues of their own namespaces)."""
     return [
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "cpu"},
-         "spec": {"nodeLabels": {"devcluster.flyte.org/pool": "cpu"}}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "cpu"},
+            "spec": {"nodeLabels": {"devcluster.flyte.org/pool": "cpu"}},
+        },
         {
             "apiVersion": "kueue.x-k8s.io/v1beta1",
             "kind": "ResourceFlavor",
@@ -366,19 +414,33 @@ def kueue_objects(gpu_node_labels: dict[str, str]) -> list[dict]:
                     {
                         "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
                         "flavors": [
-                            {"name": "cpu", "resources": [{"name": "cpu", "nominalQuota": "8"},
-                                                          {"name": "memory", "nominalQuota": "32Gi"},
-                                                          {"name": "nvidia.com/gpu", "nominalQuota": "0"}]},
-                            {"name": "gpu", "resources": [{"name": "cpu", "nominalQuota": "8"},
-                                                          {"name": "memory", "nominalQuota": "32Gi"},
-                                                          {"name": "nvidia.com/gpu", "nominalQuota": "4"}]},
+                            {
+                                "name": "cpu",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "8"},
+                                    {"name": "memory", "nominalQuota": "32Gi"},
+                                    {"name": "nvidia.com/gpu", "nominalQuota": "0"},
+                                ],
+                            },
+                            {
+                                "name": "gpu",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "8"},
+                                    {"name": "memory", "nominalQuota": "32Gi"},
+                                    {"name": "nvidia.com/gpu", "nominalQuota": "4"},
+                                ],
+                            },
                         ],
                     },
                 ],
             },
         },
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-         "metadata": {"name": "user-queue", "namespace": "default"}, "spec": {"clusterQueue": "cluster-queue"}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "user-queue", "namespace": "default"},
+            "spec": {"clusterQueue": "cluster-queue"},
+        },
     ]
 
 
@@ -397,4 +459,3 @@ def webhook_ready(kube: Kube, timeout_s: float) -> None:
         return True
 
     wait_for("webhook certificates injected", injected, timeout_s, 1.0)
-

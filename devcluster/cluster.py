@@ -18,22 +18,22 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from devcluster import addons, controlplane, kubeconfig, network
 from devcluster.build import binaries
-from devcluster.components import BY_NAME, KUBERNETES_VERSION
+from devcluster.components import BY_NAME, CONTROLLERS, KUBERNETES_VERSION
 from devcluster.kube import Kube, wait_for
 from devcluster.paths import state_root
 from devcluster.procs import Processes
 
-CONTROLLERS = ("training-operator", "jobset", "trainer", "kueue")
 NEEDS = {"trainer": ("jobset",)}  # Trainer v2 runs TrainJobs as JobSets
 
 GPU_LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
 CPU_ALLOCATABLE = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-NODES = (
+NODES: tuple[dict[str, Any], ...] = (
     {"name": "cpu-1", "labels": {"devcluster.flyte.org/pool": "cpu"}, "taints": [], "allocatable": CPU_ALLOCATABLE},
     {"name": "cpu-2", "labels": {"devcluster.flyte.org/pool": "cpu"}, "taints": [], "allocatable": CPU_ALLOCATABLE},
     {
@@ -96,12 +96,9 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
     (state / "bin").mkdir()
     os.symlink(bins["kubectl"], state / "bin" / "kubectl")
 
-    rendered = {name: addons.RELEASES[name].render(bins["kubectl"], state) for name in chosen}
-    images = []
-    for name, objects in rendered.items():
-        binary = bins[BY_NAME[name].binaries[0][0]]
-        for image in addons.images_of(objects):
-            images.append({"repository": addons.repository(image), "binary": str(binary), "aliases": ["/manager"]})
+    # the releases render (kubectl kustomize) while the control plane starts
+    renderer = ThreadPoolExecutor(max_workers=max(1, len(chosen)))
+    renders = {name: renderer.submit(addons.RELEASES[name].render, bins["kubectl"], state) for name in chosen}
 
     network.make_bridge(plan)
     network.make_namespace(network.CONTROL_NS, plan.control, plan, veth=f"{network.VETH_PREFIX}cp")
@@ -109,20 +106,48 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
     cp = controlplane.start(state, plan, procs, bins)
     admin = Kube(cp.admin_kubeconfig)
     version = wait_for("the API server's version", lambda: admin.get("/version"), 30)
-    _say(out, f"control plane: etcd, kube-apiserver {version['gitVersion']}, kube-controller-manager, kube-scheduler", start)
-    wait_for("the default ServiceAccount (kube-controller-manager)",
-             lambda: admin.get_or_none("/api/v1/namespaces/default/serviceaccounts/default"), 90)
+    _say(
+        out,
+        f"control plane: etcd, kube-apiserver {version['gitVersion']}, kube-controller-manager, kube-scheduler",
+        start,
+    )
+    wait_for(
+        "the default ServiceAccount (kube-controller-manager)",
+        lambda: admin.get_or_none("/api/v1/namespaces/default/serviceaccounts/default"),
+        90,
+    )
+
+    rendered = {name: f.result() for name, f in renders.items()}
+    renderer.shutdown()
+    images = []
+    for name, objects in rendered.items():
+        binary = bins[BY_NAME[name].binaries[0][0]]
+        for image in addons.images_of(objects):
+            images.append({"repository": addons.repository(image), "binary": str(binary), "aliases": ["/manager"]})
 
     node_configs = []
     for spec in NODES:
-        pair = cp.ca.issue(f"node-{spec['name']}", f"system:node:{spec['name']}", organizations=("system:nodes",),
-                           client=True)
-        path = kubeconfig.write(state / "kubeconfig" / f"node-{spec['name']}.yaml", cp.server, cp.ca.cert_file,
-                                user=f"system:node:{spec['name']}", cert_file=pair.cert_file, key_file=pair.key_file)
+        pair = cp.ca.issue(
+            f"node-{spec['name']}", f"system:node:{spec['name']}", organizations=("system:nodes",), client=True
+        )
+        path = kubeconfig.write(
+            state / "kubeconfig" / f"node-{spec['name']}.yaml",
+            cp.server,
+            cp.ca.cert_file,
+            user=f"system:node:{spec['name']}",
+            cert_file=pair.cert_file,
+            key_file=pair.key_file,
+        )
         node_configs.append({**spec, "kubeconfig": str(path)})
     proxy_pair = cp.ca.issue("kube-proxy", "system:kube-proxy", client=True)
-    proxy_config = kubeconfig.write(state / "kubeconfig" / "kube-proxy.yaml", cp.server, cp.ca.cert_file,
-                                    user="system:kube-proxy", cert_file=proxy_pair.cert_file, key_file=proxy_pair.key_file)
+    proxy_config = kubeconfig.write(
+        state / "kubeconfig" / "kube-proxy.yaml",
+        cp.server,
+        cp.ca.cert_file,
+        user="system:kube-proxy",
+        cert_file=proxy_pair.cert_file,
+        key_file=proxy_pair.key_file,
+    )
     agent_config = {
         "state": str(state),
         "subnet": str(plan.subnet),
@@ -136,17 +161,26 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
         "image_env": _python_env(),
     }
     (state / "agent.json").write_text(json.dumps(agent_config, indent=2))
-    agent = procs.start("node-agent", [sys.executable, "-m", "devcluster.agent", str(state / "agent.json")],
-                        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    agent = procs.start(
+        "node-agent",
+        [sys.executable, "-m", "devcluster.agent", str(state / "agent.json")],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
 
     def nodes_ready() -> bool:
         if procs.exited(agent) is not None:
             raise UpError(f"the node agent exited: see {agent.log}")
         items = admin.get("/api/v1/nodes")["items"]
-        ready = [n for n in items if any(c["type"] == "Ready" and c["status"] == "True"
-                                         for c in n["status"].get("conditions") or [])]
-        untainted = [n for n in ready if not any(t["key"].startswith("node.kubernetes.io/")
-                                                 for t in n["spec"].get("taints") or [])]
+        ready = [
+            n
+            for n in items
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])
+        ]
+        untainted = [
+            n
+            for n in ready
+            if not any(t["key"].startswith("node.kubernetes.io/") for t in n["spec"].get("taints") or [])
+        ]
         return len(untainted) == len(NODES)
 
     wait_for("the nodes Ready", nodes_ready, 90)
@@ -162,16 +196,27 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
     blob_endpoint = f"http://{plan.blobs_service}:{addons.BLOBS_PORT}"
     _say(out, f"blob store: an S3 stand-in at {blob_endpoint}", start)
 
+    # every release's own objects first, then the controllers start together; the custom resources a release
+    # ships (Trainer's runtime) go in once its webhooks serve
     for name in chosen:
-        objects = rendered[name]
-        addons.apply_all(admin, objects)
-        addons.wait_deployments(admin, objects, 300)
+        addons.apply_all(admin, [o for o in rendered[name] if addons.is_builtin(o)])
+
+    def available(name: str) -> None:
+        addons.wait_deployments(admin, rendered[name], 300)
         _say(out, f"{name} {BY_NAME[name].version}: available", start)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
+        for f in [pool.submit(available, name) for name in chosen]:
+            f.result()
     if chosen:
         addons.webhook_ready(admin, 180)
+    for name in chosen:
+        addons.apply_all(admin, [o for o in rendered[name] if not addons.is_builtin(o)])
     if "kueue" in chosen:
         addons.apply_all(admin, addons.kueue_objects(GPU_LABELS))
-        _say(out, "kueue: ResourceFlavors cpu and gpu, ClusterQueue cluster-queue, LocalQueue default/user-queue", start)
+        _say(
+            out, "kueue: ResourceFlavors cpu and gpu, ClusterQueue cluster-queue, LocalQueue default/user-queue", start
+        )
     info = {
         "server": cp.server,
         "kubeconfig": str(cp.admin_kubeconfig),

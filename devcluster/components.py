@@ -115,3 +115,6 @@ COMPONENTS: tuple[Component, ...] = (
 )
 
 BY_NAME = {c.name: c for c in COMPONENTS}
+
+CONTROLLERS = ("training-operator", "jobset", "trainer", "kueue")
+"""The controllers `up` can start (all by default), by their component's name."""

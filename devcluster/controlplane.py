@@ -94,8 +94,13 @@ def start(state: Path, plan: network.Plan, procs: Processes, bins: dict[str, Pat
     server_pair = ca.issue(
         "apiserver",
         "kube-apiserver",
-        dns=("kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-             "localhost"),
+        dns=(
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+            "localhost",
+        ),
         ips=(plan.control, "127.0.0.1", plan.api_service),
         server=True,
     )
@@ -108,8 +113,9 @@ def start(state: Path, plan: network.Plan, procs: Processes, bins: dict[str, Pat
 
     def identity(name: str, cn: str, orgs: tuple[str, ...] = ()) -> Path:
         pair = ca.issue(name, cn, organizations=orgs, client=True)
-        return kubeconfig.write(configs / f"{name}.yaml", server, ca.cert_file, user=name,
-                                cert_file=pair.cert_file, key_file=pair.key_file)
+        return kubeconfig.write(
+            configs / f"{name}.yaml", server, ca.cert_file, user=name, cert_file=pair.cert_file, key_file=pair.key_file
+        )
 
     admin = identity("admin", "devcluster-admin", ("system:masters",))
     kcm = identity("controller-manager", "system:kube-controller-manager")

@@ -44,8 +44,9 @@ class Kube:
             self.api = k8s_config.new_client_from_config(config_file=str(kubeconfig))
         self.api.configuration.retries = False
 
-    def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any, content_type: str,
-              timeout: Any) -> Any:
+    def _send(
+        self, method: str, path: str, query: dict[str, Any] | None, body: Any, content_type: str, timeout: Any
+    ) -> Any:
         """One request through the client's REST layer; the urllib3 response, its body not read yet."""
         _m, url, headers, _b, _p = self.api.param_serialize(
             method,
@@ -181,13 +182,11 @@ class Reflector:
         backoff = 0.5
         while not self.stopping.is_set():
             try:
-                rv = self._list()
+                rv: str | None = self._list()
                 self.synced.set()
                 backoff = 0.5
-                while not self.stopping.is_set():
-                    rv = self._watch(rv)
-                    if rv is None:
-                        break  # 410: relist
+                while rv is not None and not self.stopping.is_set():
+                    rv = self._watch(rv)  # None after a 410: relist
             except Exception as e:  # noqa: BLE001 - any failure: relist after a pause, as the reflector does
                 log.warning("%s: %s; relisting in %.1f s", self.path, e, backoff)
                 self.stopping.wait(backoff)
@@ -225,7 +224,7 @@ class Reflector:
         q = dict(self.query)
         q["resourceVersion"] = rv
         for event in self.kube.watch(self.path, q):
-            kind = event.get("type")
+            kind = str(event.get("type"))
             obj = event.get("object") or {}
             if kind == "ERROR":
                 if obj.get("code") == 410:

@@ -104,24 +104,25 @@ class Processes:
         return None if proc.alive() else -1
 
     def stop_all(self, grace_s: float = 10.0) -> list[str]:
-        """SIGTERM every recorded process group (newest first), SIGKILL what is left after `grace_s`; returns the
-        names of those that had to be killed."""
-        procs = [p for p in reversed(self.recorded()) if p.alive()]
-        for p in procs:
-            _signal_group(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(p.alive() for p in procs):
-            self._reap()
-            time.sleep(0.1)
+        """Stop every recorded process group, newest first and one at a time (the node agent and the controllers
+        before the API server, the API server before etcd, which it still writes to while it shuts down): SIGTERM,
+        then SIGKILL after `grace_s`. Returns the names of those that had to be killed."""
         killed = []
-        for p in procs:
+        for p in reversed(self.recorded()):
+            if not p.alive():
+                continue
+            _signal_group(p.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and p.alive():
+                self._reap()
+                time.sleep(0.05)
             if p.alive():
                 killed.append(p.name)
                 _signal_group(p.pid, signal.SIGKILL)
-        end = time.monotonic() + 5
-        while time.monotonic() < end and any(p.alive() for p in procs):
-            self._reap()
-            time.sleep(0.05)
+                end = time.monotonic() + 5
+                while time.monotonic() < end and p.alive():
+                    self._reap()
+                    time.sleep(0.05)
         self._reap()
         return killed
 

@@ -5,15 +5,16 @@ Flyte 2's backend runs a ``pytorch`` task with its native kfoperators plugin (a 
 (`pytorch_contract.template_keys.CONNECTOR_TASK_TYPE`) comes here instead, and becomes the job kind the backend config
 targets (a TrainJob, or a PyTorchJob with every ``pytorch.*`` option the native plugin drops).
 
-`Flyte2JobConnector` is a ``flyte.connectors.AsyncConnector`` over the flytekit generation's connector
-(`backend_plugin.connector.ServedJobConnector`): the same reader, writers, status, deadlines and watch cache. What
+`Flyte2JobConnector` is a ``flyte.connectors.AsyncConnector`` over the backend's SDK-neutral job service
+(`backend_plugin.connector.JobService`, by default the process's one, which flytekit's connectors share): the same
+reader, writers, status, deadlines and watch cache, and one watch per job kind and namespace whichever SDK polls. What
 differs is only the envelope:
 
 - the template is flyteidl2's, of type ``pytorch-job``; its bytes parse as flyteidl's, and the backend's reader reads
   Flyte 2's dialect itself (the type, which only routes the task here, and the ``pytorch.*`` keys Flyte 2 keeps in the
   container's config: `backend_plugin.template`). Nothing here imports the Flyte 2 front-end (`flyte2_pytorch`);
 - the inputs the pods read (``{{.input}}``) are Flyte 2's ``flyteidl2.task.Inputs``, the message Flyte 2's entrypoint
-  (``a0 --inputs``) parses, not Flyte 1's ``LiteralMap``: `Flyte2Jobs` overrides the backend's ``write_inputs`` hook.
+  (``a0 --inputs``) parses, not Flyte 1's ``LiteralMap``: `write_inputs` is the service's inputs writer here.
   They are written as the request sent them when served by `serve` (flyte's own server hands a connector only native
   values, which are written back as literals of the types flyte guesses from them). They are written only where the
   job reads them (`backend_plugin.build.BuiltJob.reads`): Flyte 2's connector plugin renders a container task's
@@ -42,12 +43,11 @@ from flyte.connectors import AsyncConnector, ConnectorRegistry, Resource
 from flyte.connectors._server import AsyncConnectorService, ConnectorMetadataService
 from flyteidl2.core import execution_pb2 as execution2_pb2
 
-from backend_plugin import blobs
-from backend_plugin.connector import JobMetadata, ServedJobConnector
+from backend_plugin.connector import JobMetadata, JobService, blobs, shared_service
 from backend_plugin.template import template_to_dict
 from pytorch_contract.template_keys import CONNECTOR_TASK_TYPE, CONNECTOR_TASK_TYPE_VERSION
 
-__all__ = ["Flyte2JobConnector", "Flyte2Jobs", "Flyte2ConnectorService", "register", "serve", "main"]
+__all__ = ["Flyte2JobConnector", "Flyte2ConnectorService", "register", "serve", "main", "write_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,26 +56,23 @@ logger = logging.getLogger(__name__)
 _REQUEST_INPUTS: contextvars.ContextVar[Any] = contextvars.ContextVar("flyte2_request_inputs", default=None)
 
 
-class Flyte2Jobs(ServedJobConnector):
-    """The backend's served connector, writing a task's inputs as Flyte 2's pods read them.
+def write_inputs(inputs: Any, path: str) -> None:
+    """Write ``flyteidl2.task.Inputs`` (an empty message when None: Flyte 2's entrypoint always reads one).
 
-    Takes `ServedJobConnector`'s arguments (config, API client factory, clock, sleep).
+    Args:
+        inputs: the request's Inputs message.
+        path: the execution's ``inputs.pb``.
+
+    Raises:
+        TypeError: `inputs` is not an Inputs message (a LiteralMap would be read as garbage by the pods).
     """
+    from flyteidl2.task import common_pb2
 
-    def write_inputs(self, inputs: Any, path: str) -> None:
-        """Write ``flyteidl2.task.Inputs`` (an empty message when None: Flyte 2's entrypoint always reads one).
-
-        Args:
-            inputs: the request's Inputs message.
-            path: the execution's ``inputs.pb``.
-        """
-        from flyteidl2.task import common_pb2
-
-        if inputs is None:
-            inputs = common_pb2.Inputs()
-        if not isinstance(inputs, common_pb2.Inputs):  # a LiteralMap would be read as garbage by the pods
-            raise TypeError(f"Flyte 2 inputs must be a flyteidl2.task.Inputs message, not {type(inputs).__name__}")
-        blobs.write_message(inputs, path)
+    if inputs is None:
+        inputs = common_pb2.Inputs()
+    if not isinstance(inputs, common_pb2.Inputs):
+        raise TypeError(f"Flyte 2 inputs must be a flyteidl2.task.Inputs message, not {type(inputs).__name__}")
+    blobs.write_message(inputs, path)
 
 
 async def _inputs_message(native: Optional[dict[str, Any]]) -> Any:
@@ -109,28 +106,20 @@ class Flyte2JobConnector(AsyncConnector):
     """Creates, tracks and deletes the Kubeflow job of a ``pytorch-job`` task for Flyte 2.
 
     Args:
-        jobs: the backend connector it re-hosts, a `Flyte2Jobs` (it writes the inputs Flyte 2's pods read); one with
-            the backend config (`backend_plugin.config.load_config`) when None.
-
-    Raises:
-        TypeError: `jobs` is not a `Flyte2Jobs`.
+        service: the backend's job service; the process's one (`shared_service`, over the backend config) when None.
     """
 
     name = "Kubeflow Job Connector"
     task_type_name = CONNECTOR_TASK_TYPE
     task_type_version = CONNECTOR_TASK_TYPE_VERSION
-    # The backend's metadata: the same JSON Flyte 1 stores, so both generations read each other's.
-    metadata_type = JobMetadata
+    # The backend's metadata: the same JSON Flyte 1 stores, so both generations read each other's (flyte asks only
+    # its `decode` and `encode`).
+    metadata_type = JobMetadata  # type: ignore[assignment]
 
-    def __init__(self, jobs: Optional[Flyte2Jobs] = None) -> None:
-        if jobs is not None and not isinstance(jobs, Flyte2Jobs):
-            raise TypeError(
-                f"jobs={type(jobs).__name__}: use flyte2_backend.connector.Flyte2Jobs, which writes the inputs as "
-                "Flyte 2's pods read them (flyteidl2.task.Inputs, not Flyte 1's LiteralMap)"
-            )
-        self.jobs = jobs if jobs is not None else Flyte2Jobs(task_type_version=CONNECTOR_TASK_TYPE_VERSION)
+    def __init__(self, service: Optional[JobService] = None) -> None:
+        self.service = service if service is not None else shared_service()
 
-    async def create(
+    async def create(  # type: ignore[override]
         self,
         task_template: Any,
         output_prefix: str,
@@ -138,7 +127,7 @@ class Flyte2JobConnector(AsyncConnector):
         task_execution_metadata: Any = None,
         **kwargs: Any,
     ) -> JobMetadata:
-        """`JobConnector.create` of the template read as flyteidl's, with Flyte 2's inputs.
+        """`JobService.create` of the template read as flyteidl's, with Flyte 2's inputs (`write_inputs`).
 
         Args:
             task_template: ``flyteidl2.core.tasks_pb2.TaskTemplate``.
@@ -148,17 +137,16 @@ class Flyte2JobConnector(AsyncConnector):
             **kwargs: connection secrets and configs (unused).
 
         Returns:
-            What `JobConnector.create` returns.
+            What `JobService.create` returns.
         """
         template = template_to_dict(task_template.SerializeToString())  # flyteidl2 keeps flyteidl's field numbers
         message = await _inputs_message(inputs)
-        call = functools.partial(
-            self.jobs.create, template, output_prefix, message, _flyte2_metadata(task_execution_metadata)
-        )
+        call = functools.partial(self.service.create, template, output_prefix, message,
+                                 _flyte2_metadata(task_execution_metadata), write_inputs)  # fmt: skip
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
     async def get(self, resource_meta: JobMetadata, **kwargs: Any) -> Resource:  # type: ignore[override]
-        """`ServedJobConnector.get` (the watch cache inline, else its pool), as flyte's Resource.
+        """`JobService.get_async` (the watch cache inline, else the service's pool), as flyte's Resource.
 
         Args:
             resource_meta: what `create` returned.
@@ -167,7 +155,7 @@ class Flyte2JobConnector(AsyncConnector):
         Returns:
             Phase, message, log links and the job's status.
         """
-        answer = await self.jobs.get(resource_meta)
+        answer = await self.service.get_async(resource_meta)
         return Resource(
             phase=answer.phase,
             message=answer.message,
@@ -176,13 +164,13 @@ class Flyte2JobConnector(AsyncConnector):
         )
 
     async def delete(self, resource_meta: JobMetadata, **kwargs: Any) -> None:  # type: ignore[override]
-        """`JobConnector.delete`: foreground, and a job already gone is success.
+        """`JobService.delete`: foreground, and a job already gone is success.
 
         Args:
             resource_meta: what `create` returned.
             **kwargs: unused.
         """
-        call = functools.partial(self.jobs.delete, resource_meta)
+        call = functools.partial(self.service.delete, resource_meta)
         await asyncio.get_running_loop().run_in_executor(None, call)
 
 

@@ -78,4 +78,28 @@ async def execute(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     # run_distributed blocks until the ranks are done; Flyte 2's local controller runs the task in its own event
     # loop, which has nothing else to serve meanwhile.
     await asyncio.sleep(0)
-    return run_distributed(launched, kwargs, FLYTE2)
+    try:
+        return run_distributed(launched, kwargs, FLYTE2)
+    finally:
+        if launched.report:
+            say_report_path(task.name)
+
+
+def say_report_path(name: str) -> None:
+    """In a local run, one line on stderr naming the file the task's report is in (Flyte 2 writes it into the run's
+    local metadata folder and names it nowhere): ``Report of <task>: file:///tmp/flyte/metadata/.../report.html``.
+
+    Args:
+        name: the task's name.
+    """
+    import sys
+
+    import flyte
+
+    context = flyte.ctx()
+    if context is None or getattr(context, "mode", None) != "local" or not getattr(context, "output_path", None):
+        return
+    from flyte._internal.runtime import io
+
+    path = str(io.report_path(str(context.output_path)))
+    print(f"Report of {name}: {path if '://' in path else 'file://' + path}", file=sys.stderr, flush=True)

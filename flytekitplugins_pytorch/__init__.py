@@ -13,7 +13,7 @@ Local-run environment variables (read by the launcher):
 - ``FLYTE_PYTORCH_PROGRESS_LINE=0``, ``FLYTE_PYTORCH_PROGRESS_LOG_S``, ``FLYTE_PYTORCH_PROGRESS_INTERVAL_S``: the live
   progress of ``report_progress`` (docs/progress.md).
 - ``FLYTE_PYTORCH_CHECKPOINT_DIR``, ``FLYTE_PYTORCH_TERMINATION_GRACE_S``: where ``save_checkpoint`` writes, and the
-  seconds between a SIGTERM and the SIGKILL (docs/faults.md, "Preemption").
+  seconds between a SIGTERM and the SIGKILL (docs/checkpoints.md, "Settings").
 """
 
 from flytekitplugins_pytorch._frontend import FLYTEKIT

@@ -18,6 +18,9 @@ __all__ = [
     "QUALIFIED_NAME",
     "EXTENDED_RESOURCE_NAME",
     "is_label_value",
+    "QUEUE_NAME",
+    "QUEUE_NAME_MAX_LENGTH",
+    "queue_name_problem",
     "NVIDIA_GPU",
     "ENV_VAR_NAME",
     "RELAXED_ENV_VAR_NAME",
@@ -84,6 +87,56 @@ def is_label_value(value: object, *, allow_empty: bool = True) -> bool:
     if not isinstance(value, str):
         return False
     return (allow_empty and value == "") or LABEL_VALUE.match(value) is not None
+
+
+QUEUE_NAME_MAX_LENGTH = 63
+"""The longest queue name: the name is also the value of the ``kueue.x-k8s.io/queue-name`` label (a label value holds
+at most 63 characters)."""
+
+QUEUE_NAME = re.compile(rf"^(?=.{{1,{QUEUE_NAME_MAX_LENGTH}}}\Z){_SUBDOMAIN}\Z")
+"""A queue name (``RunPolicy.queue``, ``pytorch.queue``): a DNS-1123 subdomain of at most 63 characters.
+
+The one value sets two fields, and each has its own reader:
+
+- the job's ``kueue.x-k8s.io/queue-name`` label. The API server takes any label value, but Kueue's job webhook
+  refuses the create unless the label is a DNS-1123 subdomain (kubernetes-sigs/kueue,
+  ``pkg/controller/jobframework/validation.go``: ``ValidateQueueName`` -> ``ValidateLabelAsCRDName`` ->
+  ``validation.IsDNS1123Subdomain``), since it names a ``LocalQueue``, an object whose name is one; and a label value
+  is at most 63 characters (``validation.IsValidLabelValue``). So ``Team_A`` (upper case, ``_``) is refused, and so is
+  ``a..b``.
+- a PyTorchJob's ``spec.runPolicy.schedulingPolicy.queue``, which Volcano copies into the job's PodGroup
+  (``spec.queue``) and schedules from the ``Queue`` object of that name. A ``Queue`` is a custom resource, whose name
+  the API server checks as a DNS-1123 subdomain (apiextensions-apiserver's custom resource strategy,
+  ``NameIsDNSSubdomain``; Volcano's queue webhook adds no rule of its own on the name), so every name Volcano can
+  schedule into is a subdomain too; only its length (up to 253) is wider, and the label bounds that to 63 for every
+  job that names a queue.
+"""
+
+
+def queue_name_problem(value: object) -> str | None:
+    """Why ``value`` cannot name a Kueue ``LocalQueue`` or a Volcano ``Queue`` (:data:`QUEUE_NAME`), or ``None``.
+
+    Args:
+        value: the queue name given.
+
+    Returns:
+        str | None: what is wrong, in words that name what is allowed; ``None`` for a valid name.
+    """
+    allowed = (
+        "a queue name is a DNS-1123 subdomain of at most 63 characters (lower-case letters, digits, '-' and '.', "
+        "a letter or digit at each end of every dot-separated part): Kueue's webhook requires it of the "
+        "kueue.x-k8s.io/queue-name label value (ValidateQueueName)"
+    )
+    if not isinstance(value, str):
+        return f"{allowed}; got {type(value).__name__}"
+    if QUEUE_NAME.match(value):
+        return None
+    if len(value) > QUEUE_NAME_MAX_LENGTH:
+        return f"{allowed}; this one has {len(value)} characters"
+    near = value.lower().replace("_", "-")
+    if QUEUE_NAME.match(near):
+        return f"{allowed} (did you mean {near!r}?)"
+    return allowed
 
 
 ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")

@@ -16,9 +16,17 @@ protocol). Three things carry that, and this module defines them:
 ``stopped_at``             the step every rank stopped after (an integer), or ``null`` when the ranks had to leave
                            before they reached one (the termination grace ran out first)
 ``checkpoint_step``        the step of the checkpoint global rank 0 saved at the stop, or ``null`` when none was
-                           saved then (the last periodic checkpoint stands)
+                           saved then (``resumes_from`` says what the next run starts from)
 ``signal``                 the signal the first rank got (``"SIGTERM"``, ``"SIGINT"``)
 ``rank``, ``pod``          that rank and its pod (Flyte's worker name, else the host name)
+``by``                     who got the signal: ``"rank"`` (that rank's own process), or ``"launcher"`` (the
+                           launcher of that pod, or of a local run, whose agent passed it on to its ranks; ``rank``
+                           is then the lowest rank it started); absent in older records: ``"rank"``
+``before_first_step``      ``true`` when no rank had reached a step boundary yet (the ranks were still starting, or
+                           the loop uses none of the API): nothing could be saved; absent in older records: ``false``
+``resumes_from``           the step of the checkpoint the next run resumes from (``null``: none, it starts from the
+                           beginning); absent when the writer could not tell (older records, and a pod whose ranks
+                           stopped before their first step: its checkpoints are in a prefix the launcher does not read)
 ``requested_at``           when it got the signal, seconds since the epoch (its clock)
 ``grace_s``                the termination grace the ranks counted on (:data:`TERMINATION_GRACE_ENV`)
 =========================  ==========================================================================================
@@ -60,6 +68,9 @@ __all__ = [
     "parse_record",
     "record_from_file",
     "format_message",
+    "who_got_it",
+    "what_comes_next",
+    "BY",
     "disruption_message",
     "is_preempted_exit",
     "positive_seconds",
@@ -85,6 +96,9 @@ FILE_NAME = "pytorch-preemption.json"
 
 VERSION = 1
 """The record's format version."""
+
+BY = ("rank", "launcher")
+"""Who may have got the signal (the record's ``by``)."""
 
 MAX_RECORD_BYTES = 16 * 1024
 """A reader reads at most this much; the writer's records are a few hundred bytes."""
@@ -118,6 +132,10 @@ class PreemptionRecord:
     requested_at: float
     grace_s: float
     version: int = VERSION
+    by: str = "rank"
+    before_first_step: bool = False
+    resumes_from: Optional[int] = None
+    resume_known: bool = False
 
     def to_json(self) -> bytes:
         """The record as the file holds it (compact JSON, UTF-8).
@@ -132,9 +150,13 @@ class PreemptionRecord:
             "signal": self.signal,
             "rank": self.rank,
             "pod": self.pod,
+            "by": self.by,
+            "before_first_step": self.before_first_step,
             "requested_at": round(self.requested_at, 3),
             "grace_s": self.grace_s,
         }
+        if self.resume_known:
+            body["resumes_from"] = self.resumes_from
         return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 
 
@@ -189,6 +211,12 @@ def parse_record(data: Union[bytes, str]) -> PreemptionRecord:
         raise ValueError("signal and pod must be strings")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise ValueError(f"rank={rank!r} is not a rank")
+    by = body.get("by", "rank")
+    if by not in BY:
+        raise ValueError(f"by={by!r} is not one of {', '.join(BY)}")
+    before_first_step = body.get("before_first_step", False)
+    if not isinstance(before_first_step, bool):
+        raise ValueError(f"before_first_step={before_first_step!r} is not true or false")
     numbers = {}
     for key in ("requested_at", "grace_s"):
         value = body.get(key)
@@ -203,6 +231,10 @@ def parse_record(data: Union[bytes, str]) -> PreemptionRecord:
         pod=pod,
         requested_at=numbers["requested_at"],
         grace_s=numbers["grace_s"],
+        by=by,
+        before_first_step=before_first_step,
+        resumes_from=_optional_step(body, "resumes_from"),
+        resume_known="resumes_from" in body,
     )
 
 
@@ -223,6 +255,40 @@ def record_from_file(data: Optional[Union[bytes, str]]) -> Optional[PreemptionRe
         return None
 
 
+def who_got_it(record: PreemptionRecord) -> str:
+    """Who got the signal, in words: ``rank 1 (pod job-worker-0)`` or ``the launcher (pod job-node-0-0)``.
+
+    Args:
+        record: the record.
+
+    Returns:
+        str: the words.
+    """
+    if record.by == "launcher":
+        return f"the launcher (pod {record.pod})"
+    return f"rank {record.rank} (pod {record.pod})"
+
+
+def what_comes_next(record: PreemptionRecord) -> str:
+    """What was saved at the stop and where the next run starts, in words: ``checkpoint saved at step 37``, ``nothing
+    was saved: the next run starts from the beginning``, ``no checkpoint saved at the stop: the next run resumes from
+    the checkpoint of step 30``.
+
+    Args:
+        record: the record.
+
+    Returns:
+        str: the words.
+    """
+    if record.checkpoint_step is not None and record.checkpoint_step == record.stopped_at:
+        return f"checkpoint saved at step {record.checkpoint_step}"
+    if not record.resume_known:
+        return "no checkpoint saved at the stop: the next run resumes from the last checkpoint saved before it, if any"
+    if record.resumes_from is None:
+        return "nothing was saved: the next run starts from the beginning"
+    return f"no checkpoint saved at the stop: the next run resumes from the checkpoint of step {record.resumes_from}"
+
+
 def format_message(record: PreemptionRecord) -> str:
     """One line for a preempted attempt, e.g. ``preempted: rank 1 (pod job-worker-0) got SIGTERM; every rank stopped
     after step 37; checkpoint saved at step 37``.
@@ -233,16 +299,14 @@ def format_message(record: PreemptionRecord) -> str:
     Returns:
         str: the message (it starts with :data:`ERROR_PREFIX`).
     """
-    head = f"{ERROR_PREFIX}rank {record.rank} (pod {record.pod}) got {record.signal}"
-    if record.stopped_at is None:
+    head = f"{ERROR_PREFIX}{who_got_it(record)} got {record.signal}"
+    if record.before_first_step:
+        stop = "the ranks stopped before their first step"
+    elif record.stopped_at is None:
         stop = f"the ranks left before they reached an agreed step (termination grace {record.grace_s:g}s)"
     else:
         stop = f"every rank stopped after step {record.stopped_at}"
-    if record.checkpoint_step is not None and record.checkpoint_step == record.stopped_at:
-        saved = f"checkpoint saved at step {record.checkpoint_step}"
-    else:
-        saved = "no checkpoint saved at the stop: the last periodic checkpoint stands"
-    return f"{head}; {stop}; {saved}"
+    return f"{head}; {stop}; {what_comes_next(record)}"
 
 
 def disruption_message(reason: str, message: str = "") -> str:

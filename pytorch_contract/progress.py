@@ -320,6 +320,8 @@ def format_value(value: float) -> str:
 
 
 def _head(record: ProgressRecord) -> str:
+    if record.total and record.step > record.total:
+        return f"step {format_count(record.step)}/{format_count(record.total)} (past the total)"
     if record.total:
         return f"step {format_count(record.step)}/{format_count(record.total)} ({percent(record)}%)"
     return f"step {format_count(record.step)}"
@@ -376,17 +378,25 @@ def message_from_file(data: Optional[Union[bytes, str]], now: float) -> Optional
         return None
 
 
-def format_line(record: ProgressRecord, now: float, *, elapsed_s: Optional[float] = None) -> str:
+def format_line(record: ProgressRecord, now: float, *, elapsed_s: Optional[float] = None, stopped: bool = False) -> str:
     """The console's progress line: the message with the rate, the elapsed time and every metric.
 
     Args:
         record: the latest record.
         now: seconds since the epoch.
         elapsed_s: seconds since the first report (shown when given).
+        stopped: the run stopped before its function returned (it failed, or its ranks were stopped): the line says
+            where they stopped, with neither a rate nor an ETA.
 
     Returns:
-        str: e.g. ``step 1,200/5,000 (24%), 41.2 steps/s, ETA 1m32s, elapsed 29s, loss 0.124, acc 0.93``.
+        str: e.g. ``step 1,200/5,000 (24%), 41.2 steps/s, ETA 1m32s, elapsed 29s, loss 0.124, acc 0.93``; stopped:
+        ``stopped at step 1,200/5,000 (24%) after 29s, loss 0.124, acc 0.93``.
     """
+    if stopped:
+        head = f"stopped at {_head(record)}"
+        if elapsed_s is not None:
+            head += f" after {format_duration(elapsed_s)}"
+        return ", ".join([head, *_metrics_text(record, None)])
     parts = [_head(record)]
     if record.rate is not None and not record.done:
         parts.append(f"{record.rate:.3g} steps/s")

@@ -380,6 +380,10 @@ def restore(state: MutableMapping[str, Any]) -> int:
         else:
             state[name] = saved[name]
     _loaded_step = step
+    if is_rank_zero():
+        # The one line that says this run goes on from a checkpoint (rank 0's: every rank loads the same one).
+        sys.stderr.write(f"checkpoint: resuming from the checkpoint of step {step} in {prefix}\n")
+        sys.stderr.flush()
     if prefix == where.dest:
         _saved_payload = payload  # removed once a newer checkpoint is written
     elif is_rank_zero():
@@ -388,6 +392,27 @@ def restore(state: MutableMapping[str, Any]) -> int:
         manifest = {"version": 1, "step": step, "file": payload, "bytes": len(data), "saved_at": round(time.time(), 3)}
         where.files.write(_join(where.dest, MANIFEST_NAME), json.dumps(manifest).encode())
     return step
+
+
+def folder_step(folder: str) -> Optional[int]:
+    """The step of the latest checkpoint in a folder on this machine (what a run resumes from there), or ``None``.
+
+    Args:
+        folder: the folder.
+
+    Returns:
+        Optional[int]: the step its manifest names, ``None`` without a readable manifest.
+    """
+    try:
+        raw = LocalFiles().read(_join(folder, MANIFEST_NAME)) if folder else None
+    except OSError:
+        return None
+    if raw is None:
+        return None
+    try:
+        return int(json.loads(raw)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -79,6 +79,7 @@ STACK_FILE = "rank-{rank}.stack"
 PROGRESS_FILE = "progress.json"
 PREEMPTED_FILE = "rank-{rank}.preempted"
 STOPPING_FILE = "rank-{rank}.stopping"
+LAUNCHER_SIGNAL_FILE = "launcher.signal"
 #: The signal on which a rank dumps its stacks to ``rank-<n>.stack`` (``faulthandler``; rarely used by programs).
 STACK_SIGNAL = signal.SIGUSR2
 
@@ -208,6 +209,38 @@ class ControlRecord:
             Optional[RankResult]: the result, or ``None`` when none was written.
         """
         return cloudpickle.loads(self.result_bytes) if self.result_bytes is not None else None
+
+
+#: A peer's start marker older than the asking rank's start by more than this is taken for an earlier round's (an
+#: elastic restart's ranks start within seconds of each other; a round that ended and restarted took longer).
+STARTED_SLACK_S = 10.0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, a dead process not yet reaped, counts as gone): the launcher's and the ranks'
+    one test of a process they watch.
+
+    Args:
+        pid: the process id.
+
+    Returns:
+        bool: it runs.
+    """
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -380,6 +413,55 @@ class ControlDir:
             rank: global rank.
         """
         _write_atomic(self.path / STOPPING_FILE.format(rank=rank), b"")
+
+    def mark_launcher_signal(self, name: str) -> None:
+        """Record, before the launcher's agent passes a signal on to the ranks, that the launcher got it (the ranks then
+        say so, rather than each naming itself).
+
+        Args:
+            name: the signal's name.
+        """
+        _write_atomic(self.path / LAUNCHER_SIGNAL_FILE, name.encode())
+
+    def launcher_signal(self) -> Optional[str]:
+        """The signal the launcher got, when it got one (:meth:`mark_launcher_signal`), else ``None``."""
+        try:
+            return (self.path / LAUNCHER_SIGNAL_FILE).read_text() or None
+        except OSError:
+            return None
+
+    def failed_peers(self, rank: int, since: float) -> list[int]:
+        """The other ranks of this round that failed: they reported an exception, or their process is gone without
+        having returned or stopped for a preemption. Read in a rank's signal handler (quick, never raising): when a
+        peer failed, the signal is the launcher's agent stopping the ranks left, not a preemption.
+
+        Args:
+            rank: the asking rank (left out).
+            since: when the asking rank started (``time.time()``): what an earlier round of an elastic restart left is
+                older.
+
+        Returns:
+            list[int]: those ranks.
+        """
+        failed = set()
+        for path in self.path.glob(ERROR_FILE.format(rank="*")):
+            try:
+                if path.stat().st_mtime >= since:
+                    failed.add(int(path.name.split(".")[0].split("-")[1]))
+            except (OSError, ValueError):
+                continue
+        ended_well = self._ranks(DONE_FILE) | self._ranks(PREEMPTED_FILE) | self._ranks(STOPPING_FILE)
+        for path in self.path.glob(START_FILE.format(rank="*")):
+            try:
+                peer = int(path.name.split(".")[0].split("-")[1])
+                if peer in ended_well or peer in failed or path.stat().st_mtime < since - STARTED_SLACK_S:
+                    continue
+                if not pid_alive(int(path.read_text() or "0")):
+                    failed.add(peer)
+            except (OSError, ValueError):
+                continue
+        failed.discard(rank)
+        return sorted(failed)
 
     def stopping_pids(self) -> list[int]:
         """The pids of the ranks that are stopping for a preemption (``rank-<n>.stopping``).

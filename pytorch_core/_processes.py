@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 from pytorch_contract.preemption import termination_grace_s
 from pytorch_core._codefiles import code_files
-from pytorch_core._control import ControlDir, ControlRecord, RankSpec, dumps
+from pytorch_core._control import ControlDir, ControlRecord, RankSpec, dumps, pid_alive
 from pytorch_core._failure import RankFailedError
 from pytorch_core._forkserver import start_forked_server
 from pytorch_core._nested import LAUNCHER_PID_ENV, PRELOAD_ENV
@@ -85,8 +85,11 @@ class AgentResult:
         exit_codes: global rank -> exit code of every rank the agent saw fail (empty when none failed).
         agent_error: the agent's description of the failure, ``""`` when none failed.
         elapsed_s: seconds from the start of the agent to its end.
-        interrupted: the signal that stopped the launch, when its ranks stopped at the agreed step of a preemption
-            (a launch stopped by a signal whose ranks did not is not returned: the signal's handler acts).
+        interrupted: the signal the launcher got, when its ranks stopped at the agreed step of a preemption, or
+            before any of them reported a step (a launch stopped by a signal otherwise, its ranks failing for reasons
+            of their own, is not returned: the signal's handler acts).
+        before_first_step: the launcher got ``interrupted`` before any rank reported a step (the ranks were still
+            starting, or the loop reports none): they ended at once, with nothing to save.
     """
 
     record: ControlRecord
@@ -94,6 +97,7 @@ class AgentResult:
     agent_error: str = ""
     elapsed_s: float = 0.0
     interrupted: Optional[signal.Signals] = None
+    before_first_step: bool = False
 
     @property
     def failed(self) -> bool:
@@ -148,7 +152,7 @@ def run_ranks(
         import_preloads(plan.preload_modules)  # shared by every rank forked from here or from the forked server
     if plan.start_method == "forkserver":
         launch_env[PRELOAD_ENV] = _preload_forkserver(fn, plan.preload_modules)
-    saved_handlers = _install_handlers()
+    saved_handlers = _install_handlers(ControlDir(control))
     off_main = threading.current_thread() is not threading.main_thread()
     stop_waiting = _ranks_end_before_exit(ControlDir(control), plan) if off_main else None
     interrupted: Optional[signal.Signals] = None
@@ -164,7 +168,7 @@ def run_ranks(
             if follower is not None:
                 follower.start(ControlDir(control).progress_file)
             try:
-                with _quiet_torch_logs(local):
+                with _quiet_torch_logs(local), _agent_handler_marks(ControlDir(control)):
                     try:
                         elastic_launch(launch_config, rank_entrypoint)(spec)
                     except ChildFailedError as exc:
@@ -186,6 +190,12 @@ def run_ranks(
         if stopped.preempted or stopped.stopping:
             # The ranks stopped at the agreed step of a preemption (``preemption.py``): the launcher says so first.
             return AgentResult(record=stopped, elapsed_s=time.monotonic() - started, interrupted=interrupted)
+        if _ended_by_the_signal(stopped):
+            # No rank reported a step: they were still starting (or the loop reports none) and ended at once, as
+            # torchrun's do. Nothing was saved; the launcher says so, and where the next run starts, first.
+            return AgentResult(
+                record=stopped, elapsed_s=time.monotonic() - started, interrupted=interrupted, before_first_step=True
+            )
     finally:
         _restore_handlers(saved_handlers)
         shutil.rmtree(control, ignore_errors=True)
@@ -436,6 +446,31 @@ class _quiet_torch_logs:
 _Handler = Any  # what signal.getsignal returns: a callable, SIG_DFL/SIG_IGN, or None
 
 
+def _ended_by_the_signal(record: ControlRecord) -> bool:
+    """Whether the ranks' only trace of a launch the launcher got a signal during is the signal itself: no rank
+    reported a step (none armed for a preemption, none stopping), and what they reported is the interrupt a signal
+    raises (Ctrl-C's ``KeyboardInterrupt``, ``SystemExit``) or a peer lost with them, never an error of their own."""
+    for error in record.errors:
+        own = error.type_name.rsplit(".", 1)[-1] not in ("KeyboardInterrupt", "SystemExit")
+        if own and not error.collateral:
+            return False
+    return True
+
+
+def _mark_then(control: ControlDir, handler: Callable[[int, Any], Any]) -> Callable[[int, Any], Any]:
+    """``handler``, after it noted in the control directory that the launcher got the signal: the ranks its agent
+    passes it on to then say that the launcher got it (``preemption.py``), not each one that it did."""
+
+    def marked(signum: int, frame: Any) -> Any:
+        try:
+            control.mark_launcher_signal(signal.Signals(signum).name)
+        except OSError:  # the directory is gone: the ranks name themselves, as before
+            pass
+        return handler(signum, frame)
+
+    return marked
+
+
 def _signal_exception_handler(signum: int, frame: object) -> None:
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
@@ -443,23 +478,49 @@ def _signal_exception_handler(signum: int, frame: object) -> None:
     raise SignalException(f"process {os.getpid()} got {sig.name} while launching ranks", sigval=sig)
 
 
-def _install_handlers() -> dict[signal.Signals, _Handler]:
+def _install_handlers(control: ControlDir) -> dict[signal.Signals, _Handler]:
     """Install torch's kind of handler (raise ``SignalException``) for the whole launch; return the previous ones.
 
     torch's agent installs the same handlers when it starts the ranks, but not before the rendezvous and it never
     restores the previous ones; we cover the whole launch and restore them afterwards. Only the main thread can set
-    handlers; elsewhere nothing is installed.
+    handlers; elsewhere nothing is installed. Each notes the signal in the control directory first.
     """
     saved: dict[signal.Signals, _Handler] = {}
     if threading.current_thread() is not threading.main_thread():
         return saved
+    handler = _mark_then(control, _signal_exception_handler)
     for name in _HANDLED_SIGNALS:
         sig = getattr(signal, name, None)
         if sig is None:
             continue
         saved[sig] = signal.getsignal(sig)
-        signal.signal(sig, _signal_exception_handler)
+        signal.signal(sig, handler)
     return saved
+
+
+class _agent_handler_marks:
+    """While torch's agent runs: the handler it installs when it starts the ranks (its module's
+    ``_terminate_process_handler``, looked up when it installs it) notes the signal in the control directory before
+    it raises, as ours does (:func:`_install_handlers`). A torch without that name keeps its own handler: its ranks
+    then name themselves when a signal reaches them."""
+
+    def __init__(self, control: ControlDir) -> None:
+        self._control = control
+        self._module: Any = None
+        self._original: Any = None
+
+    def __enter__(self) -> _agent_handler_marks:
+        from torch.distributed.elastic.multiprocessing import api
+
+        original = getattr(api, "_terminate_process_handler", None)
+        if callable(original):
+            self._module, self._original = api, original
+            setattr(api, "_terminate_process_handler", _mark_then(self._control, original))  # noqa: B010
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._module is not None:
+            setattr(self._module, "_terminate_process_handler", self._original)  # noqa: B010
 
 
 def _ranks_end_before_exit(control: ControlDir, plan: LaunchPlan) -> Callable[[], None]:
@@ -482,7 +543,7 @@ def _ranks_end_before_exit(control: ControlDir, plan: LaunchPlan) -> Callable[[]
     def wait_for_the_ranks() -> None:
         exiting.set()
         deadline = time.monotonic() + limit
-        while time.monotonic() < deadline and any(_pid_alive(pid) for pid in control.stopping_pids()):
+        while time.monotonic() < deadline and any(pid_alive(pid) for pid in control.stopping_pids()):
             time.sleep(0.05)
 
     def launch_over() -> None:
@@ -492,14 +553,6 @@ def _ranks_end_before_exit(control: ControlDir, plan: LaunchPlan) -> Callable[[]
 
     atexit.register(wait_for_the_ranks)
     return launch_over
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def _restore_handlers(saved: dict[signal.Signals, _Handler]) -> None:

@@ -49,6 +49,7 @@ from pytorch_contract.progress import (
     WRITE_INTERVAL_S,
     ProgressRecord,
     format_line,
+    is_stale,
     stale_after,
 )
 from pytorch_core import _trainer_status
@@ -115,6 +116,7 @@ class Tracker:
         self.history: list[Point] = []
         self.started_at: Optional[float] = None
         self.final = False
+        self.stopped = False
         self.trainer_status = True
         self.trainer_status_owner = ""
         self.snapshots = 0
@@ -153,6 +155,7 @@ class Tracker:
         if total is not None and rate:
             eta = max(0, total - step) / rate
         self.final = bool(snapshot.get("final"))
+        self.stopped = bool(snapshot.get("stopped"))
         self.trainer_status = bool(snapshot.get("trainer_status", True))
         self.trainer_status_owner = str(snapshot.get("trainer_status_owner") or "another writer")
         metrics = _decode_metrics(snapshot.get("metrics") or {})
@@ -168,12 +171,20 @@ class Tracker:
             stale_after_s=stale_after(self.interval_s, 1 / rate if rate else None),
             done=self.final,
         )
-        if not self.history or self.history[-1][0] != step or self.final:
-            self.history.append((step, metrics))
-            if len(self.history) > MAX_POINTS:
-                self.history = self.history[:-1:2] + [self.history[-1]]  # every other point, and the latest
+        points = snapshot.get("points")
+        if isinstance(points, list):  # a point per report since the last snapshot (what rank 0 kept of them)
+            for point in points:
+                if isinstance(point, list) and len(point) == 2 and isinstance(point[0], int) and point[1]:
+                    self._keep((point[0], _decode_metrics(point[1])))
+        elif not self.history or self.history[-1][0] != step or self.final:
+            self._keep((step, metrics))  # a writer that sends no points: a point per snapshot
         self.snapshots += 1
         return self.record
+
+    def _keep(self, point: Point) -> None:
+        self.history.append(point)
+        if len(self.history) > MAX_POINTS:
+            self.history = self.history[:-1:2] + [self.history[-1]]  # every other point, and the latest
 
     def elapsed_s(self, now: float) -> Optional[float]:
         """Seconds since the first report (to the last report once final)."""
@@ -215,18 +226,32 @@ class _ConsoleLine:
             self._print(tracker, now)
             self.last_draw = clock
 
-    def _text(self, tracker: Tracker, now: float) -> str:
-        assert tracker.record is not None
-        return LINE_PREFIX + format_line(tracker.record, now, elapsed_s=tracker.elapsed_s(now))
+    def _text(self, tracker: Tracker, now: float, *, ended: bool = False) -> str:
+        """The line: as of rank 0's last report (the step, the ETA and the elapsed time of one moment, so that they
+        move together), or as of ``now`` once the record is stale; once the run ended without returning, where it
+        stopped (``stopped``: the step rank 0 stood at, or its last report when it could not say)."""
+        record = tracker.record
+        assert record is not None
+        if ended and not record.done:
+            at = record.reported_at
+            text = format_line(record, at, elapsed_s=tracker.elapsed_s(at), stopped=True)
+            if not tracker.stopped:
+                text = f"stopped; rank 0's last report: {text.removeprefix('stopped at ')}"
+            return LINE_PREFIX + text
+        at = now if is_stale(record, now) else record.reported_at
+        return LINE_PREFIX + format_line(record, at, elapsed_s=tracker.elapsed_s(at))
 
-    def _draw(self, tracker: Tracker, now: float) -> None:
+    def _draw(self, tracker: Tracker, now: float, *, ended: bool = False) -> None:
         width = shutil.get_terminal_size((120, 24)).columns
-        text = self._text(tracker, now)[: max(20, width - 1)]
+        text = self._text(tracker, now, ended=ended)[: max(20, width - 1)]
+        if text == self.last_text and not ended:
+            return  # nothing moved since the last draw
         self._write(f"\r\x1b[K{text}")
+        self.last_text = text
         self.drawn = True
 
-    def _print(self, tracker: Tracker, now: float) -> None:
-        text = self._text(tracker, now)
+    def _print(self, tracker: Tracker, now: float, *, ended: bool = False) -> None:
+        text = self._text(tracker, now, ended=ended)
         self._write(text + "\n")
         self.last_text = text
 
@@ -234,12 +259,12 @@ class _ConsoleLine:
         if tracker.record is None:
             return
         if self.tty:
-            self._draw(tracker, now)
+            self._draw(tracker, now, ended=True)
             self._write("\n")
         else:
-            text = self._text(tracker, now)
+            text = self._text(tracker, now, ended=True)
             if text != self.last_text:
-                self._print(tracker, now)
+                self._print(tracker, now, ended=True)
 
 
 class _Page:
@@ -253,9 +278,11 @@ class _Page:
         self.enabled = True
         self._complained = False
 
-    def _publish(self, tracker: Tracker, now: float, final: bool) -> None:
-        assert tracker.record is not None
-        page = render_page(tracker.record, tracker.history, now, tracker.elapsed_s(now))
+    def _publish(self, tracker: Tracker, now: float, final: bool, *, stopped: bool = False) -> None:
+        record = tracker.record
+        assert record is not None
+        at = now if is_stale(record, now) and not stopped else record.reported_at  # as the console line reads it
+        page = render_page(record, tracker.history, at, tracker.elapsed_s(at), stopped=stopped)
         try:
             self.enabled = bool(self.frontend.publish_progress(self.task, page, final))
         except Exception as e:  # noqa: BLE001 - the page never fails training
@@ -274,7 +301,7 @@ class _Page:
 
     def close(self, tracker: Tracker, now: float, success: bool) -> None:
         if self.enabled and tracker.record is not None:
-            self._publish(tracker, now, final=True)
+            self._publish(tracker, now, final=True, stopped=not success and not tracker.record.done)
 
 
 class _Record:

@@ -39,7 +39,7 @@ from pytorch_contract.preemption import PREEMPTED_EXIT_CODE
 from pytorch_core import _checkpoints, preemption, progress
 from pytorch_core._codefiles import restore_code_files
 from pytorch_core._console import RANK_PREFIX_ENV, RankConsole, prefix_enabled
-from pytorch_core._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec, dumps
+from pytorch_core._control import STACK_SIGNAL, ControlDir, RankError, RankResult, RankSpec, dumps, pid_alive
 from pytorch_core._failure import HangError, is_collateral
 from pytorch_core._forkserver import set_process_name
 from pytorch_core._hang import (
@@ -321,31 +321,16 @@ def die_with_parent(parent_pid: Optional[int]) -> None:
             pass
     if parent_pid is None:
         return
-    if not _pid_alive(parent_pid):
+    if not pid_alive(parent_pid):
         # The launcher died between starting us and now: nobody will collect our result.
         os._exit(1)
 
     def watch() -> None:
-        while _pid_alive(parent_pid):
+        while pid_alive(parent_pid):
             time.sleep(PARENT_POLL_S)
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="pytorch-rank-parent-watch", daemon=True).start()
-
-
-def _pid_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie (a dead launcher not yet reaped counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _set_rank_env(spec: RankSpec, rank: int) -> None:
@@ -410,6 +395,8 @@ def rank_entrypoint(spec: RankSpec) -> None:
     set_process_name(f"pt-rank-{rank}")
     control = ControlDir(spec.control_dir)
     _dump_stacks_on_request(control, rank)  # before the pid is published: the signal must never find us unprepared
+    entered = time.time()
+    agent_local_rank = os.environ.get("LOCAL_RANK", "0")  # the agent's, before a local run's node view replaces it
     control.mark_started(rank, os.getpid())
     _reset_start_method()
     with RankConsole(rank, enabled=prefix_enabled(os.environ.get(RANK_PREFIX_ENV))) as console:
@@ -443,7 +430,7 @@ def rank_entrypoint(spec: RankSpec) -> None:
             kwargs = cloudpickle.loads(spec.kwargs_bytes)
             base = Path(spec.context.working_dir) if spec.context.working_dir else Path(spec.control_dir)
             with spec.frontend.rank_scope(spec.context, base / f"rank-{rank}") as scope:
-                _start_progress(control, rank)
+                _start_progress(control, rank, entered, speaks_for_launcher=agent_local_rank in ("0", ""))
                 value = call_function(fn, kwargs)
                 stopped = preemption.outcome()  # it returned because preemption_requested() said so
                 if stopped is not None:
@@ -482,14 +469,28 @@ def rank_entrypoint(spec: RankSpec) -> None:
         control.mark_done(rank)
 
 
-def _start_progress(control: ControlDir, rank: int) -> None:
+def _start_progress(control: ControlDir, rank: int, entered: float, *, speaks_for_launcher: bool = True) -> None:
     """``report_progress`` in this rank: every rank notes the time; global rank 0 also hands snapshots to the
     launcher through ``progress.json`` (``progress.py``); a snapshot that cannot be written is skipped. The step
-    boundary arms the rank for a preemption (``preemption.py``), and the checkpoint API starts afresh."""
+    boundary arms the rank for a preemption (``preemption.py``), and the checkpoint API starts afresh. A signal is
+    told apart (``preemption.set_signal_source``) by what the control directory holds since ``entered`` (when this
+    rank's entrypoint began); the agent's first rank (``speaks_for_launcher``) is the one that says when the launcher
+    got a signal."""
     progress.start_rank()
     _checkpoints.reset()
     preemption.start()
     preemption.on_request(lambda: control.mark_stopping(rank))
+
+    def source() -> Optional[str]:
+        # A peer of this round that failed first: torch's agent is stopping the ranks left (what torchrun's agent does
+        # too), which is no preemption. Else the launcher's own signal, passed on by its agent; else this rank's.
+        if control.failed_peers(rank, entered):
+            return preemption.FAILURE
+        if control.launcher_signal() is not None:
+            return preemption.LAUNCHER
+        return None
+
+    preemption.set_signal_source(source, speaks_for_launcher=speaks_for_launcher)
     if rank != 0:
         return
 

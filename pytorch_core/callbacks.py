@@ -3,7 +3,8 @@
 - ``HFProgressCallback``: a ``transformers.TrainerCallback``; add it with one line,
   ``Trainer(..., callbacks=[HFProgressCallback()])`` (Transformers has no hook through which a package adds a
   callback of its own). At each step it calls ``report_progress(state.global_step, state.max_steps, **latest logs)``
-  (``loss``, ``learning_rate``, ``grad_norm``, ``epoch``, evaluation metrics: what the Trainer last logged). Inside a
+  (``loss``, ``learning_rate``, ``grad_norm``, ``epoch``, evaluation metrics: what the Trainer last logged); each
+  log is reported at the step it was logged at, and once more when training ends. Inside a
   TrainJob, Transformers adds its own ``KubeflowCallback`` (``report_to`` gets ``"kubeflow"``), which writes
   ``trainerStatus`` itself; this callback then leaves that field to it, so that one writer owns it.
 - ``LightningProgressCallback`` (``lightning.pytorch``) and ``PyTorchLightningProgressCallback``
@@ -12,7 +13,8 @@
   to every ``Trainer`` built inside a ``pytorch`` task (the package registers it under Lightning's
   ``*.callbacks_factory`` entry points: :func:`lightning_callbacks`, :func:`pytorch_lightning_callbacks`), so a
   Lightning user writes nothing; one given explicitly is used instead, never both. The metrics (tensors) are read
-  only when rank 0 hands a snapshot off, at most every 2 s.
+  only when rank 0 hands a snapshot off, at most every 2 s, and once more when training ends (``on_train_end``), so
+  the last line has the final step's metrics.
 
 The classes are made at first use (``module.__getattr__``), so importing this module imports neither library.
 """
@@ -43,6 +45,10 @@ def _numbers(logs: Any) -> dict[str, float]:
     return found
 
 
+def _total(state: Any) -> Any:
+    return state.max_steps if state.max_steps and state.max_steps > 0 else None
+
+
 def _make_hf() -> type:
     from transformers import TrainerCallback
 
@@ -58,15 +64,29 @@ def _make_hf() -> type:
                 progress.leave_trainer_status("HF Transformers' KubeflowCallback (report_to has 'kubeflow')")
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-            self.latest.update(_numbers(logs))
+            # The Trainer logs after its step's on_step_end: report the logged values at the step they belong to,
+            # not one logging interval late.
+            logged = _numbers(logs)
+            self.latest.update(logged)
+            if logged:
+                report_progress(state.global_step, _total(state), **logged)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            total = state.max_steps if state.max_steps and state.max_steps > 0 else None
-            report_progress(state.global_step, total, **self.latest)
+            report_progress(state.global_step, _total(state), **self.latest)
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            # The last word: the final step with every value logged, which the function's end then hands over.
+            report_progress(state.global_step, _total(state), **self.latest)
 
     HFProgressCallback.__qualname__ = "HFProgressCallback"
     HFProgressCallback.__module__ = __name__
     return HFProgressCallback
+
+
+def _lightning_metrics(trainer: Any) -> dict[str, Any]:
+    return {
+        str(key): value for key, value in trainer.callback_metrics.items() if getattr(value, "numel", lambda: 1)() == 1
+    }
 
 
 def _make_lightning(package: str, name: str) -> type:
@@ -94,14 +114,15 @@ def _make_lightning(package: str, name: str) -> type:
             if self.inert:
                 return
             if progress.hand_off_due():  # rank 0, a snapshot is due: read the metrics (tensors) now only
-                metrics = {
-                    str(key): value
-                    for key, value in trainer.callback_metrics.items()
-                    if getattr(value, "numel", lambda: 1)() == 1
-                }
-                report_progress(trainer.global_step, self.total, **metrics)
+                report_progress(trainer.global_step, self.total, **_lightning_metrics(trainer))
             else:
                 report_progress(trainer.global_step, self.total)
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            # The last word: the final step with the metrics as training left them (a hand-off may not have been due
+            # at the last batch), which the function's end then hands over.
+            if not self.inert:
+                report_progress(trainer.global_step, self.total, **_lightning_metrics(trainer))
 
     ProgressCallback.__name__ = ProgressCallback.__qualname__ = name
     ProgressCallback.__module__ = __name__

@@ -37,6 +37,7 @@ from pytorch_contract.k8s_names import (
     LABEL_VALUE,
     MAX_REPLICAS_PER_ROLE,
     image_reference_problem,
+    queue_name_problem,
 )
 from pytorch_contract.pod_rules import (
     container_name_problems,
@@ -516,6 +517,27 @@ def check_name(name: str, value: Any, pattern: re.Pattern, max_len: int, what: s
         return None
     if not isinstance(value, str) or len(value) > max_len or not pattern.fullmatch(value):
         raise _fail(name, value, "not a valid name", f"use {what}, or None")
+    return value
+
+
+def check_queue(name: str, value: Any) -> Optional[str]:
+    """A Kueue / Volcano queue name (``pytorch_contract.k8s_names.QUEUE_NAME``: the rule, and whose it is), or None.
+
+    Args:
+        name: dotted field name for the message.
+        value: the value to check.
+
+    Returns:
+        `value` unchanged.
+
+    Raises:
+        ConfigError: `value` is not a queue name Kueue's webhook admits.
+    """
+    if value is None:
+        return None
+    problem = queue_name_problem(value)
+    if problem is not None:
+        raise _fail(name, value, "not a queue name Kueue admits", f"{problem}; or None")
     return value
 
 
@@ -1085,7 +1107,8 @@ class RunPolicy:
         ttl_seconds_after_finished: delete the job this long after it finished, >= 0
             (``spec.runPolicy.ttlSecondsAfterFinished``); None = keep it.
         queue: Kueue / Volcano queue (``spec.runPolicy.schedulingPolicy.queue`` and the
-            ``kueue.x-k8s.io/queue-name`` label), a Kubernetes label value.
+            ``kueue.x-k8s.io/queue-name`` label): a DNS-1123 subdomain of at most 63 characters, the name of a
+            Kueue ``LocalQueue`` (Kueue's webhook refuses anything else) or of a Volcano ``Queue``.
         priority_class: PriorityClass name (``spec.runPolicy.schedulingPolicy.priorityClass``).
         gang_scheduling: start all replicas together or none (``schedulingPolicy.minAvailable`` = all replicas).
             Default False: it needs a gang scheduler (Volcano, scheduler-plugins) on the cluster.
@@ -1113,13 +1136,7 @@ class RunPolicy:
         check_int("RunPolicy.backoff_limit", self.backoff_limit, minimum=0, optional=True)
         check_int("RunPolicy.active_deadline_seconds", self.active_deadline_seconds, minimum=1, optional=True)
         check_int("RunPolicy.ttl_seconds_after_finished", self.ttl_seconds_after_finished, minimum=0, optional=True)
-        check_name(
-            "RunPolicy.queue",
-            self.queue,
-            LABEL_VALUE,
-            63,
-            "a Kubernetes label value (letters, digits, '-', '_', '.'; at most 63 characters)",
-        )
+        check_queue("RunPolicy.queue", self.queue)
         check_name(
             "RunPolicy.priority_class",
             self.priority_class,

@@ -181,9 +181,18 @@ def _run(task: DistributedTask, kwargs: dict[str, Any], frontend: FrontEnd) -> A
     require_torch(task.name)
     fn = task._task_function
     cuda_devices, cpu_count = _machine()
-    plan = plan_launch(
-        task.task_config, os.environ, local=frontend.is_local(), cuda_devices=cuda_devices, cpu_count=cpu_count
-    )
+    try:
+        plan = plan_launch(
+            task.task_config, os.environ, local=frontend.is_local(), cuda_devices=cuda_devices, cpu_count=cpu_count
+        )
+        local = plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS)
+        follower = ProgressFollower(frontend, task, local=local, env=os.environ)
+    except ValueError as bad:
+        # A FLYTE_PYTORCH_* variable (or a launch setting) that is not valid: locally, its one line comes first,
+        # before the SDK prints the traceback around it.
+        if frontend.is_local():
+            say_headline(str(bad))
+        raise
     if plan.kind is ExecutionKind.LOCAL and plan.world_size < plan.declared_world_size:
         logger.warning(
             "%s: running %d local ranks instead of the declared %d (%s=%s)",
@@ -193,10 +202,8 @@ def _run(task: DistributedTask, kwargs: dict[str, Any], frontend: FrontEnd) -> A
             MAX_LOCAL_WORLD_SIZE_ENV,
             os.environ.get(MAX_LOCAL_WORLD_SIZE_ENV),
         )
-    if plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS) and cuda_devices == 0:
+    if local and cuda_devices == 0:
         _say_cpu_fallback(task)
-    local = plan.kind in (ExecutionKind.LOCAL, ExecutionKind.IN_PROCESS)
-    follower = ProgressFollower(frontend, task, local=local, env=os.environ)
     if plan.kind is ExecutionKind.CLUSTER_DIRECT:
         return _run_direct(fn, kwargs, plan, follower)
     if not local:
@@ -497,6 +504,8 @@ def _preemption_of(result: AgentResult, plan: LaunchPlan) -> Optional[tuple[Pree
         checkpoint's step) and where the checkpoints are; ``None`` when this launch was not preempted.
     """
     marks = result.record.preempted
+    if result.before_first_step and result.interrupted is not None:
+        return _before_first_step(result.interrupted, plan), _checkpoint_folder(plan)
     if any(not error.collateral for error in result.record.errors):
         return None
     if not marks:
@@ -520,7 +529,40 @@ def _preemption_of(result: AgentResult, plan: LaunchPlan) -> Optional[tuple[Pree
         record = parse_preemption_record(json.dumps({k: v for k, v in chosen.items() if k != "where"}))
     except ValueError:
         return None
-    return record, str(chosen.get("where", ""))
+    folder = _checkpoint_folder(plan)
+    if not record.resume_known and folder:
+        # Rank 0 never said what stands (it was killed mid-save, say): a folder on this machine says it.
+        record = dataclasses.replace(record, resumes_from=_checkpoints.folder_step(folder), resume_known=True)
+    return record, str(chosen.get("where", "")) or folder
+
+
+def _checkpoint_folder(plan: LaunchPlan) -> str:
+    """The checkpoint folder on this machine (a local run's, or ``$FLYTE_PYTORCH_CHECKPOINT_DIR``), or ``""``: a pod's
+    checkpoint prefix is not read here."""
+    return plan.rank_env.get(CHECKPOINT_DIR_ENV) or os.environ.get(CHECKPOINT_DIR_ENV, "").strip()
+
+
+def _before_first_step(interrupted: signal.Signals, plan: LaunchPlan) -> PreemptionRecord:
+    """The record of a launch whose launcher got a signal before any rank reported a step: nothing was saved at the
+    stop, and the next run starts where the checkpoint place says (read where it is a folder on this machine: a
+    local run's, or ``$FLYTE_PYTORCH_CHECKPOINT_DIR``; a pod's checkpoint prefix is not read, so its record cannot
+    tell)."""
+    local = plan.kind is ExecutionKind.LOCAL
+    folder = _checkpoint_folder(plan)
+    known = bool(folder)
+    return PreemptionRecord(
+        stopped_at=None,
+        checkpoint_step=None,
+        signal=interrupted.name,
+        rank=min(plan.local_ranks) if plan.local_ranks else 0,
+        pod=os.environ.get("_F_WN") or os.environ.get("HOSTNAME") or os.uname().nodename,
+        requested_at=time.time(),
+        grace_s=local_grace_s(os.environ) if local else preemption.grace_s(),
+        by="launcher",
+        before_first_step=True,
+        resumes_from=_checkpoints.folder_step(folder) if known else None,
+        resume_known=known,
+    )
 
 
 def _preempted(

@@ -44,6 +44,14 @@ as preempted: a recoverable error of system origin in a pod, a resumable stop lo
 moment before the grace ends is said in the log, naming the grace; if the SIGKILL comes first, the save's temporary
 file is all it leaves, and the last complete checkpoint stands (``checkpoint.py`` writes, then renames).
 
+Where a signal came from (``set_signal_source``: the rank entrypoint reads the launch's control directory, in the
+handler). After a peer of this round failed (it reported an exception, or its process is gone without a word), the
+signal is torch's agent stopping the ranks left, as torchrun's agent does: no preemption, no words, nothing saved;
+global rank 0 hands over where it stood, and the signal does what it did before the rank armed (the rank ends). When
+the launcher noted that it got the signal itself, the request says so (``by: "launcher"``) and only the first rank
+its agent started says it, once; otherwise the rank names itself. Nothing promises a checkpoint before one is saved:
+rank 0 says at the stop what it saved, or that nothing was, and what the next run starts from.
+
 Arming. A rank handles SIGTERM and SIGINT only once its loop has used this API (a first ``report_progress`` with a
 step, ``save_checkpoint``, ``load_checkpoint``, ``preemption_requested`` or ``on_preemption``): until then the
 signals do what they always did (the process ends at once, or ``KeyboardInterrupt``), as under torchrun. A rank
@@ -58,7 +66,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -70,6 +77,7 @@ from pytorch_contract.preemption import (
     PreemptionRecord,
     format_message,
     termination_grace_s,
+    what_comes_next,
 )
 from pytorch_core import _checkpoints, progress
 from pytorch_core.frontend import PreemptedError
@@ -167,11 +175,7 @@ def _requested() -> None:
 
 
 def _say(text: str) -> None:
-    try:
-        sys.stderr.write(f"preemption: {text}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):  # a closed stderr: nothing to tell
-        pass
+    progress.say(f"preemption: {text}")
 
 
 def _pod() -> str:
@@ -181,9 +185,10 @@ def _pod() -> str:
 def start() -> None:
     """A task's function starts in this process (a rank, or the launcher running it): forget any earlier run and
     arm at the first ``report_progress`` call with a step."""
-    global _run
+    global _run, _signal_source_fn, _speaks_for_launcher
     end()
     _run = _Run()
+    _signal_source_fn, _speaks_for_launcher = None, True
     progress.set_step_boundary_hook(_arm_on_step)
 
 
@@ -297,22 +302,91 @@ def _on_signal(signum: int, frame: object) -> None:
     sig = signal.Signals(signum)
     if run.request is not None or run.record is not None:
         return  # already stopping (a terminal's Ctrl-C reaches the rank, then the agent forwards it again)
+    source = _signal_source()
+    if source == FAILURE:
+        _stop_for_a_failure(sig, frame)
+        return
     grace = grace_s()
-    run.request = {"signal": sig.name, "rank": run.rank, "pod": _pod(), "time": time.time(), "grace_s": grace}
+    by = "launcher" if source == LAUNCHER else "rank"
+    run.request = {
+        "signal": sig.name,
+        "rank": run.rank,
+        "pod": _pod(),
+        "by": by,
+        "time": time.time(),
+        "grace_s": grace,
+    }
     run.own_pending = True
-    text = (
-        f"preemption: rank {run.rank} got {sig.name}: every rank stops after the next step all of them can reach, "
-        f"and global rank 0 saves a checkpoint there (termination grace {grace:g}s)\n"
-    )
-    try:
-        # Straight to the descriptor: the handler may run inside a write to sys.stderr that a signal interrupted,
-        # and a second write to the same buffered stream from here would raise in the loop's thread.
-        os.write(2, text.encode())
-    except OSError:
-        pass
+    if by == "launcher" and not _speaks_for_launcher:
+        pass  # the launcher passed the signal on to every rank it started: the first of them says so
+    else:
+        who = "the launcher" if by == "launcher" else f"rank {run.rank}"
+        text = (
+            f"preemption: {who} got {sig.name}: every rank stops after the next step all of them can reach "
+            f"(termination grace {grace:g}s)\n"
+        )
+        try:
+            # Straight to the descriptor: the handler may run inside a write to sys.stderr that a signal interrupted,
+            # and a second write to the same buffered stream from here would raise in the loop's thread.
+            os.write(2, text.encode())
+        except OSError:
+            pass
     progress.set_step_boundary_hook(_boundary_hook)
     if run.wake is not None:
         run.wake.set()
+
+
+#: What :func:`set_signal_source` may answer: a peer of this launch failed, so the signal is the launcher stopping the
+#: ranks left (torch's agent does that after a rank's failure), not a preemption.
+FAILURE = "failure"
+#: The launcher of this rank got the signal and its agent passed it on.
+LAUNCHER = "launcher"
+_signal_source_fn: Optional[Callable[[], Optional[str]]] = None
+_speaks_for_launcher = True
+
+
+def set_signal_source(source: Optional[Callable[[], Optional[str]]], *, speaks_for_launcher: bool = True) -> None:
+    """Have ``source()`` say, when a signal comes, where it came from: :data:`FAILURE` (a peer of this launch failed:
+    the launcher is stopping the ranks left), :data:`LAUNCHER` (the launcher got it and passed it on), or ``None``
+    (this rank got it). The rank entrypoint reads the launch's control directory for it; without a source (a pod
+    with one rank, the in-process mode) a signal is this rank's own.
+
+    Args:
+        source: the function (it must be quick and never raise: it runs in the signal handler), or ``None``.
+        speaks_for_launcher: this rank is the first its launcher's agent started: it says that the launcher got a
+            signal (the others it passed the signal on to keep quiet).
+    """
+    global _signal_source_fn, _speaks_for_launcher
+    _signal_source_fn = source
+    _speaks_for_launcher = speaks_for_launcher
+
+
+def _signal_source() -> Optional[str]:
+    source = _signal_source_fn
+    if source is None:
+        return None
+    try:
+        return source()
+    except Exception:  # noqa: BLE001 - a signal handler never raises for want of a source: the signal is its own
+        return None
+
+
+def _stop_for_a_failure(sig: signal.Signals, frame: object) -> None:
+    """A peer failed and the launcher stops this rank: no agreed step, nothing saved, no preemption words. Global rank
+    0 hands over where it stood (the launcher's last progress line says it), then the signal does what it did before
+    the loop armed this rank (under the launcher, the default action: the rank ends, as a torchrun rank does)."""
+    progress.hand_off_stop()
+    previous = _run.handlers.get(sig)
+    if callable(previous) and previous is not _on_signal:
+        previous(int(sig), frame)
+        return
+    if previous == signal.SIG_IGN:
+        return
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+    except (ValueError, OSError):  # not the main thread: the default action cannot be had from here
+        return
+    os.kill(os.getpid(), int(sig))
 
 
 def request_stop(signal_name: str = "SIGTERM") -> None:
@@ -367,10 +441,8 @@ def tick(store: Any) -> Optional[float]:
         run.request = json.loads(store.get(f"{key}request").decode())
         _requested()
         if run.rank == 0:
-            _say(
-                f"rank {run.request['rank']} (pod {run.request['pod']}) got {run.request['signal']}: every rank "
-                "stops after the next step all of them can reach"
-            )
+            who = _who(run.request)
+            _say(f"{who} got {run.request['signal']}: every rank stops after the next step all of them can reach")
         progress.set_step_boundary_hook(_boundary_hook)
     if run.announced is _UNSET:
         with _lock:
@@ -400,6 +472,12 @@ def tick(store: Any) -> Optional[float]:
         _say(f"ranks {missing} did not say where they stand in time; agreed on step {agreed} without them")
     _adopt(run, agreed)
     return None
+
+
+def _who(request: dict[str, Any]) -> str:
+    if request.get("by") == "launcher":
+        return f"the launcher (pod {request.get('pod')})"
+    return f"rank {request.get('rank')} (pod {request.get('pod')})"
 
 
 def _adopt(run: _Run, step: int) -> None:
@@ -467,19 +545,18 @@ def _conclude(step: int) -> PreemptionRecord:
     state = checkpoint.registered_state()
     if state is not None:
         where = checkpoint.place().dest
+    resume: Any = _UNSET
     if run.rank == 0:
         if state is None:
-            _say(
-                f"stopped after step {step}; nothing to save: the loop gave no state to save_checkpoint or "
-                "load_checkpoint (an on_preemption callback can save what it needs)"
-            )
+            saved = None
         elif checkpoint.last_saved_step() == step:
             saved = step
         else:
             saved = _timed_save(state, step)
-        _publish_saved(saved)
+        resume = saved if saved is not None else checkpoint.last_checkpoint_step()
+        _publish_saved(saved, resume)
     else:
-        saved = _wait_saved()
+        saved, resume = _wait_saved()
     run.where = where
     run.record = PreemptionRecord(
         stopped_at=step,
@@ -489,9 +566,20 @@ def _conclude(step: int) -> PreemptionRecord:
         pod=str(request.get("pod", _pod())),
         requested_at=float(request.get("time", time.time())),
         grace_s=float(request.get("grace_s", grace_s())),
+        by="launcher" if request.get("by") == "launcher" else "rank",
+        resumes_from=None if resume is _UNSET else resume,
+        resume_known=resume is not _UNSET,
     )
-    if run.rank == 0 and saved is not None:
-        _say(f"every rank stopped after step {step}; checkpoint of step {saved} saved in {where}")
+    if run.rank == 0:
+        if saved is not None:
+            _say(f"every rank stopped after step {step}; checkpoint of step {saved} saved in {where}")
+        elif state is None:
+            _say(
+                f"every rank stopped after step {step}; nothing to save: the loop gave no state to save_checkpoint "
+                "or load_checkpoint; the next run starts from the beginning"
+            )
+        else:
+            _say(f"every rank stopped after step {step}; {what_comes_next(run.record)}")
     return run.record
 
 
@@ -530,13 +618,13 @@ def _timed_save(state: Any, step: int) -> Optional[int]:
     return step
 
 
-def _publish_saved(saved: Optional[int]) -> None:
+def _publish_saved(saved: Optional[int], resume: Optional[int]) -> None:
     run = _run
     store = run.store
     if store is None:
         return
     try:
-        store.set(f"{run.prefix}saved", json.dumps(saved))
+        store.set(f"{run.prefix}saved", json.dumps({"saved": saved, "resumes_from": resume}))
         others = [f"{run.prefix}left/{r}" for r in range(1, run.world_size)]
         until = min(time.time() + 1.0, _deadline())
         while others and time.time() < until and not store.check(others):
@@ -545,22 +633,25 @@ def _publish_saved(saved: Optional[int]) -> None:
         pass
 
 
-def _wait_saved() -> Optional[int]:
+def _wait_saved() -> tuple[Optional[int], Any]:
+    """Rank 0's word on its save: (the step saved at the stop, the step the next run resumes from); the second is
+    ``_UNSET`` when rank 0 never said (its store went away)."""
     run = _run
     store = run.store
     if store is None:
-        return None
+        return None, _UNSET
     until = _deadline() - LEAVE_MARGIN_S
     try:
         while time.time() < until:
             if store.check([f"{run.prefix}saved"]):
-                saved = json.loads(store.get(f"{run.prefix}saved").decode())
+                said = json.loads(store.get(f"{run.prefix}saved").decode())
                 store.set(f"{run.prefix}left/{run.rank}", "1")
-                return int(saved) if saved is not None else None
+                saved, resume = said.get("saved"), said.get("resumes_from")
+                return (int(saved) if saved is not None else None), (int(resume) if resume is not None else None)
             time.sleep(POLL_FAST_S)
     except Exception:  # noqa: BLE001 - the store is gone with rank 0, which leaves only after it saved
-        return None
-    return None
+        return None, _UNSET
+    return None, _UNSET
 
 
 def boundary(step: int) -> None:
@@ -680,7 +771,9 @@ def error_message(record: PreemptionRecord, where: str = "", *, local: bool) -> 
         text += f"; the next run of this task with the same inputs resumes from step {record.checkpoint_step}"
         if where:
             text += f" ({where})"
+    elif local and record.resumes_from is not None and where:
+        text += f" ({where})"
     elif not local:
-        text += "; Flyte retries it as a system error, and the retry resumes from the checkpoint"
+        text += "; Flyte retries it as a system error"
     assert text.startswith(ERROR_PREFIX)
     return text

@@ -66,7 +66,7 @@ def test_vendored_schemas_match_their_recorded_sha256():
     import hashlib
     import re
 
-    from backend_plugin.targets import DECLARED
+    from backend_plugin.kinds import DECLARED
     from tests.kube_schema import SCHEMA_DIR
 
     rows = re.findall(

@@ -117,7 +117,7 @@ def test_wheel_holds_the_packages_the_manifests_and_py_typed(wheel: Path) -> Non
         assert f"{package}/__init__.py" in names and f"{package}/py.typed" in names, package
     for manifest in ("connector.yaml", "rbac.yaml", "propeller-config.yaml", "README.md"):
         assert f"backend_plugin/deploy/{manifest}" in names
-    assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "examples/"))]
+    assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "examples/", "devcluster/"))]
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "pytorchjob = backend_plugin.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -47,7 +47,7 @@ from backend_plugin.admission.installed import InstalledCrd, schema_declares
 from backend_plugin.admission.settings import get_path, setting_for
 from backend_plugin.admission.structural import NOTE, PRUNED, REJECTED, Path, format_path
 from backend_plugin.errors import TemplateError
-from backend_plugin.targets import DECLARED, Declaration, declaration_for
+from backend_plugin.kinds import DECLARED, Declaration, declaration_for
 from pytorch_contract.install import install_hint
 from pytorch_contract.job_limits import (
     LARGE_VALUE_ADVICE,
@@ -278,12 +278,12 @@ def _schema_problem(
         if crd is None or not schema_declares(vendored, f.path):
             source = f"the {declaration.crd.release} CRD" if crd is None else crd.describe()
             return Problem(PRUNED, path, where, f"{where}: field {path!r}: " + _UNDECLARED_ADVICE.format(source=source))
+        # The connector creates with fieldValidation=Strict, and kubectl's default is Strict too: the API server
+        # refuses the create (the verdict says so); the path is named once, by the setting when only the backend
+        # writes it.
         what = (advice or {}).get(path) or _installed_advice(where, declaration)
-        message = (
-            f"{where}: field {path!r}: {crd.describe()} does not declare it, so the API server would refuse the "
-            f"create (fieldValidation=Strict; without it the field would be dropped silently): {what}"
-        )
-        return Problem(PRUNED, path, where, message)
+        named = where if where.startswith(path) else f"{where}: field {path!r}"
+        return Problem(REJECTED, path, where, f"{named}: {crd.describe()} does not declare it: {what}")
     return Problem(f.verdict, path, where, f"{where}: {path} {f.detail}")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from backend_plugin.targets import DECLARED, declaration_of
+from backend_plugin.kinds import DECLARED, declaration_of
 
 __all__ = ["CRD_DIR", "CRD_FILES", "schema_for", "crd_source"]
 

@@ -31,8 +31,8 @@ import yaml
 
 from backend_plugin.admission.crds import schema_for
 from backend_plugin.admission.structural import PRUNED, Path, check
-from backend_plugin.targets import DECLARED, Declaration
-from backend_plugin.targets.declaration import ANY
+from backend_plugin.kinds import DECLARED, Declaration
+from backend_plugin.kinds.declaration import ANY
 
 __all__ = [
     "InstalledCrd",

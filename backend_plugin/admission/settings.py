@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from backend_plugin.admission.structural import Path, format_path
-from backend_plugin.targets import declaration_for
+from backend_plugin.kinds import declaration_for
 
 __all__ = ["setting_for", "pod_template_paths", "get_path"]
 

@@ -22,10 +22,10 @@ from flyteidl.core.execution_pb2 import TaskLog
 from backend_plugin.admission.installed import Fitted, InstalledCrd
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.kinds.declaration import Declaration
 from backend_plugin.pods import PodPlan, plan_pods
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
-from backend_plugin.targets.declaration import Declaration
 from backend_plugin.task_errors import ErrorReport
 
 __all__ = ["JobTarget", "Reads", "Observed", "PrimaryImage"]
@@ -47,17 +47,20 @@ class PrimaryImage(NamedTuple):
 
 @dataclass(frozen=True)
 class Reads:
-    """What a job's status needs read besides the job (so a steady running job costs one API call per poll).
+    """What a job's answer needs read besides the job (so that a steady running job costs nothing).
 
     Attributes:
-        pods: the job's pods (to explain a failure or a stuck start, or to name log links).
+        pods: the job's pods, as they are now (the status explains a failure or a stuck start with them).
         error_report: the task's error documents under the output prefix (the job failed).
         events: the job's events (it has not started in time).
+        link_pods: the job's pods, for the names of its log links: the connector lists them once per job status and
+            keeps them (`connector.log_pods`), so a steady poll lists nothing.
     """
 
     pods: bool = False
     error_report: bool = False
     events: bool = False
+    link_pods: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,7 +237,7 @@ class JobTarget(abc.ABC):
 
     @abc.abstractmethod
     def reads(self, job: Mapping[str, Any], config: BackendConfig, now: datetime.datetime) -> Reads:
-        """Which reads `status` needs for this job, besides the job itself.
+        """Which reads `status` and `links` need for this job, besides the job itself.
 
         Args:
             job: the job as read from the API.

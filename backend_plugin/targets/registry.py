@@ -1,20 +1,22 @@
-"""The `JobTarget` of every registered kind, in registry order, and how the connector and the CLI pick one.
+"""The `JobTarget` of every registered kind, in the order of the declarations (`backend_plugin.kinds.DECLARED`), and
+how the connector and the CLI pick one.
 
-Built from `backend_plugin.targets.DECLARED`: each declaration names its package, whose `target` module holds its
-`JobTarget` as `TARGET` (a target imports the writer machinery, which imports the config, which reads the
-declarations: so the declarations cannot import their targets, and the registry loads each by its package's name).
-The connector picks a kind from `BackendConfig.target` (`auto`: the first kind whose CRD the API server serves, asked
-once) and otherwise never names one. Pure: nothing here talks to the API.
+The one module outside the kinds' own packages that names each kind's target: a new kind is one import and one entry
+here, beside its entry in `backend_plugin.kinds`. The declarations import no target (the config and the admission
+model read them, and the targets read those), so each target is imported here by name. The connector picks a kind from
+`BackendConfig.target` (`auto`: the first kind whose CRD the API server serves, asked once) and otherwise never names
+one. Pure: nothing here talks to the API.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Optional
 
-from backend_plugin.targets import DECLARED
+from backend_plugin.kinds import DECLARED
 from backend_plugin.targets.base import JobTarget, Observed, Reads
-from backend_plugin.targets.declaration import Declaration
+from backend_plugin.targets.jobset.target import TARGET as JOBSET
+from backend_plugin.targets.pytorchjob.target import TARGET as PYTORCHJOB
+from backend_plugin.targets.trainjob.target import TARGET as TRAINJOB
 
 __all__ = [
     "JobTarget",
@@ -28,15 +30,9 @@ __all__ = [
     "target_for_kind",
 ]
 
+_TARGETS = {t.declaration.kind: t for t in (PYTORCHJOB, TRAINJOB, JOBSET)}
 
-def _target(declaration: Declaration) -> JobTarget:
-    target = importlib.import_module(f"{declaration.package}.target").TARGET
-    if not isinstance(target, JobTarget) or target.declaration is not declaration:
-        raise TypeError(f"{declaration.package}.target.TARGET is not the JobTarget of {declaration.kind}")
-    return target
-
-
-KINDS: tuple[JobTarget, ...] = tuple(_target(d) for d in DECLARED)
+KINDS: tuple[JobTarget, ...] = tuple(_TARGETS[d.kind] for d in DECLARED)
 """Every kind's target, in the order `target: auto` tries them (`DECLARED`'s)."""
 
 DEFAULT = KINDS[0]

@@ -30,6 +30,17 @@ def now_rfc3339() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def image_paths(argv: list[str]) -> list[str]:
+    """The folders that stand for the container's image: this machine's environment (the repository and its
+    virtual environment) and the folder of a built binary the command names. A volume mounted over one of their
+    parents (an emptyDir on /tmp, with the repository cloned under /tmp) must not hide them: an image's files stay
+    where they are whatever volume a pod mounts beside them."""
+    paths = [str(Path(__file__).resolve().parents[2]), sys.prefix]
+    if argv and os.path.isabs(argv[0]):
+        paths.append(os.path.dirname(argv[0]))
+    return list(dict.fromkeys(os.path.normpath(p) for p in paths))
+
+
 @dataclass
 class Container:
     """A container of a pod (init, sidecar or regular) and what the kubelet reports of it."""
@@ -68,15 +79,24 @@ class Container:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def start(self, argv: list[str], env: dict[str, str], mounts: list, netns: str, hostname: str,
-              spec_file: Path) -> None:
+    def start(
+        self, argv: list[str], env: dict[str, str], mounts: list, netns: str, hostname: str, spec_file: Path
+    ) -> None:
         """Start the container's command in the pod's namespaces."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.termination_file.parent.mkdir(parents=True, exist_ok=True)
         self.termination_file.write_bytes(b"")
         spec_file.write_text(
-            json.dumps({"argv": argv, "env": env, "workingDir": self.spec.get("workingDir"), "mounts": mounts,
-                        "hostname": hostname})
+            json.dumps(
+                {
+                    "argv": argv,
+                    "env": env,
+                    "workingDir": self.spec.get("workingDir"),
+                    "mounts": mounts,
+                    "hostname": hostname,
+                    "image": image_paths(argv),
+                }
+            )
         )
         out = self.log_file.open("ab")
         try:

@@ -151,7 +151,7 @@ def make_env(
             if ref["key"] not in data:
                 if ref.get("optional"):
                     continue
-                raise EnvError(f'couldn\'t find key {ref["key"]} in {kind} {ns}/{ref["name"]}')
+                raise EnvError(f"couldn't find key {ref['key']} in {kind} {ns}/{ref['name']}")
             env[name] = data[ref["key"]]
         else:
             raise EnvError(f"env {name}: unsupported valueFrom {sorted(src)}")

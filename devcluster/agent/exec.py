@@ -8,7 +8,8 @@ itself with the container's command: the process the agent started is the contai
 it reaches the command itself, as a container runtime's does.
 
 It also gives the container a UTS namespace named as the pod (a runtime's sandbox does). The spec (written by the
-agent) is JSON: argv, env, workingDir, hostname, mounts ([source, target, readOnly, isFile]).
+agent) is JSON: argv, env, workingDir, hostname, mounts ([source, target, readOnly, isFile]), image (the folders
+that stand for the container's image: bound again over any volume mounted on one of their parents).
 """
 
 from __future__ import annotations
@@ -61,6 +62,21 @@ def _own_hostname(name: str) -> None:
         raise OSError(errno, f"sethostname({name!r}): {os.strerror(errno)}")
 
 
+def _under(path: str, parent: str) -> bool:
+    parent = os.path.normpath(parent)
+    return path != parent and path.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def _keep_image(image: list[tuple[int, str]], targets: list[str]) -> None:
+    """Bind each image folder (opened before the volumes were mounted) at its own path again where a volume's
+    mount now hides it; shallowest first, so a folder inside another is bound after it."""
+    for fd, path in sorted(image, key=lambda item: len(item[1].split(os.sep))):
+        if any(_under(path, target) for target in targets):
+            _mount_point(path, False)
+            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+
+
 def main(spec_file: str) -> None:
     with open(spec_file) as f:
         spec = json.load(f)
@@ -71,14 +87,18 @@ def main(spec_file: str) -> None:
     # every source is opened before the first mount: a volume mounted over /tmp must not hide the node's folders of
     # the volumes after it (a runtime resolves its mounts' sources first, too); parents are mounted before children
     mounts = sorted(spec["mounts"], key=lambda m: len(os.path.normpath(m[1]).split(os.sep)))
-    held = [(os.open(source, os.O_PATH | os.O_CLOEXEC), target, read_only, is_file)
-            for source, target, read_only, is_file in mounts]
+    image = [(os.open(p, os.O_PATH | os.O_CLOEXEC), p) for p in spec.get("image", []) if os.path.isdir(p)]
+    held = [
+        (os.open(source, os.O_PATH | os.O_CLOEXEC), target, read_only, is_file)
+        for source, target, read_only, is_file in mounts
+    ]
     for fd, target, read_only, is_file in held:
         _mount_point(target, is_file)
         _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
         if read_only:
             _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
         os.close(fd)
+    _keep_image(image, [m[1] for m in mounts])
     workdir = spec.get("workingDir") or "/"
     try:
         os.chdir(workdir)

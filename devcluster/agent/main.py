@@ -43,7 +43,7 @@ class Agent:
     def __init__(self, config: dict) -> None:
         self.config = config
         self.state = Path(config["state"])
-        self.plan = network.Plan(network.ipaddress.ip_network(config["subnet"]))
+        self.plan = network.Plan(network.ipaddress.IPv4Network(config["subnet"]))
         self.node_ip = self.plan.gateway
         self.cluster_dns = config["cluster_dns"]
         self.cluster_domain = config.get("cluster_domain", network.CLUSTER_DOMAIN)

@@ -44,7 +44,11 @@ class NodeAgent:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.reflector = Reflector(
-            kube, "/api/v1/pods", self._on_pod, query={"fieldSelector": f"spec.nodeName={self.name}"}, name=f"pods of {self.name}"
+            kube,
+            "/api/v1/pods",
+            self._on_pod,
+            query={"fieldSelector": f"spec.nodeName={self.name}"},
+            name=f"pods of {self.name}",
         )
 
     # --- the Node and its Lease
@@ -53,13 +57,22 @@ class NodeAgent:
         now = now_rfc3339()
 
         def cond(ctype: str, status: str, reason: str, message: str) -> dict:
-            return {"type": ctype, "status": status, "reason": reason, "message": message,
-                    "lastHeartbeatTime": now, "lastTransitionTime": self._since}
+            return {
+                "type": ctype,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": self._since,
+            }
 
         return {
             "capacity": self.allocatable,
             "allocatable": self.allocatable,
-            "addresses": [{"type": "InternalIP", "address": self.agent.node_ip}, {"type": "Hostname", "address": self.name}],
+            "addresses": [
+                {"type": "InternalIP", "address": self.agent.node_ip},
+                {"type": "Hostname", "address": self.name},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {
                 "machineID": self._machine_id,
@@ -74,7 +87,9 @@ class NodeAgent:
                 "architecture": "amd64",
             },
             "conditions": [
-                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                cond(
+                    "MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"
+                ),
                 cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
                 cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
                 cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
@@ -115,8 +130,12 @@ class NodeAgent:
                 raise
             self.kube.create(
                 "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
-                {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                 "metadata": {"name": self.name, "namespace": "kube-node-lease"}, "spec": spec},
+                {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": "kube-node-lease"},
+                    "spec": spec,
+                },
             )
 
     def heartbeat(self) -> None:
@@ -146,7 +165,9 @@ class NodeAgent:
                 return
             if runtime is None:
                 if pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") in (
-                    None, "Pending"):
+                    None,
+                    "Pending",
+                ):
                     pass  # deleted before it ever ran here: it still needs the final delete below
                 runtime = PodRuntime(self, pod)
                 self.pods[uid] = runtime
@@ -187,8 +208,13 @@ class NodeAgent:
 
     def event(self, pod: dict, reason: str, message: str, kind: str = "Normal", container: str | None = None) -> None:
         meta = pod["metadata"]
-        involved: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                                    "namespace": meta["namespace"], "uid": meta["uid"]}
+        involved: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        }
         if container:
             involved["fieldPath"] = f"spec.containers{{{container}}}"
         now = now_rfc3339()

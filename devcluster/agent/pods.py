@@ -130,7 +130,11 @@ class PodRuntime:
         fqdn = ""
         if self.spec.get("subdomain"):
             fqdn = f"{hostname}.{self.spec['subdomain']}.{self.ns}.svc.{domain}"
-        hosts = ["# Kubernetes-managed hosts file (devcluster).", "127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost"]
+        hosts = [
+            "# Kubernetes-managed hosts file (devcluster).",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost",
+        ]
         hosts.append(f"{self.ip}\t{fqdn + chr(9) if fqdn else ''}{hostname}")
         for alias in self.spec.get("hostAliases") or []:
             hosts.append(f"{alias['ip']}\t{chr(9).join(alias.get('hostnames') or [])}")
@@ -201,7 +205,10 @@ class PodRuntime:
         else:
             waiting = [c.name for c in self.containers.values() if c.kind in ("init", "sidecar") and c.exit_code != 0]
             self.conditions["Initialized"] = self._cond(
-                "Initialized", False, "ContainersNotInitialized", f"containers with incomplete status: [{' '.join(waiting)}]"
+                "Initialized",
+                False,
+                "ContainersNotInitialized",
+                f"containers with incomplete status: [{' '.join(waiting)}]",
             )
         unready = [c.name for c in regular + sidecars if not c.ready]
         if self.terminal and self.phase == "Succeeded":
@@ -353,8 +360,9 @@ class PodRuntime:
                     c.started_ok = True
                     self._start_probes(c)
                 else:
-                    self._event("Unhealthy", f"Startup probe failed; container {c.name} will be restarted", "Warning",
-                                c.name)
+                    self._event(
+                        "Unhealthy", f"Startup probe failed; container {c.name} will be restarted", "Warning", c.name
+                    )
                     threading.Thread(target=c.stop, args=(self._grace(),), daemon=True).start()
                 self.wake.set()
 
@@ -385,8 +393,12 @@ class PodRuntime:
 
                 def on_live(ok: bool, c: Container = c) -> None:
                     if not ok:
-                        self._event("Unhealthy", f"Liveness probe failed; container {c.name} will be restarted",
-                                    "Warning", c.name)
+                        self._event(
+                            "Unhealthy",
+                            f"Liveness probe failed; container {c.name} will be restarted",
+                            "Warning",
+                            c.name,
+                        )
                         threading.Thread(target=c.stop, args=(self._grace(),), daemon=True).start()
 
                 prober.on_change = on_live
@@ -416,11 +428,16 @@ class PodRuntime:
         c.state = {
             "waiting": {
                 "reason": "CrashLoopBackOff",
-                "message": f"back-off {c.backoff_s:.0f}s restarting failed container={c.name} pod={self.name}_{self.ns}({self.uid})",
+                "message": f"back-off {c.backoff_s:.0f}s restarting failed container={c.name} "
+                f"pod={self.name}_{self.ns}({self.uid})",
             }
         }
-        self._event("BackOff", f"Back-off restarting failed container {c.name} in pod {self.name}_{self.ns}({self.uid})",
-                    "Warning", c.name)
+        self._event(
+            "BackOff",
+            f"Back-off restarting failed container {c.name} in pod {self.name}_{self.ns}({self.uid})",
+            "Warning",
+            c.name,
+        )
 
     def _restart_due(self, c: Container) -> bool:
         if time.monotonic() < c.next_start:
@@ -553,7 +570,10 @@ class PodRuntime:
                 self._finish_deletion()
                 return
             if deadline is not None and _rfc3339_age(self.start_time) > float(deadline):
-                self.reason, self.message = "DeadlineExceeded", f"Pod was active on the node longer than the specified deadline"
+                self.reason, self.message = (
+                    "DeadlineExceeded",
+                    "Pod was active on the node longer than the specified deadline",
+                )
                 self._event("DeadlineExceeded", self.message, "Warning")
                 self._stop_all(self._grace())
                 self.terminal, self.phase = True, "Failed"

@@ -33,8 +33,9 @@ def _grpc_serving(host: str, port: int, service: str, timeout: float) -> bool:
 class Prober:
     """One probe of one container; `ok` is its current result."""
 
-    def __init__(self, probe: dict, pod_ip: Callable[[], str], container: dict, netns: str, initial: bool,
-                 startup: bool = False) -> None:
+    def __init__(
+        self, probe: dict, pod_ip: Callable[[], str], container: dict, netns: str, initial: bool, startup: bool = False
+    ) -> None:
         self.probe = probe
         self.startup = startup
         self.pod_ip = pod_ip
@@ -72,7 +73,9 @@ class Prober:
                     ctx = ssl.create_default_context()
                     ctx.check_hostname = False
                     ctx.verify_mode = ssl.CERT_NONE
-                    conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, port, timeout=timeout, context=ctx)
+                    conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                        host, port, timeout=timeout, context=ctx
+                    )
                 else:
                     conn = http.client.HTTPConnection(host, port, timeout=timeout)
                 headers = {h["name"]: h["value"] for h in get.get("httpHeaders") or []}
@@ -92,8 +95,9 @@ class Prober:
                 )
                 return proc.returncode == 0
             if "grpc" in self.probe:
-                return _grpc_serving(self.pod_ip(), int(self.probe["grpc"]["port"]),
-                                     self.probe["grpc"].get("service", ""), timeout)
+                return _grpc_serving(
+                    self.pod_ip(), int(self.probe["grpc"]["port"]), self.probe["grpc"].get("service", ""), timeout
+                )
         except (OSError, ValueError, subprocess.TimeoutExpired, http.client.HTTPException):
             return False
         return False

@@ -73,8 +73,11 @@ class ServiceProxy:
                 backends: list[tuple[str, int]] = []
                 for sl in by_service.get((svc["metadata"]["namespace"], svc["metadata"]["name"]), []):
                     target = next(
-                        (p.get("port") for p in sl.get("ports") or []
-                         if p.get("name", "") == port.get("name", "") and p.get("protocol", "TCP").lower() == proto),
+                        (
+                            p.get("port")
+                            for p in sl.get("ports") or []
+                            if p.get("name", "") == port.get("name", "") and p.get("protocol", "TCP").lower() == proto
+                        ),
                         None,
                     )
                     if target is None:
@@ -91,7 +94,8 @@ class ServiceProxy:
         for ip, proto, port, backends in self._backends():
             if backends:
                 targets = ", ".join(f"{i} : {a} . {p}" for i, (a, p) in enumerate(backends))
-                nat.append(f"    ip daddr {ip} {proto} dport {port} dnat ip to numgen random mod {len(backends)} map {{ {targets} }}")
+                pick = f"numgen random mod {len(backends)} map {{ {targets} }}"
+                nat.append(f"    ip daddr {ip} {proto} dport {port} dnat ip to {pick}")
             else:
                 action = "reject with tcp reset" if proto == "tcp" else "reject"
                 refuse.append(f"    ip daddr {ip} {proto} dport {port} {action}")

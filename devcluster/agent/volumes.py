@@ -134,7 +134,9 @@ class PodVolumes:
         options = "mode=1777" + (f",size={_bytes(size)}" if size else "")
         with self._record.open("a") as f:
             f.write(f"{path}\n")
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             raise VolumeError(f"emptyDir {path.name} (medium Memory): mount tmpfs: {proc.stderr.strip()}")
         self._tmpfs.append(path)
@@ -149,7 +151,9 @@ class PodVolumes:
             if obj is None:
                 if src.get("optional"):
                     return
-                raise VolumeError(f'MountVolume.SetUp failed for volume "{volume["name"]}" : {kind.lower()} "{name}" not found')
+                raise VolumeError(
+                    f'MountVolume.SetUp failed for volume "{volume["name"]}" : {kind.lower()} "{name}" not found'
+                )
             mode = int(src.get("defaultMode", 0o644))
             for rel, data, m in _items(_keys_of(obj, kind), src.get("items"), mode):
                 _write(path / rel, data, m)

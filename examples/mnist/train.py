@@ -464,7 +464,8 @@ def train(
             write, so a rank that raises in it cannot cut that write short).
         on_log: called on rank 0 with ``(global step, {"loss": ..., "lr": ..., "accuracy": ...})`` (tracking hooks).
         report_progress: the front-end's ``report_progress``, called on every rank after each step with the global
-            step, the total and the latest global loss and test accuracy (live progress; it costs a clock read).
+            step and the total, with the global loss at each point of the loss curve, and once more at the end of
+            each epoch with its test accuracy (live progress; it costs a clock read).
 
     Returns:
         The :class:`TrainResult` (identical on every rank).
@@ -540,7 +541,6 @@ def train(
             started - loaded,
         )
     total_steps = config.epochs * steps_per_epoch
-    shown: dict[str, float] = {}  # the latest global loss and accuracy, for the live progress
     for epoch in range(start_epoch, config.epochs):
         model.train()
         order = epoch_permutation(config.seed, epoch, len(train_set))
@@ -566,6 +566,7 @@ def train(
             done = step + 1
             last = done == steps_per_epoch
             printed = done % config.log_interval == 0 or last
+            point: dict[str, float] = {}  # a new point of the loss curve, for the live progress
             if done % curve_every == 0 or printed:
                 since = done - curve_done
                 global_curve, global_interval = _all_sum(
@@ -575,7 +576,7 @@ def train(
                 curve_done = done
                 global_step = epoch * steps_per_epoch + done
                 loss_curve.append((global_step, global_curve))
-                shown["loss"] = global_curve
+                point["loss"] = global_curve
             if printed:
                 interval_loss.zero_()
                 if log_progress:
@@ -591,12 +592,15 @@ def train(
                 if on_log is not None and info.rank == 0:
                     on_log(global_step, {"loss": global_interval, "lr": scheduler.get_last_lr()[0]})
             if report_progress is not None:
-                report_progress(epoch * steps_per_epoch + done, total_steps, **shown)
+                # The loss only when it is a new point of the curve: the page then draws the curve's points.
+                report_progress(epoch * steps_per_epoch + done, total_steps, **point)
         accuracy = evaluate(model, test_set, info, config.test_batch_size)
         (mean_loss,) = _all_sum([float(epoch_loss) / steps_per_epoch], info)
         accuracies.append(accuracy)
         epoch_losses.append(mean_loss)
-        shown["accuracy"] = accuracy
+        if report_progress is not None:
+            # The epoch's test accuracy at its last step: the last epoch's reaches the run's final line too.
+            report_progress((epoch + 1) * steps_per_epoch, total_steps, accuracy=accuracy)
         if info.rank == 0:
             logger.info(
                 "epoch %d/%d: test accuracy %.2f%%, train loss %.4f (mean over the epoch)",

@@ -543,3 +543,44 @@ def test_render_template_target_trainjob_refuses_elastic(tmp_path: Path, capsys)
     code = main(["render", "--target", "trainjob", "--template", str(path)])
     _, err = capsys.readouterr()
     assert code == 2 and "Elastic(nnodes=" in err and "target: pytorchjob" in err
+
+
+FLYTE2_TASK = textwrap.dedent(
+    """
+    import flyte
+    from flyte2_pytorch import PyTorch, Worker
+
+    env = flyte.TaskEnvironment(name="wf", image="ghcr.io/example/train:1.0", plugin_config=PyTorch(worker=Worker(2)))
+
+
+    @env.task
+    def train(steps: int) -> float:
+        return float(steps)
+    """
+)
+
+
+def test_a_flyte2_render_says_its_run_placeholders_in_one_line(tmp_path: Path, capsys) -> None:
+    """Flyte 2's `{{.runName}}`, `{{.actionName}}` and `{{.runStartTime}}` are in every Flyte 2 job: one line says
+    who fills them, not three near-identical warnings that the job cannot run."""
+    pytest.importorskip("flyte")
+    path = tmp_path / "wf.py"
+    path.write_text(FLYTE2_TASK)
+    code, out, err = run(["render", str(path), "train", *REAL_PATHS], capsys)
+    assert code == 0, err
+    assert "{{.runName}}" in out and "{{.actionName}}" in out and "{{.runStartTime}}" in out
+    lines = [line for line in err.splitlines() if "{{" in line]
+    assert len(lines) == 1, err
+    assert all(p in lines[0] for p in ("{{.runName}}", "{{.actionName}}", "{{.runStartTime}}"))
+    assert "Flyte 2 fills them when it runs the task" in lines[0] and "cannot run" not in lines[0]
+
+
+def test_placeholders_render_cannot_fill_are_one_warning() -> None:
+    from backend_plugin.cli import unfilled_placeholder_warnings
+
+    job = {"args": ["--tgz", "{{ .remote_package_path }}", "--dest", "{{ .dest_dir }}", "{{.Other}}"]}
+    (line,) = unfilled_placeholder_warnings(job)
+    assert line.startswith("warning: the job still holds the placeholders ")
+    assert "{{ .remote_package_path }} (the uploaded code archive" in line and "{{ .dest_dir }} (the folder" in line
+    assert "{{.Other}} (a value Flyte fills when it runs the task" in line and line.endswith("cannot run")
+    assert unfilled_placeholder_warnings({"args": ["a0", "--inputs", "s3://b/i.pb"]}) == []

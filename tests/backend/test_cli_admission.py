@@ -153,8 +153,9 @@ def test_an_unfilled_placeholder_is_warned_about(tmp_path: Path, capsys) -> None
     code, out, err = run(["render", "--template", template_file(tmp_path, t), *PATHS], capsys)
     assert code == 0
     assert "{{ .remote_package_path }}" in out  # the job is as the connector would write it
-    warnings = [line for line in err.splitlines() if "placeholder {{" in line]
-    assert len(warnings) == 2 and "pyflyte package --fast" in warnings[0] and "pyflyte register" in warnings[1]
+    (warning,) = [line for line in err.splitlines() if "placeholders {{" in line]  # one line naming both
+    assert "{{ .remote_package_path }} (" in warning and "{{ .dest_dir }} (" in warning
+    assert "pyflyte package --fast" in warning and "pyflyte register" in warning
 
 
 def test_render_help_has_an_example_and_no_placeholder_jargon(capsys) -> None:

@@ -75,7 +75,7 @@ def test_check_against_trainer_v2_0_says_what_to_upgrade(tmp_path, capsys) -> No
     code, out, _ = render(tmp_path, load("hand_cpu"), "trainjob", "--crd", crd, "--check", capsys=capsys)
     assert code == 1
     first, last = out.splitlines()[0], out.splitlines()[-1]
-    assert first.startswith("pruned spec.runtimePatches: ")
+    assert first.startswith("rejected spec.runtimePatches (written by the backend): ")
     assert "the cluster's TrainJob CRD (Trainer v2.0) does not declare it" in first
     assert "upgrade Kubeflow Trainer to v2.1 or later" in first and last.endswith("nothing would be sent")
     code, out, err = render(tmp_path, load("hand_cpu"), "trainjob", "--crd", crd, capsys=capsys)
@@ -119,3 +119,18 @@ def test_the_admission_page_quotes_what_check_prints(tmp_path, capsys) -> None:
     crd = str(CRDS / "trainjobs-v2.0.0.yaml")
     code, out, _ = render(tmp_path, load("hand_cpu"), "trainjob", "--crd", crd, "--check", capsys=capsys)
     assert code == 1 and out.splitlines()[0].startswith(block.strip())
+
+
+def test_check_against_jobset_v0_9_gives_the_refusal_its_verdict_and_the_path_once(tmp_path, capsys) -> None:
+    """`render --check --crd <JobSet v0.9.1 CRD>`: the API server refuses the create (fieldValidation=Strict), so the
+    line's verdict is `rejected`, never `pruned`, and the field's path is said once."""
+    code, out, _ = render(tmp_path, load("hand_cpu"), "jobset", "--crd", str(CRDS / "jobsets-v0.9.1.yaml"), "--check",
+                          capsys=capsys)  # fmt: skip
+    assert code == 1
+    first = out.splitlines()[0]
+    path = "spec.failurePolicy.rules[0].onJobFailureMessagePatterns"
+    assert first.startswith(f"rejected {path} ")
+    assert first.count(path) == 1, first
+    assert "pruned" not in first and "dropped silently" not in first, first
+    assert "the cluster's JobSet CRD (JobSet v0.9 or earlier) does not declare it" in first
+    assert "upgrade JobSet to v0.10 or later" in first

@@ -7,13 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from backend_plugin.config import AcceleratorPlacement, BackendConfig, ConfigError, load_config
+from backend_plugin.config import (
+    _KEYS,
+    KEYS,
+    AcceleratorPlacement,
+    BackendConfig,
+    ConfigError,
+    _section_type,
+    load_config,
+)
 
 
 def test_defaults():
     config = BackendConfig()
-    assert config.gpu_resource_name == "nvidia.com/gpu"
-    assert config.default_annotations == {
+    assert config.value("gpu_resource_name") == "nvidia.com/gpu"
+    assert config.value("default_annotations") == {
         "sidecar.istio.io/inject": "false",
         "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
     }
@@ -21,8 +29,8 @@ def test_defaults():
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "flyte/gpu", "operator": "Equal", "value": "dedicated", "effect": "NoSchedule"},
     ]
-    assert config.shm_enabled and config.shm_size is None
-    assert config.clean_pod_policy == "Running"
+    assert config.value("shm_enabled") and config.value("shm_size") is None
+    assert config.value("clean_pod_policy") == "Running"
 
 
 @pytest.mark.parametrize(
@@ -62,7 +70,7 @@ def test_from_yaml_path_and_string(tmp_path: Path):
     path.write_text(text)
     for source in (path, str(path), text):
         config = BackendConfig.from_yaml(source)
-        assert config.namespace == "ml" and config.gpu_resource_name == "amd.com/gpu"
+        assert config.value("namespace") == "ml" and config.value("gpu_resource_name") == "amd.com/gpu"
         assert config.gpu.tolerations_for(["amd.com/gpu"]) == [
             {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
         ]
@@ -86,11 +94,11 @@ def test_from_env_overrides_yaml(tmp_path: Path):
         "UNRELATED": "x",
     }
     config = load_config(env)
-    assert config.namespace == "ml"
-    assert config.suspend is True and config.backoff_limit == 3
-    assert config.ttl_seconds_after_finished is None
-    assert config.shm_size == "1e3"
-    assert BackendConfig.from_env(prefix="X_", environ={"X_NAMESPACE": "other"}).namespace == "other"
+    assert config.value("namespace") == "ml"
+    assert config.value("suspend") is True and config.value("backoff_limit") == 3
+    assert config.value("ttl_seconds_after_finished") is None
+    assert config.value("shm_size") == "1e3"
+    assert BackendConfig.from_env(prefix="X_", environ={"X_NAMESPACE": "other"}).job.namespace == "other"
 
 
 @pytest.mark.parametrize(
@@ -231,5 +239,41 @@ def test_the_progress_read_interval_is_a_status_key():
     """30 s by default; set by its key, in the `status` section, or from the environment."""
     assert BackendConfig().status.progress_read_interval_s == 30.0
     assert BackendConfig.from_dict({"progress_read_interval_s": 10}).status.progress_read_interval_s == 10
-    assert BackendConfig.from_yaml("status:\n  progress_read_interval_s: 60\n").progress_read_interval_s == 60
+    assert BackendConfig.from_yaml("status:\n  progress_read_interval_s: 60\n").status.progress_read_interval_s == 60
     assert load_config({"PYTORCHJOB_PROGRESS_READ_INTERVAL_S": "12.5"}).status.progress_read_interval_s == 12.5
+
+
+def test_the_config_page_names_the_variable_rule_once_instead_of_a_column() -> None:
+    """docs/reference/backend-config.md: every scalar key's variable is `PYTORCHJOB_` plus the key, said once above
+    the tables, with no env-var column (whose long names broke mid-word in every cell); a value that only the file
+    sets says so in its type."""
+    import re
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "backend-config.md").read_text()
+    headers = [line for line in page.splitlines() if line.startswith("| key |")]
+    assert headers and not [h for h in headers if "env var" in h], headers
+    assert not re.search(r"\| `PYTORCHJOB_[A-Z0-9_]+` \|", page)
+    assert "`PYTORCHJOB_` plus the key" in page
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \| ([^|]*) \|", page, re.MULTILINE)}
+    defaults = BackendConfig()
+    for key in KEYS:
+        section, name = _KEYS[key]
+        scalar = _section_type(section)().is_scalar(name)
+        assert ("file only" in rows.get(key, "")) is not scalar, (key, rows.get(key))
+        if scalar and defaults.value(key) != "":  # the variable the rule names is the one the config reads
+            value = defaults.value(key)
+            text = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+            assert BackendConfig.from_env(environ={f"PYTORCHJOB_{key.upper()}": text}).value(key) == value, key
+
+
+def test_a_key_is_read_with_value_and_no_attribute_hides_a_misspelling() -> None:
+    """`config.value("api_get_budget_s")` once read a key through `__getattr__`, which let mypy accept any attribute (a
+    misspelled `config.api.get_budget_ss` too); a key is read with `value(key)`, a field as the attribute it is."""
+    config = BackendConfig()
+    assert "__getattr__" not in vars(BackendConfig)
+    assert config.value("api_get_budget_s") == config.api.get_budget_s == 10.0
+    assert config.value("trainjob_runtime_name") == config.kinds["trainjob"].runtime_name
+    with pytest.raises(AttributeError):
+        _ = config.api_get_budget_s
+    with pytest.raises(KeyError, match="did you mean 'api_get_budget_s'"):
+        config.value("api_get_budget")

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
-from backend_plugin.admission import PRUNED, REJECTED
+from backend_plugin.admission import REJECTED
 from backend_plugin.admission.installed import (
     InstalledCrd,
     from_crd,
@@ -30,7 +30,7 @@ from backend_plugin.admission.installed import (
 from backend_plugin.build import build_job
 from backend_plugin.config import BackendConfig
 from backend_plugin.errors import TemplateError
-from backend_plugin.targets import DECLARED
+from backend_plugin.kinds import DECLARED
 from backend_plugin.targets.registry import target_for_config
 from tests.helpers.jobs import GKE, META, SPOT, load
 from tests.kube_schema import rendered_node_pod
@@ -217,7 +217,7 @@ def with_pod_security_context() -> dict:
 def test_trainer_v2_1_refuses_what_its_overrides_cannot_carry() -> None:
     built = build("trainjob", with_pod_security_context(), crd("trainjobs-v2.1.0"))
     (problem,) = built.refusals
-    assert problem.verdict == PRUNED and problem.path == "spec.runtimePatches"
+    assert problem.verdict == REJECTED and problem.path == "spec.runtimePatches"
     assert "the cluster's TrainJob CRD (Trainer v2.1) does not declare it" in problem.message
     assert "cannot carry pod_template spec.securityContext" in problem.message
     assert "upgrade Kubeflow Trainer to v2.2 or later" in problem.message

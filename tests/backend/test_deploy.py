@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.targets import DECLARED
+from backend_plugin.kinds import DECLARED
 from tests.kube_schema import KUBERNETES_VERSION
 
 DEPLOY = Path(__file__).resolve().parents[2] / "backend_plugin" / "deploy"
@@ -93,7 +93,7 @@ def test_bindings_and_service_point_at_the_right_things():
 
 def test_configmap_is_a_valid_backend_config():
     config = BackendConfig.from_yaml(by_kind()["ConfigMap"]["data"]["config.yaml"])
-    assert config.gpu_resource_name == "nvidia.com/gpu"
+    assert config.value("gpu_resource_name") == "nvidia.com/gpu"
 
 
 def test_propeller_config_routes_pytorch_to_the_connector():

@@ -44,10 +44,12 @@ PURE_BACKEND = (
     "backend_plugin.status",
     "backend_plugin.logs",
     "backend_plugin.errors",
-    "backend_plugin.retry",
-    "backend_plugin.sections",
+    "backend_plugin.kube.retry",
+    "backend_plugin.settings",
     "backend_plugin.build",
-    "backend_plugin.progress",
+    "backend_plugin.kube.api",
+    "backend_plugin.kube.watch",
+    "backend_plugin.kinds",
     "backend_plugin.admission",
     "backend_plugin.targets",
     "backend_plugin.targets.registry",
@@ -55,8 +57,9 @@ PURE_BACKEND = (
     "backend_plugin.targets.trainjob.target",
 )
 KIND_PACKAGES = "backend_plugin.targets."
-REGISTRY = "backend_plugin.targets"
-"""The registry: the one module outside the kind packages that names each kind (one import, one entry)."""
+REGISTRIES = ("backend_plugin.kinds", "backend_plugin.targets.registry")
+"""The registries: the modules outside the kinds' own that name each kind (one import, one entry each): the kinds'
+declarations and their targets."""
 PRODUCT_NAME = ("backend_plugin.config", "PROGRAM")
 """`PROGRAM = "pytorchjob"`: the program's (and its environment variables') name, not a kind's."""
 
@@ -161,6 +164,47 @@ def test_no_import_cycles() -> None:
     assert cycles == [], f"import cycles among our modules: {cycles}"
 
 
+def _unit(name: str) -> str:
+    """The package a module belongs to, one level below its top package (`backend_plugin.targets`,
+    `backend_plugin.admission`), or the module itself at the top (`backend_plugin.config`)."""
+    parts = name.split(".")
+    if len(parts) <= 2:
+        return name
+    return ".".join(parts[:2])
+
+
+def test_no_import_cycles_between_packages() -> None:
+    """The backend's packages and top modules import each other in one direction: the kinds' declarations below the
+    config and the admission model, those below the targets, the targets below the connector and the CLI. A cycle of
+    packages (config -> targets -> config) is what the registry once loaded its targets by name to get around."""
+    graph: dict[str, set[str]] = {}
+    for name, targets in _graph().items():
+        if not name.startswith(BACKENDS):
+            continue
+        unit = _unit(name)
+        graph.setdefault(unit, set()).update(_unit(t) for t in targets if t.startswith(BACKENDS) and _unit(t) != unit)
+    assert "backend_plugin.kinds" in graph and "backend_plugin.targets" in graph["backend_plugin.cli"]
+    cycles = _cycles(graph)
+    assert cycles == [], f"import cycles among the backend's packages: {cycles}"
+    assert _cycles({"a": {"b.x"}, "b.x": {"a"}}) == [["a", "b.x"]]
+
+
+def test_no_module_loads_another_by_name() -> None:
+    """Every import is one `ast` sees (and the import-order tests check): no `importlib.import_module` or `__import__`
+    in the backend."""
+    found = [
+        f"{name}:{node.lineno}"
+        for name, path in _modules().items()
+        if name.startswith(BACKENDS)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "import_module"
+        or isinstance(node, ast.Name)
+        and node.id == "__import__"
+    ]
+    assert found == []
+
+
 def test_shared_contract_and_pure_backend_import_nothing_of_the_sdk() -> None:
     graph = _graph()
     reach: dict[str, set[str]] = {}
@@ -259,7 +303,7 @@ def test_pure_backend_modules_load_neither_flytekit_nor_kubernetes() -> None:
 def test_backend_modules_import_first_and_register_the_connector(first: str) -> None:
     code = (
         f"import {first}\n"
-        "import backend_plugin.targets, backend_plugin.sections as c, backend_plugin.connector\n"
+        "import backend_plugin.targets, backend_plugin.settings as c, backend_plugin.connector\n"
         "from flytekit.extend.backend.base_connector import ConnectorRegistry\n"
         "print(c.is_quantity.__module__, type(ConnectorRegistry.get_connector('pytorch', 1)).__name__)\n"
     )
@@ -275,13 +319,13 @@ def test_backend_modules_import_first_and_register_the_connector(first: str) -> 
 def _kind_words() -> set[str]:
     """Every registered kind's `kind`, `plural`, API group, `config_name` and CRD file, lower-cased: a token that
     contains one names the kind."""
-    from backend_plugin.targets import DECLARED
+    from backend_plugin.kinds import DECLARED
 
     return {w.lower() for d in DECLARED for w in (d.kind, d.plural, d.group, d.config_name, d.crd.file)}
 
 
 def _kind_packages() -> set[str]:
-    from backend_plugin.targets import DECLARED
+    from backend_plugin.kinds import DECLARED
 
     return {d.package for d in DECLARED}
 
@@ -348,14 +392,19 @@ def kind_findings(name: str, source: str) -> list[str]:
 
 
 def _outside_kind_packages() -> dict[str, Path]:
-    """Every module of the backend packages but the kind packages and the registry."""
+    """Every module of the backend packages but the kinds' own (their target package, their declaration module and
+    what it names, `backend_plugin.kinds.<config_name>...`) and the registries."""
+    from backend_plugin.kinds import DECLARED
+
     kinds = _kind_packages()
+    declared = tuple(f"backend_plugin.kinds.{d.config_name}" for d in DECLARED)
     backend = {**_modules(), **_flyte2_backend_modules()}
     return {
         name: path
         for name, path in backend.items()
         if name.startswith(("backend_plugin", "flyte2_backend"))
-        and name != REGISTRY
+        and name not in REGISTRIES
+        and not name.startswith(declared)
         and not any(name == k or name.startswith(k + ".") for k in kinds)
     }
 
@@ -372,7 +421,7 @@ def test_no_code_outside_the_kind_packages_names_or_compares_a_kind() -> None:
     assert "backend_plugin.connector" in modules and "backend_plugin.targets.base" in modules
     assert not any(".targets.trainjob" in m or ".targets.pytorchjob" in m for m in modules)
     found = [f for name, path in sorted(modules.items()) for f in kind_findings(name, path.read_text(encoding="utf-8"))]
-    assert found == [], "code outside backend_plugin/targets/<kind>/ names or compares a job kind:\n" + "\n".join(found)
+    assert found == [], "code outside a kind's own modules names or compares a job kind:\n" + "\n".join(found)
 
 
 def test_the_kind_check_finds_names_comparisons_and_imports() -> None:

@@ -164,3 +164,54 @@ def test_check_notes_a_job_plain_kubectl_apply_cannot_create(size: int, noted: b
         assert "kubectl create -f" in notes[0] and "kubectl apply --server-side" in notes[0]
     code, out, err = run(argv, capsys)
     assert code == 0 and ("note: kubectl apply:" in err) is noted
+
+
+@pytest.mark.parametrize(
+    ("option", "what"),
+    [
+        ("--crd", "kubectl get crd pytorchjobs.kubeflow.org -o yaml"),
+        ("--config", "leave --config out to use PYTORCHJOB_CONFIG"),
+    ],
+)
+def test_a_missing_crd_or_config_file_names_the_option_the_path_and_what_to_do(
+    option: str, what: str, tmp_path: Path, capsys
+) -> None:
+    missing = tmp_path / "nope.yaml"
+    code, out, err = run(["render", str(task_file(tmp_path)), "train", *PATHS, option, str(missing)], capsys)
+    assert (code, out) == (2, "")
+    (line,) = err.strip().splitlines()  # the one line, before the task's module is even imported
+    assert line.startswith(f"pytorchjob render: {option} {missing}: no such file")
+    assert "Errno" not in line and what in line
+
+
+@pytest.mark.parametrize(
+    "option", ["--output-prefix", "--inputs", "--raw-output-prefix", "--checkpoint-prefix", "--prev-checkpoint"]
+)
+@pytest.mark.parametrize("value", ["notaurl", "bucket/run-1", "./out"])
+def test_a_path_option_that_is_neither_a_url_nor_an_absolute_path_is_refused(
+    option: str, value: str, tmp_path: Path, capsys
+) -> None:
+    argv = ["render", str(task_file(tmp_path)), "train", *PATHS]
+    code, out, err = run([*argv, option, value], capsys)
+    assert (code, out) == (2, ""), err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"pytorchjob render: {option} {value!r} is neither a URL nor an absolute path")
+    assert "s3://" in line and "/mnt/" in line  # what is allowed, by example
+
+
+@pytest.mark.parametrize(
+    "value", ["s3://b/run-2", "gs://b/run-2", "abfs://c@a.dfs.core.windows.net/run-2", "file:///mnt/runs/2", "/mnt/2"]
+)
+def test_a_url_or_an_absolute_path_is_accepted_by_every_path_option(value: str, tmp_path: Path, capsys) -> None:
+    code, out, err = run(["render", str(task_file(tmp_path)), "train", *PATHS, "--output-prefix", value], capsys)
+    assert code == 0, err
+    assert value in out
+
+
+def test_a_misspelled_flag_shows_renders_usage_and_the_nearest_flag(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["render", str(task_file(tmp_path)), "train", "--chekc"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: pytorchjob render ")
+    assert "unrecognized arguments: --chekc" in err and "--check" in err.splitlines()[-1]

@@ -1,10 +1,10 @@
-"""The one retry loop (`backend_plugin.retry`): backoff with jitter inside one deadline per operation."""
+"""The one retry loop (`backend_plugin.kube.retry`): backoff with jitter inside one deadline per operation."""
 
 from __future__ import annotations
 
 import pytest
 
-from backend_plugin.retry import Backoff, Deadline, retry
+from backend_plugin.kube.retry import Backoff, Deadline, retry
 
 
 class Flaky(Exception):

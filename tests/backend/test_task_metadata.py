@@ -307,8 +307,11 @@ def test_interruptible_config_from_yaml_and_not_from_env():
         "  - {key: cloud.google.com/gke-spot, operator: Equal, value: 'true', effect: NoSchedule}\n"
         "interruptible-node-selector: {cloud.google.com/gke-spot: 'true'}\n"
     )
-    assert config.interruptible_tolerations == SPOT.interruptible_tolerations
-    assert config.interruptible_node_selector == SPOT.interruptible_node_selector
+    assert config.value("interruptible_tolerations") == SPOT.value("interruptible_tolerations")
+    assert config.value("interruptible_node_selector") == SPOT.value("interruptible_node_selector")
     with pytest.raises(ConfigError, match=r"PYTORCHJOB_INTERRUPTIBLE_NODE_SELECTOR cannot be set from the environment"):
         BackendConfig.from_env(environ={"PYTORCHJOB_INTERRUPTIBLE_NODE_SELECTOR": "a=b"})
-    assert BackendConfig().interruptible_tolerations == [] and BackendConfig().interruptible_node_selector == {}
+    assert (
+        BackendConfig().value("interruptible_tolerations") == []
+        and BackendConfig().value("interruptible_node_selector") == {}
+    )

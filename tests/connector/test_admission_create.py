@@ -194,7 +194,7 @@ def test_a_cluster_crd_that_declares_less_is_refused_naming_the_field(propeller,
     answer = p.get(meta)
     assert answer.phase == TaskExecution.FAILED
     assert "would not be admitted by the cluster" in answer.message and ".tolerations" in answer.message
-    assert "does not declare it, so the API server would refuse the create" in answer.message
+    assert "does not declare it: upgrade " in answer.message
     assert "strict decoding error" not in answer.message
     expected = [CRD_READ] if rbac else [("get", 403), ("create", 400)]
     assert [(r.verb, r.status) for r in p.server.requests] == expected

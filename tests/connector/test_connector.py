@@ -24,8 +24,8 @@ from google.protobuf import json_format
 from backend_plugin.admission import SPEC_DIGEST_ANNOTATION, stamp
 from backend_plugin.connector import JobConnector, JobMetadata, spec_differences
 from backend_plugin.errors import RBAC_MANIFEST, Conflict, Forbidden, KubeApiError, NotFound, Unavailable
+from backend_plugin.kinds.trainjob import PLURAL as TRAINJOBS
 from backend_plugin.targets.registry import KINDS
-from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
 from tests.connector.helpers import NOW, TEMPLATES, execution_metadata, load_template, make_connector
 from tests.fakeapi.objects import condition, node_pod
 from tests.targets.conftest import Kind, facts_of
@@ -385,3 +385,50 @@ def test_auto_with_neither_crd_names_both(fake_api, tmp_path):
     connector = make_connector(client, target="auto")
     with pytest.raises(NotFound, match="neither pytorchjobs.kubeflow.org .* nor trainjobs.trainer.kubeflow.org"):
         create(connector, tmp_path)
+
+
+# --- blob storage that cannot be read: unknown is never a phase ---------------------------------------------------
+
+
+def test_a_deleted_job_whose_outputs_cannot_be_looked_for_is_polled_again_not_failed(fake_api, connector, tmp_path):
+    """A job that succeeded and was deleted by its TTL before the poll: while the store cannot be read, GetTask
+    answers an error (propeller polls again), never RETRYABLE_FAILED for a task that finished; once it answers, the
+    outputs decide."""
+    from tests.connector.flaky_store import FlakyStore, flaky_prefix
+    from tests.connector.helpers import Propeller
+
+    server, _ = fake_api
+    (tmp_path / "store" / "run").mkdir(parents=True)
+    with flaky_prefix(tmp_path / "store") as prefix:
+        meta = connector.create(load_template("official_container"), f"{prefix}/run", None, execution_metadata())
+        (tmp_path / "store" / "run" / "outputs.pb").write_bytes(b"")  # the task finished and wrote its outputs
+        server.remove_job(NS, meta.name)  # ttlSecondsAfterFinished: 0
+        FlakyStore.broken = True
+        answer = Propeller(server, connector).get(meta.encode())
+        assert answer.error and "blob storage" in answer.error and f"{prefix}/run" in answer.error, answer
+        FlakyStore.broken = False
+        resource = connector.get(meta)
+        assert resource.phase == TaskExecution.SUCCEEDED, resource.message
+
+
+def test_a_failed_job_whose_error_document_cannot_be_read_is_polled_again(
+    fake_api, connector, tmp_path, flytekit_errors
+):
+    """The task's error document decides retryable or not: while the store cannot be read, GetTask answers an error
+    and the job's failure is reported once the document can be read (here: a non-recoverable user error, FAILED)."""
+    from tests.connector.flaky_store import FlakyStore, flaky_prefix
+    from tests.connector.helpers import Propeller
+
+    server, _ = fake_api
+    (tmp_path / "store" / "run").mkdir(parents=True)
+    with flaky_prefix(tmp_path / "store") as prefix:
+        meta = connector.create(load_template("official_container"), f"{prefix}/run", None, execution_metadata())
+        (tmp_path / "store" / "run" / "error.pb").write_bytes(flytekit_errors["user"].read_bytes())
+        failed = condition("Failed", reason="PyTorchJobFailed", message="the job failed.")
+        server.set_job_status(NS, meta.name, {"conditions": [condition("Created"), failed]})
+        FlakyStore.broken = True
+        answer = Propeller(server, connector).get(meta.encode())
+        assert answer.error and "blob storage" in answer.error, answer
+        FlakyStore.broken = False
+        resource = connector.get(meta)
+        assert resource.phase == TaskExecution.FAILED and "ValueError" in resource.message, resource.message

@@ -15,6 +15,8 @@ from flyteidl.core import errors_pb2
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.connector import blobs
+from backend_plugin.errors import StorageUnavailable
 from tests.connector.error_tasks import VALUE_ERROR
 from tests.connector.helpers import execution_metadata, load_template, make_connector
 from tests.fakeapi.objects import condition, failed_create_event, replica_pod
@@ -79,15 +81,13 @@ def test_oom_killed_replica_is_retryable_even_with_a_peers_document(fake_api, co
     assert "worker-1 was stopped by the system before any task error" in resource.message
 
 
-@pytest.mark.parametrize("problem", ["unknown-protocol", "too-big", "not-a-document"])
-def test_an_unreadable_document_never_hides_the_phase(fake_api, tmp_path, problem):
+@pytest.mark.parametrize("problem", ["too-big", "not-a-document"])
+def test_a_document_found_but_unusable_never_hides_the_phase(fake_api, tmp_path, problem):
+    """Found but unusable (too large, not an error document): a retryable failure that says why."""
     server, client = fake_api
     connector = make_connector(client, error_document_max_bytes=1024)
     meta = create(connector, tmp_path / "0")
-    if problem == "unknown-protocol":
-        meta = dataclasses.replace(meta, output_prefix="nosuchstore://bucket/prefix")
-        expected = "nosuchstore"
-    elif problem == "too-big":
+    if problem == "too-big":
         (tmp_path / "0" / "error.pb").write_bytes(b"x" * 2048)
         expected = "error.pb is larger than error_document_max_bytes=1024"
     else:
@@ -97,6 +97,17 @@ def test_an_unreadable_document_never_hides_the_phase(fake_api, tmp_path, proble
     resource = connector.get(meta)
     assert resource.phase == TaskExecution.RETRYABLE_FAILED
     assert "the task's error document could not be read" in resource.message and expected in resource.message
+
+
+def test_a_store_that_cannot_be_read_is_unknown_never_a_phase(fake_api, tmp_path):
+    """A prefix no store serves: whether the task reported an error is unknown, so `get` raises (Flyte polls again)
+    naming the prefix, instead of a retryable failure decided on nothing."""
+    server, client = fake_api
+    connector = make_connector(client)
+    meta = dataclasses.replace(create(connector, tmp_path / "0"), output_prefix="nosuchstore://bucket/prefix")
+    fail_job(server, meta, ("Worker", 0, {"exitCode": 1}))
+    with pytest.raises(StorageUnavailable, match="nosuchstore://bucket/prefix"):
+        connector.get(meta)
 
 
 def _later(seconds: float):
@@ -186,8 +197,8 @@ def test_dynamic_log_links_come_from_the_tasks_config(fake_api, tmp_path):
 
 def test_backend_config_carries_the_new_settings():
     config = BackendConfig.from_env(environ={"PYTORCHJOB_JOB_START_TIMEOUT_S": "120"})
-    assert config.job_start_timeout_s == 120
-    assert BackendConfig.from_env(environ={"PYTORCHJOB_JOB_START_TIMEOUT_S": ""}).job_start_timeout_s is None
+    assert config.value("job_start_timeout_s") == 120
+    assert BackendConfig.from_env(environ={"PYTORCHJOB_JOB_START_TIMEOUT_S": ""}).value("job_start_timeout_s") is None
     with pytest.raises(ValueError, match="job_start_timeout_s=-1 must be a non-negative number of seconds or None"):
         BackendConfig.from_dict(dict(job_start_timeout_s=-1))
     with pytest.raises(ValueError, match="error_document_max_bytes=10 must be an integer >= 1024"):
@@ -226,6 +237,6 @@ def test_error_documents_read_are_bounded_in_number(fake_api, connector, tmp_pat
     prefix.mkdir()
     for i in range(70):
         put_document(flytekit_errors["user_worker"], prefix, name=f"error-{i:032x}.pb")
-    report = connector.read_error_report(str(prefix))
+    report = blobs.read_error_report(str(prefix), connector.config.status.error_document_max_bytes)
     assert (len(report.errors), report.skipped, report.problem) == (64, 6, "")
-    assert connector.read_error_report(str(tmp_path / "missing")).errors == ()
+    assert blobs.read_error_report(str(tmp_path / "missing"), 1024).errors == ()

@@ -84,3 +84,17 @@ def test_small_run_tracks_jobsets_with_one_get_per_poll_without_cache(tmp_path):
     assert figures["kind"] == "jobset" and figures["errors"] == 0 and figures["cache"] == "off"
     assert set(figures["api_requests_by_verb"]) == {"get jobsets"}
     assert figures["api_requests_per_gettask"] == 1.0 and figures["big_job_gettask_s"]["workers"] == 5
+
+
+@pytest.mark.parametrize("kind", ["trainjob", "jobset"])
+def test_small_run_with_a_log_link_costs_no_request_per_steady_poll(tmp_path, kind):
+    """`--log-links on`: one log link configured and every job's pods on the API; a steady poll of a TrainJob or a
+    JobSet is answered from memory (its pods listed once, for their names), as without the link."""
+    out = tmp_path / "figures.json"
+    result = run(tmp_path, "--kind", kind, "--cache", "on", "--log-links", "on", "--json", str(out))
+    assert result.returncode == 0, result.output[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["kind"] == kind and figures["log_links"] == "on" and figures["errors"] == 0
+    assert figures["api_requests_per_gettask"] <= 0.05, figures["api_requests_by_verb"]
+    assert figures["pod_lists_per_gettask"] <= 0.05, figures["api_requests_by_verb"]
+    assert figures["progress_reads"]["pod_lists_for_links"] >= 20  # each job's pods, listed once

@@ -122,7 +122,7 @@ def steady_polls_cost_nothing(p: Propeller, meta: bytes, kind: str) -> str:
     server.set_job_status(NS, name, {"conditions": [condition(SUCCEEDED[kind])]}, PLURALS[kind])
     assert p.get(meta).name == "SUCCEEDED"  # starts the namespace's watch
     held = JobMetadata.decode(meta)
-    wait_for(lambda: p.connector.answer_from_cache(held) is not None)
+    wait_for(lambda: p.connector.service.answer_from_cache(held) is not None)
     server.reset_log()
     answers = [p.get(meta) for _ in range(10)]
     assert {a.name for a in answers} == {"SUCCEEDED"}

@@ -10,7 +10,8 @@ import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig, ConfigError
-from backend_plugin.connector import POD_PAGE, JobConnector, ServedJobConnector
+from backend_plugin.connector import JobConnector, ServedJobConnector
+from backend_plugin.connector.answers import POD_PAGE
 from tests.connector.helpers import execution_metadata, load_template, make_connector
 from tests.fakeapi.objects import condition, replica_pod
 
@@ -139,7 +140,7 @@ def test_a_created_job_reads_its_pods_through_the_cache_too(fake_api, cached, tm
 
 def test_with_the_cache_off_every_get_is_the_same_requests_as_before(fake_api, connector, tmp_path):
     server, _ = fake_api
-    assert connector.config.watch_cache is False
+    assert connector.config.value("watch_cache") is False
     meta = create(connector, tmp_path)
     server.set_job_status(NS, meta.name, RUNNING)
     server.reset_log()
@@ -180,15 +181,15 @@ def test_served_connector_answers_from_the_cache_inline_and_falls_back_on_its_po
     try:
         meta = create(served, tmp_path)
         server.set_job_status(NS, meta.name, RUNNING)
-        assert served.answer_from_cache(meta) is None  # no cache built yet: never built in the event loop
+        assert served.service.answer_from_cache(meta) is None  # no cache built yet: never built in the event loop
         first = asyncio.run(served.get(meta))  # on the pool: builds the cache, a GET
         assert first.phase == TaskExecution.RUNNING
-        wait_for(lambda: served.answer_from_cache(meta) is not None)
+        wait_for(lambda: served.service.answer_from_cache(meta) is not None)
         server.reset_log()
         answers = asyncio.run(_many(served, meta, 50))
         assert {a.phase for a in answers} == {TaskExecution.RUNNING}
         assert reads(server) == []
-        assert served._pool is not None and served._pool._max_workers == 2
+        assert served.service.session().get_pool._max_workers == 2
     finally:
         served.close()
 

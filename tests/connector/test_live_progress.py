@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
-from backend_plugin import blobs
 from backend_plugin import connector as connector_module
-from backend_plugin.connector import PROGRESS_READ_WAIT_S, JobConnector, JobMetadata
-from backend_plugin.progress import LiveProgress, Read
+from backend_plugin.connector import PROGRESS_READ_WAIT_S, JobConnector, JobMetadata, blobs
+from backend_plugin.connector.progress import LiveProgress, Read
+from backend_plugin.errors import StorageUnavailable
 from backend_plugin.targets.registry import KINDS
 from pytorch_contract.progress import FILE_NAME, MAX_RECORD_BYTES, ProgressRecord, stale_after
 from tests.connector.helpers import NOW, Propeller, execution_metadata, load_template, make_connector
@@ -93,14 +93,19 @@ def put(meta: JobMetadata, content: bytes) -> None:
     path.write_bytes(content)
 
 
+def held(connector: JobConnector) -> LiveProgress:
+    """The progress records the connector's service holds."""
+    return connector.service.session().progress
+
+
 def reads(connector: JobConnector) -> int:
-    return connector.progress.stats()["reads"]
+    return held(connector).stats()["reads"]
 
 
 def settled(connector: JobConnector) -> None:
     """Wait until no read of a record is under way (a refresh runs in the background)."""
     deadline = time.monotonic() + 10
-    while connector.progress.stats()["reading"]:
+    while held(connector).stats()["reading"]:
         assert time.monotonic() < deadline, "a progress read never ended"
         time.sleep(0.005)
 
@@ -118,7 +123,7 @@ def poll(connector: JobConnector, meta: JobMetadata) -> str:
 def test_a_running_jobs_message_carries_its_progress_after_what_the_kind_says(fake_api, kind, connector, tmp_path):
     quiet = start(fake_api, connector, kind, tmp_path, "quiet")
     busy = start(fake_api, connector, kind, tmp_path, "busy")
-    put(busy, record(connector._clock))
+    put(busy, record(connector.service._clock))
     without = connector.get(quiet)
     assert without.phase == TaskExecution.RUNNING and "step" not in without.message  # a run that reports nothing
     answer = connector.get(busy)
@@ -294,7 +299,7 @@ def test_a_missing_record_is_looked_for_once_per_interval(fake_api, kind, connec
     put(meta, record(clock))
     clock.advance(4.9)
     assert connector.get(meta).message == first.message
-    assert connector.progress.stats() | {"attempts": 1, "reads": 1, "missing": 1} == connector.progress.stats()
+    assert held(connector).stats() | {"attempts": 1, "reads": 1, "missing": 1} == held(connector).stats()
     clock.advance(3.1)  # the interval and its jitter
     assert poll(connector, meta) == first.message
     assert connector.get(meta).message == f"{first.message}; step 1,200/5,000 (24%), ETA 2m58s, loss 0.124"
@@ -319,12 +324,12 @@ def test_a_malformed_record_shows_the_message_without_progress_logged_once(
     meta = start(fake_api, connector, kind, tmp_path)
     expected = connector.get(meta).message
     put(meta, content)
-    with caplog.at_level(logging.WARNING, logger="backend_plugin.progress"):
+    with caplog.at_level(logging.WARNING, logger="backend_plugin.connector.progress"):
         for _ in range(3):
             clock.advance(33)
             assert poll(connector, meta) == expected
     assert reads(connector) == 4
-    warnings = [r.getMessage() for r in caplog.records if r.name == "backend_plugin.progress"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "backend_plugin.connector.progress"]
     assert len(warnings) == 1 and "is not a progress record" in warnings[0], warnings
 
 
@@ -333,7 +338,7 @@ def test_an_oversized_record_is_refused(fake_api, kind, connector, tmp_path, clo
     valid = record(clock)
     put(meta, valid[:-1] + b" " * (MAX_RECORD_BYTES - len(valid) + 1) + b"}")  # valid JSON, one byte too long
     message = connector.get(meta).message
-    assert "step" not in message and connector.progress.stats()["malformed"] == 1
+    assert "step" not in message and held(connector).stats()["malformed"] == 1
     clock.advance(33)
     put(meta, valid[:-1] + b" " * (MAX_RECORD_BYTES - len(valid)) + b"}")  # exactly the limit
     assert "step" not in poll(connector, meta)
@@ -347,10 +352,12 @@ def test_the_read_is_bounded_whatever_the_file_holds(tmp_path):
     assert blobs.read_progress_record(str(tmp_path / "elsewhere")) == blobs.RecordRead(None, "")
 
 
-def test_a_store_that_cannot_be_read_is_named_and_never_raises(tmp_path):
+def test_a_store_that_cannot_be_read_is_unknown_named_never_absent(tmp_path):
+    """Found, absent, or unknown: a read the store fails raises, naming the prefix; it is never "no record"."""
     (tmp_path / FILE_NAME).mkdir()  # not a file: the open fails
-    found = blobs.read_progress_record(str(tmp_path))
-    assert found.data is None and str(tmp_path) in found.problem and "Error" in found.problem
+    with pytest.raises(StorageUnavailable, match="IsADirectoryError") as raised:
+        blobs.read_progress_record(str(tmp_path))
+    assert str(tmp_path) in str(raised.value) and "Error" in raised.value.reason
 
 
 def test_a_record_unreadable_after_a_good_one_keeps_the_one_held(fake_api, kind, connector, clock, tmp_path, caplog):
@@ -365,18 +372,18 @@ def test_a_record_unreadable_after_a_good_one_keeps_the_one_held(fake_api, kind,
     clock.advance(33)
     (Path(meta.output_prefix) / FILE_NAME).unlink()
     (Path(meta.output_prefix) / FILE_NAME).mkdir()
-    with caplog.at_level(logging.WARNING, logger="backend_plugin.progress"):
+    with caplog.at_level(logging.WARNING, logger="backend_plugin.connector.progress"):
         message = connector.get(meta).message
     assert message.endswith("step 1,200/5,000 (24%), loss 0.124 (stale: rank 0 silent for 1m10s)")
-    assert connector.progress.stats() | {"malformed": 1, "failed": 1, "found": 1} == connector.progress.stats()
+    assert held(connector).stats() | {"malformed": 1, "failed": 1, "found": 1} == held(connector).stats()
 
 
 def test_metadata_without_an_output_prefix_reads_nothing(fake_api, kind, connector, tmp_path):
     meta = start(fake_api, connector, kind, tmp_path)
-    put(meta, record(connector._clock))
+    put(meta, record(connector.service._clock))
     old = JobMetadata(meta.namespace, meta.name, meta.uid, kind=meta.kind)  # as an older connector stored it
     assert "step" not in connector.get(old).message
-    assert connector.progress.stats()["attempts"] == 0
+    assert held(connector).stats()["attempts"] == 0
 
 
 # --- when the job ends -----------------------------------------------------------------------------------------------
@@ -392,7 +399,7 @@ def test_the_progress_is_dropped_when_the_job_ends(fake_api, kind, connector, cl
     clock.advance(30)
     answer = connector.get(meta)
     assert answer.phase == TaskExecution.SUCCEEDED and "step" not in answer.message
-    assert connector.progress.stats() | {"attempts": 0, "reads": 1} == connector.progress.stats()
+    assert held(connector).stats() | {"attempts": 0, "reads": 1} == held(connector).stats()
 
 
 def test_the_progress_is_dropped_when_the_job_is_gone(fake_api, kind, connector, clock, tmp_path):
@@ -402,7 +409,7 @@ def test_the_progress_is_dropped_when_the_job_is_gone(fake_api, kind, connector,
     connector.get(meta)
     server.remove_job(NS, meta.name, plural=kind.target.plural)
     assert connector.get(meta).phase == TaskExecution.RETRYABLE_FAILED
-    assert connector.progress.stats()["attempts"] == 0
+    assert held(connector).stats()["attempts"] == 0
 
 
 def test_a_job_that_is_not_running_yet_reads_nothing(fake_api, kind, connector, clock, tmp_path):
@@ -411,7 +418,7 @@ def test_a_job_that_is_not_running_yet_reads_nothing(fake_api, kind, connector, 
     put(meta, record(clock))
     answer = connector.get(meta)  # no status yet: QUEUED
     assert answer.phase == TaskExecution.QUEUED and "step" not in answer.message
-    assert connector.progress.stats()["attempts"] == 0
+    assert held(connector).stats()["attempts"] == 0
 
 
 # --- the served connector: the watch cache's fast path ---------------------------------------------------------------
@@ -427,7 +434,7 @@ def served(fake_api, kind, clock):
 def cached(served, meta: JobMetadata) -> None:
     """Wait until the watch cache answers for the job without I/O."""
     deadline = time.monotonic() + 10
-    while served.answer_from_cache(meta) is None or served.answer_from_cache(meta).phase != TaskExecution.RUNNING:
+    while (answer := served.service.answer_from_cache(meta)) is None or answer.phase != TaskExecution.RUNNING:
         assert time.monotonic() < deadline, "the watch cache never held the running job"
         time.sleep(0.01)
 
@@ -440,7 +447,7 @@ def test_gettask_from_the_cache_carries_the_progress_read_off_the_event_loop(
     put(meta, record(clock))
     asyncio.run(served.get(meta))  # starts the namespace's watch
     cached(served, meta)
-    served.progress.forget(meta.output_prefix)
+    held(served).forget(meta.output_prefix)
     threads: list[str] = []
     real_read = blobs.read_progress_record
 
@@ -464,7 +471,7 @@ def test_a_slow_store_delays_a_poll_by_the_wait_at_most_and_its_read_serves_the_
     meta = start(fake_api, served, kind, tmp_path)
     asyncio.run(served.get(meta))
     cached(served, meta)
-    served.progress.forget(meta.output_prefix)
+    held(served).forget(meta.output_prefix)
     before = reads(served)
     put(meta, record(clock))
     release = threading.Event()
@@ -479,11 +486,11 @@ def test_a_slow_store_delays_a_poll_by_the_wait_at_most_and_its_read_serves_the_
     answer = asyncio.run(asyncio.wait_for(served.get(meta), 30))
     assert answer.phase == TaskExecution.RUNNING and "step" not in answer.message
     assert time.monotonic() - started >= PROGRESS_READ_WAIT_S * 0.9  # it waited for the read, then answered
-    assert served.progress.stats()["reading"] == 1
+    assert held(served).stats()["reading"] == 1
     assert "step" not in asyncio.run(served.get(meta)).message  # a read is under way: none more is started
     release.set()
     deadline = time.monotonic() + 10
-    while served.progress.stats()["reading"]:
+    while held(served).stats()["reading"]:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert asyncio.run(served.get(meta)).message.endswith(LINE)
@@ -508,7 +515,7 @@ def test_a_refresh_never_holds_a_poll_the_record_held_answers_it(fake_api, kind,
     clock.advance(33)
     started = time.monotonic()
     answer = asyncio.run(asyncio.wait_for(served.get(meta), 30))
-    assert time.monotonic() - started < 30 and served.progress.stats()["reading"] == 1
+    assert time.monotonic() - started < 30 and held(served).stats()["reading"] == 1
     assert answer.message.endswith("step 1,200/5,000 (24%), ETA 2m33s, loss 0.124")
     release.set()
     settled(served)

@@ -1,4 +1,4 @@
-"""The watch-backed job cache (backend_plugin/watch.py) against the fake API server, through the real client."""
+"""The watch-backed job cache (backend_plugin/kube/watch/) against the fake API server, through the real client."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
-from backend_plugin.watch import KEPT_METADATA, JobWatchCache, WatchSettings, parse_equality_selector, slim
+from backend_plugin.kinds.trainjob import PLURAL as TRAINJOBS
+from backend_plugin.kube.watch import KEPT_METADATA, JobWatchCache, WatchSettings, parse_equality_selector, slim
 from tests.fakeapi.objects import condition
 from tests.fakeapi.server import GROUP, PLURAL, VERSION, FakeKubeApi
 
@@ -245,6 +245,25 @@ def test_feed_never_goes_backwards_nor_revives_a_deleted_job(server, make_cache)
     assert cache.feed(last) is False and cache.get(NS, "a") is None
 
 
+def test_a_relist_keeps_a_newer_copy_fed_during_it(server, make_cache):
+    """A GET during a paged LIST feeds a copy newer than the one the LIST's first page held: the relist keeps the copy
+    with the larger resourceVersion (as `put` does), so the phase never steps back until the watch replays."""
+    for name in ("a", "b", "c", "d"):
+        server.put_job(job(name))
+    server.stall_watches(new=True)  # the watch after the LIST delivers nothing: what the cache holds is the LIST's
+    server.delay(1.5, times=1, verb="list", resource=PLURAL, before=True, skip=1)  # page 1 (a, b, c) at once, page 2
+    # 1.5 s later
+    cache = make_cache()
+    assert cache.get(NS, "a") is None  # starts the LIST
+    wait_for(lambda: cache.stats(NS).get("lists") == 1)  # page 1 is in: "a" as it was
+    server.set_job_status(NS, "a", running("a"))
+    newer = server.get_job(NS, "a")
+    assert cache.feed(newer)  # the connector's GET, while the LIST goes on
+    assert cache.wait_synced(NS, 5)
+    assert phase(cache, "a") == "Running"
+    assert cache.get(NS, "a")["metadata"]["resourceVersion"] == newer["metadata"]["resourceVersion"]
+
+
 def test_same_code_caches_trainjobs(server, make_cache):
     train = job("t")
     train.update(apiVersion="trainer.kubeflow.org/v1alpha1", kind="TrainJob")
@@ -423,3 +442,51 @@ def test_a_slimmed_job_reads_exactly_as_the_whole_job(golden, status):
     assert target.links(kept, None, config, now, {}) == target.links(whole, None, config, now, {})
     assert target.primary_images(kept) == target.primary_images(whole)
     assert len(json.dumps(kept)) < len(json.dumps(whole))
+
+
+def test_one_watch_covers_every_namespace_when_asked(server, make_cache):
+    """`watch_all_namespaces`: one LIST and one WATCH of the kind's jobs in every namespace (no namespace in the URL),
+    answering for each; a job created in another namespace afterwards arrives through the same watch."""
+    server.put_job(job("a", namespace="ns-1"))
+    server.put_job(job("b", namespace="ns-2"))
+    server.put_job(job("foreign", managed=False, namespace="ns-2"))
+    settings = WatchSettings(**{**FAST.__dict__, "all_namespaces": True})
+    cache = make_cache(settings)
+    assert cache.wait_synced("ns-1", 5) and cache.wait_synced("ns-2", 5)
+    assert cache.get("ns-1", "a") is not None and cache.get("ns-2", "b") is not None
+    assert cache.get("ns-2", "foreign") is None and cache.namespaces() == ["*"]
+    server.put_job(job("c", namespace="ns-3"))
+    wait_for(lambda: cache.get("ns-3", "c") is not None)
+    paths = {(r.verb, r.path) for r in server.requests if r.resource == PLURAL}
+    assert paths == {("list", f"/apis/{GROUP}/{VERSION}/{PLURAL}"), ("watch", f"/apis/{GROUP}/{VERSION}/{PLURAL}")}
+    assert len(watch_threads()) == 1
+
+
+def test_the_setting_is_a_key_and_off_by_default():
+    from backend_plugin.config import BackendConfig
+
+    assert BackendConfig().watch.all_namespaces is False
+    assert BackendConfig.from_dict({"watch_all_namespaces": True}).watch.all_namespaces is True
+    with pytest.raises(ValueError, match="watch_all_namespaces='yes' must be true or false"):
+        BackendConfig.from_dict({"watch_all_namespaces": "yes"})
+
+
+def test_a_bug_in_the_cache_s_own_code_stops_its_watch_loudly(server, make_cache, caplog):
+    """A transform (our code) that raises is a bug, never an odd answer: the namespace's watch stops with its
+    traceback logged, and every get of that namespace raises it, instead of relisting quietly forever while the
+    connector falls back to GETs."""
+    from backend_plugin.kube.watch import WatchCrashed
+
+    server.put_job(job("a"))
+
+    def buggy(job: dict) -> dict:
+        return job["metadata"]["no-such-key"]
+
+    cache = make_cache(transform=buggy)
+    deadline = time.monotonic() + 10
+    with pytest.raises(WatchCrashed, match="KeyError: 'no-such-key'"):
+        while time.monotonic() < deadline:
+            cache.get(NS, "a")
+            time.sleep(0.02)
+    assert "stopped on an error of its own code" in caplog.text and "Traceback" in caplog.text
+    assert watch_threads() == []

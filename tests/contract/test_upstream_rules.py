@@ -12,7 +12,9 @@ Every verdict below is the upstream function's, read from its source:
 - image references: distribution/reference `ParseNormalizedNamed`, as the kubelet calls it, with go-digest `Parse`;
 - quantities: apimachinery `resource.ParseQuantity` and the CRDs' quantity pattern; integer resources
   (`ValidateResourceQuantityValue`: `MilliValue() % 1000 == 0`);
-- CRD patterns: Go's `regexp` (RE2) as the API server runs them (`$` is the end of the text).
+- CRD patterns: Go's `regexp` (RE2) as the API server runs them (`$` is the end of the text);
+- queue names: Kueue's `ValidateQueueName` (`IsDNS1123Subdomain` of the `kueue.x-k8s.io/queue-name` label, whose
+  value is at most 63 characters); a Volcano `Queue`'s name is a DNS-1123 subdomain.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ import pytest
 from pytorch_contract.crd_patterns import compile_pattern, pattern_matches
 from pytorch_contract.k8s_metadata import annotation_problems, label_problems
 from pytorch_contract.k8s_names import (
+    DNS1123_SUBDOMAIN,
+    LABEL_VALUE,
     container_name_problem,
     env_var_name_problem,
     image_reference_problem,
+    queue_name_problem,
     relaxed_env_var_name_problem,
 )
 from pytorch_contract.pod_rules import (
@@ -381,3 +386,58 @@ def test_crd_patterns_read_as_re2(pattern: str, value: str, ok: bool) -> None:
 def test_a_pattern_python_cannot_read_is_said_not_misread() -> None:
     with pytest.raises(ValueError, match="Unicode class"):
         compile_pattern(r"^\pL+$")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Queue names: Kueue's job webhook (kubernetes-sigs/kueue, pkg/controller/jobframework/validation.go,
+# ValidateQueueName -> ValidateLabelAsCRDName -> IsDNS1123Subdomain) on the kueue.x-k8s.io/queue-name label, whose
+# value is at most 63 characters (IsValidLabelValue); Volcano's Queue is a custom resource, named by a DNS-1123
+# subdomain. (name, admitted)
+
+QUEUE_NAMES = [
+    ("team-a", True),
+    ("research", True),
+    ("a", True),
+    ("0", True),
+    ("team-a.gpu", True),  # dots between parts: a subdomain
+    ("q1.q2.q3", True),
+    ("a" * 63, True),
+    ("a" * 64, False),  # a valid subdomain, but no label value holds it
+    ("Team_A", False),  # a label value Kueue refuses
+    ("team_a", False),
+    ("Team-A", False),
+    ("TEAM", False),
+    ("team a", False),
+    ("-team", False),
+    ("team-", False),
+    ("team.", False),
+    (".team", False),
+    ("a..b", False),
+    ("a.-b", False),
+    ("a-.b", False),
+    ("", False),
+    ("team\n", False),
+    ("tëam", False),
+]
+
+
+@pytest.mark.parametrize(("name", "admitted"), QUEUE_NAMES, ids=[repr(q[0])[:24] for q in QUEUE_NAMES])
+def test_queue_names_are_what_kueue_admits(name: str, admitted: bool) -> None:
+    problem = queue_name_problem(name)
+    assert (problem is None) == admitted, problem
+    if not admitted:
+        assert "DNS-1123 subdomain of at most 63 characters" in problem and "ValidateQueueName" in problem
+
+
+@pytest.mark.parametrize(("name", "admitted"), QUEUE_NAMES, ids=[repr(q[0])[:24] for q in QUEUE_NAMES])
+def test_every_admitted_queue_name_is_a_label_value_and_a_volcano_queue_name(name: str, admitted: bool) -> None:
+    """No false positive for Volcano: the names refused here are names no Volcano Queue can have (not a DNS-1123
+    subdomain), or that the label the same value sets cannot hold (over 63 characters)."""
+    subdomain = DNS1123_SUBDOMAIN.match(name) is not None
+    assert admitted == (subdomain and LABEL_VALUE.match(name) is not None)
+
+
+def test_a_queue_name_close_to_a_valid_one_is_offered() -> None:
+    assert "did you mean 'team-a'?" in (queue_name_problem("Team_A") or "")
+    assert "did you mean" not in (queue_name_problem("a..b") or "")
+    assert queue_name_problem(7) is not None and "got int" in (queue_name_problem(7) or "")

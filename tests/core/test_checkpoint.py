@@ -172,3 +172,29 @@ def test_the_local_folder_is_one_per_task_and_inputs() -> None:
     assert one != _checkpoints.local_checkpoint_dir("file.train", "b" * 64)
     assert one != _checkpoints.local_checkpoint_dir("file.other", "a" * 64)
     assert "/checkpoints/file.train-" in one
+
+
+def test_a_run_that_resumes_says_from_which_step_and_place_and_a_fresh_one_says_nothing(
+    tmp_path: Path, monkeypatch, capfd
+) -> None:
+    monkeypatch.setenv(_checkpoints.CHECKPOINT_DIR_ENV, str(tmp_path))
+    assert load_checkpoint(_state()) == 0
+    assert "resuming" not in capfd.readouterr().err  # nothing to resume from: not a word
+    save_checkpoint(_state(), 20)
+    _checkpoints.reset()
+    assert load_checkpoint(_state()) == 20
+    assert capfd.readouterr().err == f"checkpoint: resuming from the checkpoint of step 20 in {tmp_path}\n"
+    _checkpoints.reset()
+    monkeypatch.setenv("RANK", "1")
+    assert load_checkpoint(_state()) == 20
+    assert capfd.readouterr().err == ""  # every rank loads it; rank 0 says it
+
+
+def test_the_step_a_folder_resumes_from(tmp_path: Path, monkeypatch) -> None:
+    assert _checkpoints.folder_step(str(tmp_path)) is None
+    assert _checkpoints.folder_step("") is None
+    monkeypatch.setenv(_checkpoints.CHECKPOINT_DIR_ENV, str(tmp_path))
+    save_checkpoint(_state(), 12)
+    assert _checkpoints.folder_step(str(tmp_path)) == 12
+    (tmp_path / _checkpoints.MANIFEST_NAME).write_text("{not json")
+    assert _checkpoints.folder_step(str(tmp_path)) is None

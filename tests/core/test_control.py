@@ -106,3 +106,35 @@ def test_a_reported_error_fails_even_when_the_agent_saw_none() -> None:
     with pytest.raises(Exception, match=r"rank 1 \(of 3\) failed: ValueError: boom 1") as info:
         launcher._outcome(result, LOCAL_PLAN)
     assert info.value.rank == 1
+
+
+def test_the_peers_that_failed_are_the_ranks_signals_source(tmp_path) -> None:
+    """What a rank's signal handler reads (quick, from the control directory): a peer of this round that reported an
+    exception, or whose process is gone without having returned or stopped for a preemption; not the asking rank,
+    not a peer that ended well, not what an earlier round left."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    control = ControlDir(tmp_path)
+    since = time.time()
+    control.mark_started(0, os.getpid())
+    control.mark_started(1, os.getpid())
+    assert control.failed_peers(0, since) == []
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    control.mark_started(2, int(gone.stdout))  # a rank killed without a word (SIGKILL): its process is gone
+    assert control.failed_peers(0, since) == [2]
+    control.mark_done(2)  # ... unless it returned first
+    assert control.failed_peers(0, since) == []
+    control.write_error(RankError(1, time.time(), "builtins.ValueError", "boom", "", False, False))
+    assert control.failed_peers(0, since) == [1]
+    assert control.failed_peers(1, since) == []  # a rank is not its own peer
+    assert control.failed_peers(0, time.time() + 60) == []  # an earlier round's error, for a rank that started later
+
+
+def test_the_launchers_signal_is_noted_for_the_ranks(tmp_path) -> None:
+    control = ControlDir(tmp_path)
+    assert control.launcher_signal() is None
+    control.mark_launcher_signal("SIGTERM")
+    assert control.launcher_signal() == "SIGTERM"

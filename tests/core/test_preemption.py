@@ -261,3 +261,95 @@ def _signals_for_a_thread() -> None:
         time.sleep(0.1)
     assert preemption._run.request is not None and preemption._run.request["signal"] == "SIGTERM"
     assert signal.getsignal(signal.SIGINT) is before
+
+
+# ---------------------------------------------------------------- what a signal is, and what is said -------------
+
+
+def test_a_signal_after_a_peers_failure_is_no_preemption(capfd) -> None:
+    """torch's agent SIGTERMs the ranks left after a rank failed; an armed rank must not take that for a
+    preemption: no request, no agreed step, no words; global rank 0 hands over where it stood; then the signal does
+    what it did before the rank armed (here a recording handler stands for the default action, which ends the rank)."""
+    sent: list[dict] = []
+    progress.start_reporting(sent.append)
+    seen: list[int] = []
+    preemption.set_signal_source(lambda: preemption.FAILURE)
+    report_progress(1, 10, loss=0.5)  # arms the rank
+    before = preemption._run.handlers[signal.SIGTERM]
+    preemption._run.handlers[signal.SIGTERM] = lambda signum, frame: seen.append(signum)
+    report_progress(9, 10, loss=0.1)
+    try:
+        preemption._on_signal(signal.SIGTERM, None)
+    finally:
+        preemption._run.handlers[signal.SIGTERM] = before
+    assert seen == [signal.SIGTERM]
+    assert preemption._run.request is None and not preemption.stopping()
+    assert "preemption" not in capfd.readouterr().err
+    assert sent[-1]["stopped"] is True and sent[-1]["step"] == 9 and sent[-1]["metrics"] == {"loss": 0.1}
+    report_progress(10, 10)  # no stop at a boundary: nothing was agreed
+
+
+def test_a_signal_the_launcher_passed_on_is_said_once_as_the_launchers(capfd) -> None:
+    preemption.set_signal_source(lambda: preemption.LAUNCHER, speaks_for_launcher=True)
+    report_progress(1)
+    preemption._on_signal(signal.SIGTERM, None)
+    assert preemption._run.request["by"] == "launcher"
+    err = capfd.readouterr().err
+    assert (
+        err == "preemption: the launcher got SIGTERM: every rank stops after the next step all of them can reach "
+        "(termination grace 5s)\n"
+    )
+    with pytest.raises(Preempted) as stop:
+        report_progress(2)
+    assert stop.value.record.by == "launcher"
+    assert str(stop.value).startswith("preempted: the launcher (pod ")
+
+
+def test_the_other_ranks_the_launcher_passed_the_signal_to_keep_quiet(capfd) -> None:
+    preemption.set_signal_source(lambda: preemption.LAUNCHER, speaks_for_launcher=False)
+    report_progress(1)
+    preemption._on_signal(signal.SIGTERM, None)
+    assert preemption._run.request is not None and capfd.readouterr().err == ""
+
+
+def test_a_signal_to_this_rank_is_still_announced_as_its_preemption(capfd) -> None:
+    """The false positive the other way: no peer failed, the launcher got nothing: this rank's own preemption."""
+    preemption.set_signal_source(lambda: None)
+    report_progress(1)
+    preemption._on_signal(signal.SIGTERM, None)
+    err = capfd.readouterr().err
+    assert err.startswith("preemption: rank 0 got SIGTERM: every rank stops after the next step")
+    assert "saves a checkpoint" not in err  # nothing is promised before it is known
+
+
+def test_a_stop_with_nothing_to_save_says_the_next_run_starts_from_the_beginning(capfd) -> None:
+    report_progress(1)
+    preemption.request_stop()
+    with pytest.raises(Preempted) as stop:
+        report_progress(2)
+    record = stop.value.record
+    assert (record.checkpoint_step, record.resume_known, record.resumes_from) == (None, True, None)
+    assert str(stop.value).endswith(
+        "every rank stopped after step 2; nothing was saved: the next run starts from the beginning"
+    )
+    err = capfd.readouterr().err
+    assert "the next run starts from the beginning" in err and "checkpoint stands" not in err
+
+
+def test_a_stop_whose_save_failed_names_the_checkpoint_the_next_run_resumes_from(monkeypatch, capfd) -> None:
+    state = {"model": torch.nn.Linear(2, 1)}
+    load_checkpoint(state)
+    save_checkpoint(state, 4)
+
+    def broken(state: object, step: int) -> str:
+        raise OSError("the store is unreachable")
+
+    monkeypatch.setattr(_checkpoints, "write_checkpoint", broken)
+    preemption.request_stop()
+    with pytest.raises(Preempted) as stop:
+        report_progress(6)
+    record = stop.value.record
+    assert (record.checkpoint_step, record.resumes_from) == (None, 4)
+    assert str(stop.value).endswith(
+        "no checkpoint saved at the stop: the next run resumes from the checkpoint of step 4"
+    )

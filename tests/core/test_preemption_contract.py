@@ -3,6 +3,7 @@ reader (the connector) makes of it, the termination-grace variable, and the word
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -31,7 +32,7 @@ def test_the_exit_code_is_retryable_under_exitcode_and_no_signals_death() -> Non
 
 def test_a_record_reads_back_as_written() -> None:
     data = RECORD.to_json()
-    assert len(data) < 300
+    assert len(data) < 400
     assert contract.parse_record(data) == RECORD
     assert contract.record_from_file(data) == RECORD
     assert contract.record_path("s3://bucket/n0/data/0/") == "s3://bucket/n0/data/0/pytorch-preemption.json"
@@ -48,6 +49,9 @@ def test_a_record_reads_back_as_written() -> None:
         pytest.param({"rank": "1"}, id="rank-text"),
         pytest.param({"grace_s": float("inf")}, id="grace-inf"),
         pytest.param({"signal": None}, id="no-signal"),
+        pytest.param({"by": "kubelet"}, id="unknown-by"),
+        pytest.param({"before_first_step": "yes"}, id="before-first-step-text"),
+        pytest.param({"resumes_from": -3}, id="negative-resume"),
         pytest.param(b"x" * (contract.MAX_RECORD_BYTES + 1), id="too-large"),
     ],
 )
@@ -67,13 +71,56 @@ def test_the_message_says_who_got_the_signal_where_the_ranks_stopped_and_what_wa
         "preempted: rank 1 (pod job-worker-0) got SIGTERM; every rank stopped after step 37; "
         "checkpoint saved at step 37"
     )
-    unsaved = contract.PreemptionRecord(37, None, "SIGTERM", 1, "p", 0.0, 3.0)
-    assert contract.format_message(unsaved).endswith(
-        "no checkpoint saved at the stop: the last periodic checkpoint stands"
-    )
     never = contract.PreemptionRecord(None, None, "SIGINT", 0, "p", 0.0, 3.0)
     assert "before they reached an agreed step (termination grace 3s)" in contract.format_message(never)
     assert contract.format_message(RECORD).startswith(contract.ERROR_PREFIX)
+
+
+@pytest.mark.parametrize(
+    ("changes", "ending"),
+    [
+        pytest.param({}, "checkpoint saved at step 37", id="saved-at-the-stop"),
+        pytest.param(
+            {"checkpoint_step": None, "resume_known": True, "resumes_from": None},
+            "every rank stopped after step 37; nothing was saved: the next run starts from the beginning",
+            id="nothing-to-save-and-none-before",
+        ),
+        pytest.param(
+            {"checkpoint_step": None, "resume_known": True, "resumes_from": 30},
+            "no checkpoint saved at the stop: the next run resumes from the checkpoint of step 30",
+            id="an-earlier-checkpoint-stands",
+        ),
+        pytest.param(
+            {"checkpoint_step": None},
+            "no checkpoint saved at the stop: the next run resumes from the last checkpoint saved before it, if any",
+            id="an-older-record-that-cannot-tell",
+        ),
+        pytest.param(
+            {"stopped_at": None, "checkpoint_step": None, "before_first_step": True, "resume_known": True},
+            "the ranks stopped before their first step; nothing was saved: the next run starts from the beginning",
+            id="before-the-first-step",
+        ),
+    ],
+)
+def test_the_message_promises_no_checkpoint_that_does_not_exist(changes: dict, ending: str) -> None:
+    record = dataclasses.replace(RECORD, **changes)
+    assert contract.format_message(record).endswith(ending)
+    assert contract.parse_record(record.to_json()) == record  # what the record says, a reader reads back
+
+
+def test_a_signal_to_the_launcher_is_said_as_such() -> None:
+    record = dataclasses.replace(RECORD, by="launcher", pod="laptop")
+    assert contract.format_message(record).startswith("preempted: the launcher (pod laptop) got SIGTERM; ")
+    assert contract.parse_record(record.to_json()).by == "launcher"
+
+
+def test_an_older_record_reads_as_before() -> None:
+    """A record written before ``by``, ``before_first_step`` and ``resumes_from`` existed."""
+    body = json.loads(RECORD.to_json())
+    for key in ("by", "before_first_step"):
+        del body[key]
+    record = contract.parse_record(json.dumps(body))
+    assert (record.by, record.before_first_step, record.resume_known) == ("rank", False, False)
 
 
 @pytest.mark.parametrize(

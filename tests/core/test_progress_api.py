@@ -90,14 +90,22 @@ def test_a_run_that_reports_no_step_hands_off_nothing(clock: Clock) -> None:
 
 
 def test_metrics_are_converted_only_at_a_hand_off(clock: Clock) -> None:
+    """A tensor is read (``.item()``, a device sync) only in the calls that hand a snapshot off, never in the others:
+    the points of the curves are kept as given and read together then."""
     sent: list[dict[str, Any]] = []
     progress.start_reporting(sent.append)
-    metric = CountingMetric(0.25)
+    metrics = [CountingMetric(1.0 / (step + 1)) for step in range(1000)]
+    read_in_calls_without_a_hand_off = 0
     for step in range(1000):
         clock.now += 0.01
-        report_progress(step, loss=metric)
-    assert metric.conversions == len(sent) == 5  # at 0 s, 2 s, 4 s, 6 s, 8 s: not 1000 device syncs
-    assert sent[-1]["metrics"] == {"loss": 0.25}
+        before, handed = sum(m.conversions for m in metrics), len(sent)
+        report_progress(step, loss=metrics[step])
+        if len(sent) == handed:
+            read_in_calls_without_a_hand_off += sum(m.conversions for m in metrics) - before
+    assert len(sent) == 5  # at 0 s, 2 s, 4 s, 6 s, 8 s
+    assert read_in_calls_without_a_hand_off == 0  # not 1000 device syncs, one per step
+    assert sent[-1]["metrics"] == {"loss": 1.0 / (sent[-1]["step"] + 1)}
+    assert all(m.conversions <= 2 for m in metrics)  # a point is read once (and the latest value once more)
 
 
 def test_a_metric_given_once_keeps_its_value(clock: Clock) -> None:
@@ -144,10 +152,108 @@ def test_a_bad_step_or_total_is_refused_naming_it(args: tuple[Any, ...], error: 
     assert text in str(caught.value)
 
 
-def test_a_metric_that_is_not_a_number_is_refused_at_the_hand_off(clock: Clock) -> None:
+def test_a_metric_that_is_not_a_number_is_refused_at_the_call_that_gives_it(clock: Clock) -> None:
+    """``report_progress(5, 10, loss=None)`` between two hand-offs fails there, naming the metric: not at a later
+    call, and not after the function returned."""
+    sent: list[dict[str, Any]] = []
+    progress.start_reporting(sent.append)
+    report_progress(1, 10, loss=0.5)  # the first hand-off
+    for bad in (None, "low", b"x", [0.5], object()):
+        with pytest.raises(TypeError, match=r"report_progress\(loss=.*\): a metric must be a number"):
+            report_progress(5, 10, loss=bad)
+    clock.now += 3
+    report_progress(6, 10)  # the next hand-off: the bad values were never kept
+    progress.finish_reporting()
+    assert [s["metrics"] for s in sent] == [{"loss": 0.5}] * 3
+    assert sent[-1]["final"] and sent[-1]["step"] == 6
+
+
+@pytest.mark.parametrize("good", [0, 1, 0.5, True, float("nan"), 10**30], ids=repr)
+def test_numbers_of_every_kind_are_metrics(clock: Clock, good: object) -> None:
+    """No false positive: what ``float()`` reads is a metric (NumPy and tensors: below)."""
+    sent: list[dict[str, Any]] = []
+    progress.start_reporting(sent.append)
+    report_progress(1, loss=good)
+    assert list(sent[0]["metrics"]) == ["loss"]
+
+
+def test_tensors_and_numpy_values_are_metrics_and_a_tensor_of_many_elements_is_not(clock: Clock) -> None:
+    import numpy as np
+
+    torch = pytest.importorskip("torch")
+    sent: list[dict[str, Any]] = []
+    progress.start_reporting(sent.append)
+    report_progress(1, a=np.float32(0.5), b=np.int64(3), c=torch.tensor(0.25), d=torch.tensor([2.0]))
+    assert sent[0]["metrics"] == {"a": 0.5, "b": 3.0, "c": 0.25, "d": 2.0}
+    with pytest.raises(TypeError, match=r"report_progress\(loss=\.\.\.\): .* a Tensor of 3 elements"):
+        report_progress(2, loss=torch.ones(3))
+
+
+def test_a_metric_that_cannot_be_read_never_fails_the_function_after_it_returned(clock: Clock) -> None:
+    """A value whose conversion fails only when read (here its ``__float__`` raises) is left out of the final
+    snapshot: the task's result is not lost to a progress line."""
+
+    class Unreadable:
+        def __float__(self) -> float:
+            raise RuntimeError("device lost")
+
+    sent: list[dict[str, Any]] = []
+    progress.start_reporting(sent.append)
+    report_progress(1, 2, loss=0.5)
+    report_progress(2, 2, loss=Unreadable())  # no hand-off due: kept, not read
+    progress.finish_reporting()  # the function returned: this must not raise
+    assert sent[-1]["final"] and sent[-1]["metrics"] == {}
+
+
+@pytest.mark.parametrize(
+    ("calls", "said"),
+    [
+        ([(1, 0)], "total=0: no percentage and no ETA are shown"),
+        ([(1, 40), (50, None)], "report_progress(step=50, total=40): the step is past the total"),
+        ([(5, 4)], "report_progress(step=5, total=4): the step is past the total"),
+    ],
+)
+def test_a_total_of_zero_or_a_step_past_the_total_is_said_once(clock: Clock, capfd, calls, said) -> None:
     progress.start_reporting(lambda snapshot: None)
-    with pytest.raises(TypeError, match=r"report_progress\(loss=\.\.\.\): a metric must be a number"):
-        report_progress(1, loss="low")
+    for _ in range(3):
+        for step, total in calls:
+            report_progress(step, total)
+    err = capfd.readouterr().err
+    assert err.count(said) == 1, err
+
+
+def test_a_total_reached_exactly_says_nothing(clock: Clock, capfd) -> None:
+    progress.start_reporting(lambda snapshot: None)
+    for step in range(41):
+        report_progress(step, 40)
+    assert capfd.readouterr().err == ""
+
+
+def test_outside_a_pytorch_task_the_call_says_once_where_it_works(monkeypatch, capfd) -> None:
+    """A plain script (or a plain ``@flytekit.task``) calling it: one line, naming report_progress and where it works;
+    on global rank 0 only (under torchrun every rank would say it), and not inside a task."""
+    monkeypatch.setattr(progress, "_said_outside", False)
+    monkeypatch.setattr(progress, "_active", False)  # no task runs in this process
+    monkeypatch.delenv("RANK", raising=False)
+    for step in range(5):
+        report_progress(step, 5, loss=1.0)
+    err = capfd.readouterr().err
+    assert err.count("report_progress: called outside a pytorch task, so nothing is shown") == 1, err
+    assert "@pytorch_task" in err
+
+    monkeypatch.setattr(progress, "_said_outside", False)
+    monkeypatch.setenv("RANK", "2")
+    report_progress(1)
+    assert capfd.readouterr().err == ""  # rank 2 of a torchrun job: rank 0 says it
+
+    monkeypatch.setattr(progress, "_said_outside", False)
+    monkeypatch.setenv("RANK", "0")
+    progress.start_rank()  # inside a task: every rank's calls count
+    try:
+        report_progress(1)
+    finally:
+        progress.end_rank()
+    assert capfd.readouterr().err == ""
 
 
 def test_the_step_boundary_hook_runs_in_the_loop_at_each_call(clock: Clock) -> None:
@@ -211,3 +317,45 @@ def test_a_negative_step_is_refused_on_every_rank() -> None:
     assert progress._reporter is None  # not rank 0
     with pytest.raises(ValueError, match=r"report_progress\(step=-3\): step must be >= 0"):
         report_progress(-3)
+
+
+class DeviceMetric:
+    """A stand-in for a one-element tensor on a GPU: reading it alone (``float()``, a device sync) is counted; its
+    ``detach()`` is a real CPU tensor, which the hand-off stacks with the others and copies once."""
+
+    device = type("Device", (), {"type": "cuda", "__hash__": lambda self: 1, "__eq__": lambda s, o: True})()
+    syncs = 0
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def numel(self) -> int:
+        return 1
+
+    def detach(self) -> Any:
+        import torch
+
+        return torch.tensor(self.value)
+
+    def __float__(self) -> float:
+        DeviceMetric.syncs += 1
+        return self.value
+
+
+def test_a_hand_off_reads_its_device_tensors_together_not_one_sync_per_point(clock: Clock) -> None:
+    """A point per report must not cost a device synchronization per point: the hand-off stacks the device tensors
+    it carries and copies them once (benchmarks/progress_gpu.py counts the syncs on a real GPU)."""
+    pytest.importorskip("torch")
+    sent: list[dict[str, Any]] = []
+    progress.start_reporting(sent.append)
+    DeviceMetric.syncs = 0
+    report_progress(0, loss=DeviceMetric(1.0))  # the first hand-off
+    for step in range(1, 41):
+        clock.now += 0.01
+        report_progress(step, loss=DeviceMetric(1.0 / step))
+    clock.now += 3
+    report_progress(41, loss=DeviceMetric(0.5))
+    assert DeviceMetric.syncs == 0  # nothing read one by one
+    points = sent[-1]["points"]
+    assert [p[0] for p in points] == list(range(1, 42))
+    assert points[9][1]["loss"] == pytest.approx(0.1) and sent[-1]["metrics"] == {"loss": 0.5}

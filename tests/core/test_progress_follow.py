@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -308,3 +309,82 @@ def test_a_pod_replica_that_is_not_rank_zero_writes_nothing(tmp_path: Path, monk
     with pytest.raises(Exception, match="only rank 0 writes the task outputs"):
         launcher.run_distributed(task, {}, frontend)
     assert frontend.writes == [] and list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- the last word, and a line that moves as one ------
+
+
+@pytest.mark.parametrize("tty", [False, True], ids=["log", "terminal"])
+def test_a_stopped_run_ends_with_the_step_the_ranks_stopped_at(tty: bool) -> None:
+    """After a stop (a preemption, Ctrl-C, a rank's failure) rank 0 hands over where it stood, marked stopped: the
+    last line is that step, with neither a rate nor an ETA, and not rank 0's last periodic report."""
+    if tty:
+        leader, fd = pty.openpty()
+    else:
+        leader, fd = os.pipe()
+    follower = _follower(RecordingFrontEnd(), fd)
+    follower.start()
+    now = time.time()
+    follower.offer(snapshot(1, now, total=40, loss=4.2))
+    time.sleep(0.4)  # the follower takes the latest snapshot offered: let it take each
+    follower.offer(snapshot(15, now + 2, total=40, loss=0.5))
+    time.sleep(0.4)
+    follower.offer({**snapshot(20, now + 2.6, total=40, loss=0.25), "stopped": True})
+    follower.stop(failed=True)
+    os.close(fd)
+    output = _read_all(leader)
+    os.close(leader)
+    last = output.replace("\r\x1b[K", "\n").strip().splitlines()[-1]
+    assert last == "progress: stopped at step 20/40 (50%) after 3s, loss 0.25", output
+
+
+def test_a_run_whose_rank_0_could_not_say_where_it_stopped_says_what_it_last_reported() -> None:
+    read, write = os.pipe()
+    follower = _follower(RecordingFrontEnd(), write)
+    follower.start()
+    now = time.time()
+    follower.offer(snapshot(1, now, total=40, loss=4.2))
+    time.sleep(0.3)
+    follower.stop(failed=True)  # rank 0 was killed: no last word
+    os.close(write)
+    lines = _read_all(read).splitlines()
+    os.close(read)
+    assert lines[-1] == "progress: stopped; rank 0's last report: step 1/40 (2%) after 0s, loss 4.2", lines
+
+
+def test_on_a_terminal_the_step_and_the_eta_move_together() -> None:
+    """The line is drawn as of rank 0's last report: between two reports neither the ETA nor the elapsed time ticks
+    on while the step stands still."""
+    leader, fd = pty.openpty()
+    follower = _follower(RecordingFrontEnd(), fd)
+    follower.start()
+    now = time.time()
+    follower.offer(snapshot(0, now - 4, total=100, loss=1.0))
+    follower.offer(snapshot(20, now - 2, total=100, loss=0.5))
+    time.sleep(2.3)  # two or more redraw periods with no new report
+    follower.offer(snapshot(40, now + 0.3, total=100, loss=0.25))
+    time.sleep(0.4)
+    follower.stop()
+    output = _read_all(leader)
+    os.close(leader)
+    os.close(fd)
+    draws = [d for d in output.split("\r\x1b[K") if d.strip()]
+    by_step: dict[str, set[str]] = {}
+    for draw in draws:
+        step = re.search(r"step (\d+)/", draw)
+        eta = re.search(r"ETA (\S+?),", draw)
+        if step and eta:
+            by_step.setdefault(step[1], set()).add(eta[1])
+    assert by_step, output
+    assert all(len(etas) == 1 for etas in by_step.values()), by_step  # one ETA per step shown
+
+
+def test_the_curves_get_a_point_per_reported_step() -> None:
+    tracker = Tracker()
+    start = 1000.0
+    tracker.add({**snapshot(1, start, loss=4.0), "points": [[1, {"loss": 4.0}]]})
+    points = [[step, {"loss": 4.0 / step}] for step in range(2, 26)]
+    tracker.add({**snapshot(25, start + 2, loss=4.0 / 25), "points": points})
+    assert [step for step, _ in tracker.history] == list(range(1, 26))
+    tracker.add({**snapshot(26, start + 4, loss=0.1), "points": []})  # nothing reported since: no new point
+    assert len(tracker.history) == 25

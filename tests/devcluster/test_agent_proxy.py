@@ -25,8 +25,11 @@ def _svc(ns: str, name: str, ip: str, ports: list[dict], **spec: object) -> dict
 
 
 def _slice(ns: str, svc: str, ports: list[dict], endpoints: list[dict]) -> dict:
-    return {"metadata": {"namespace": ns, "name": f"{svc}-abc", "labels": {"kubernetes.io/service-name": svc}},
-            "ports": ports, "endpoints": endpoints}
+    return {
+        "metadata": {"namespace": ns, "name": f"{svc}-abc", "labels": {"kubernetes.io/service-name": svc}},
+        "ports": ports,
+        "endpoints": endpoints,
+    }
 
 
 def test_ready_endpoints_get_the_traffic_and_a_service_without_one_refuses() -> None:
@@ -38,11 +41,21 @@ def test_ready_endpoints_get_the_traffic_and_a_service_without_one_refuses() -> 
             _svc("kf", "headless", "None", [{"port": 80}]),
         ],
         [
-            _slice("kube-system", "kube-dns", [{"name": "dns", "port": 53, "protocol": "UDP"}],
-                   [{"addresses": ["10.77.1.2"], "conditions": {"ready": True}}]),
-            _slice("kf", "webhook", [{"name": "", "port": 9443, "protocol": "TCP"}],
-                   [{"addresses": ["10.77.1.7"], "conditions": {"ready": True}},
-                    {"addresses": ["10.77.1.8"], "conditions": {"ready": False}}]),
+            _slice(
+                "kube-system",
+                "kube-dns",
+                [{"name": "dns", "port": 53, "protocol": "UDP"}],
+                [{"addresses": ["10.77.1.2"], "conditions": {"ready": True}}],
+            ),
+            _slice(
+                "kf",
+                "webhook",
+                [{"name": "", "port": 9443, "protocol": "TCP"}],
+                [
+                    {"addresses": ["10.77.1.7"], "conditions": {"ready": True}},
+                    {"addresses": ["10.77.1.8"], "conditions": {"ready": False}},
+                ],
+            ),
         ],
     )
     rules = proxy.render()

@@ -17,7 +17,10 @@ class _Records(dns.Records):
 
         self.lock = threading.Lock()
         self.names = names
-        self.reverse = {"10.77.1.5": "job-master-0.job.ns1.svc.cluster.local", "10.96.3.4": "web.default.svc.cluster.local"}
+        self.reverse = {
+            "10.77.1.5": "job-master-0.job.ns1.svc.cluster.local",
+            "10.96.3.4": "web.default.svc.cluster.local",
+        }
 
 
 def _query(name: str, qtype: int = dns.A, ident: int = 0x1234) -> bytes:

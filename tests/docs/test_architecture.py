@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backend_plugin.targets import DECLARED
+from backend_plugin.kinds import DECLARED
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "architecture.md"
@@ -39,12 +39,13 @@ def _backend_modules() -> set[str]:
     folders = {f"{p.name}/" for p in BACKEND.iterdir() if p.is_dir() and not p.name.startswith("_")}
     targets = {f"targets/{p.name}" for p in (BACKEND / "targets").glob("*.py") if p.name != "__main__.py"}
     kinds = {f"targets/{p.name}/" for p in (BACKEND / "targets").iterdir() if (p / "__init__.py").is_file()}
-    return (top | folders | targets | kinds) - {"targets/"}
+    declarations = {f"kinds/{p.name}" for p in (BACKEND / "kinds").glob("*.py")}
+    return (top | folders | targets | kinds | declarations) - {"targets/", "kinds/"}
 
 
 def test_the_backend_modules_table_names_every_module_and_only_existing_ones() -> None:
     named = _table_modules()
-    assert "build.py" in named and "targets/declaration.py" in named  # the table is read
+    assert "build.py" in named and "kinds/declaration.py" in named  # the table is read
     missing = [n for n in named if not (BACKEND / n).exists()]
     assert missing == [], f"docs/architecture.md names modules that do not exist: {missing}"
     unnamed = sorted(_backend_modules() - set(named))
@@ -63,8 +64,9 @@ def test_the_files_a_new_kind_brings_exist_for_every_registered_kind(declaration
     section = _section("## The rooms of the backend, and where a new kind goes")
     name = declaration.config_name
     package = BACKEND / "targets" / name
-    for module in ("__init__.py", "declaration.py", "writer.py", "status.py", "links.py", "target.py"):
+    for module in ("__init__.py", "writer.py", "status.py", "links.py", "target.py"):
         assert f"`{module}`" in section and (package / module).is_file(), f"{package / module}"
+    assert "`kinds/<kind>.py`" in section and (BACKEND / "kinds" / f"{name}.py").is_file()
     assert declaration.package == f"backend_plugin.targets.{name}"
     crd = BACKEND / "crds" / declaration.crd.file
     assert crd.is_file() and f"`{declaration.crd.file}`" in (BACKEND / "crds" / "PROVENANCE.md").read_text()

@@ -1,5 +1,6 @@
-"""The MNIST example reports live progress through the front-end's ``report_progress``: every step, with the total,
-the latest global loss and, after an epoch, the test accuracy."""
+"""The MNIST example reports live progress through the front-end's ``report_progress``: every step, with the total;
+the global loss at each point of the loss curve, and each epoch's test accuracy at its last step (the last one
+reaches the run's final line)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,15 @@ def test_the_training_loop_reports_each_step_with_loss_and_accuracy(mnist_dir: P
     def record(step: int, total: int, **metrics: float) -> None:
         calls.append((step, total, metrics))
 
-    train(TrainConfig(epochs=2, data_dir=str(mnist_dir), **SLICE), report_progress=record)
-    assert [c[0] for c in calls] == list(range(1, 13))  # 6 steps an epoch, 2 epochs
+    result = train(TrainConfig(epochs=2, data_dir=str(mnist_dir), **SLICE), report_progress=record)
+    # 6 steps an epoch, 2 epochs; each epoch's last step once more, with its test accuracy.
+    assert [c[0] for c in calls] == [1, 2, 3, 4, 5, 6, 6, 7, 8, 9, 10, 11, 12, 12]
     assert {c[1] for c in calls} == {12}
-    assert "loss" not in calls[1][2] and calls[2][2]["loss"] > 0  # the global loss from the first curve point on
-    assert "accuracy" not in calls[5][2] and 0 < calls[6][2]["accuracy"] <= 100  # known after the first epoch
+    # The loss at each point of the loss curve (what the Deck's Training tab draws), and only there: the Progress
+    # page's curve then has the same points, not a held value repeated at every step.
+    losses = [(c[0], c[2]["loss"]) for c in calls if "loss" in c[2]]
+    assert [step for step, _ in losses] == [step for step, _ in result.loss_curve]
+    assert [loss for _, loss in losses] == pytest.approx([loss for _, loss in result.loss_curve])
+    accuracies = [c[2]["accuracy"] for c in calls if "accuracy" in c[2]]
+    assert accuracies == pytest.approx(result.accuracies)  # the last epoch's included: the run's final line has it
+    assert calls[-1] == (12, 12, {"accuracy": result.accuracies[-1]})

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from backend_plugin.targets import DECLARED
+from backend_plugin.kinds import DECLARED
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "backend_plugin" / "crds"
 CRD_FILES = {d.plural: (d.crd.file, d.version) for d in DECLARED}

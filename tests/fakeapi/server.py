@@ -1,6 +1,6 @@
 """A local HTTP server that answers like the Kubernetes API server for the calls our backend makes.
 
-Covered: the jobs of every registered kind (`backend_plugin.targets.DECLARED`: PyTorchJobs, TrainJobs, ...): create,
+Covered: the jobs of every registered kind (`backend_plugin.kinds.DECLARED`: PyTorchJobs, TrainJobs, ...): create,
 get, list, watch, delete with `propagationPolicy`; API discovery of their groups (`GET /apis/<group>/<version>`,
 only for the kinds in `served`); pods (list and watch with a label selector, get) and events (list). LIST answers a
 `<Kind>List` with `metadata.resourceVersion`, honours `labelSelector` and pages with `limit`/`continue`; WATCH
@@ -42,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from backend_plugin.targets import DECLARED
+from backend_plugin.kinds import DECLARED
 from tests.fakeapi import pruning
 
 GROUP = DECLARED[0].group
@@ -54,8 +54,9 @@ JOB_KINDS = {d.plural: (d.group, d.version, d.kind, d.pod_label) for d in DECLAR
 """plural -> (group, version, kind, the label naming a job's pods), for every registered kind."""
 
 _PLURALS = {(d.api_version, d.kind): d.plural for d in DECLARED}
-_JOB_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
+_JOB_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[^/]+)"
                        r"(?:/(?P<name>[^/]+))?/?$")  # fmt: skip
+"""A job kind's objects in a namespace, or (no `namespaces/<ns>/`) in every namespace: a cluster-wide LIST or WATCH."""
 _DISCOVERY = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$")
 _CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|events)(?:/(?P<name>[^/]+))?/?$")
 _CRD = re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions(?:/(?P<name>[^/]+))?/?$")
@@ -168,6 +169,8 @@ class FaultRule:
     lose: bool = False
     """Serve the request, then close the connection without an answer: the change happened, the client never
     heard (a create whose response was lost)."""
+    skip: int = 0
+    """Matching requests let through before the rule applies (the second page of a LIST, not the first)."""
 
     def matches(self, rec: RequestRecord) -> bool:
         """Whether this rule applies to `rec` (and has uses left)."""
@@ -260,8 +263,8 @@ class _OpenWatch:
 
     def event_for(self, change: _Change) -> dict | None:
         """The event this watch sees for `change`, or None when it does not concern it."""
-        if change.resource != self.resource or change.namespace != self.namespace:
-            return None
+        if change.resource != self.resource or self.namespace and change.namespace != self.namespace:
+            return None  # a watch of every namespace ("") sees every namespace's changes
         now_in = self.selector.matches(change.obj["metadata"].get("labels") or {})
         was_in = change.old_labels is not None and self.selector.matches(change.old_labels)
         etype = change.type
@@ -703,7 +706,8 @@ class FakeKubeApi:
 
     def _list(self, rec: RequestRecord, store: dict[tuple[str, str], dict], api_version: str, list_kind: str
               ) -> tuple[int, dict]:  # fmt: skip
-        """Serve LIST: label selector, `resourceVersion` (not older than), `limit` and `continue` pages."""
+        """Serve LIST (of one namespace, or of every namespace when the request names none): label selector,
+        `resourceVersion` (not older than), `limit` and `continue` pages."""
         selector = _Selector.parse(_param(rec, "labelSelector"))
         try:
             limit = int(_param(rec, "limit") or 0)
@@ -717,11 +721,11 @@ class FakeKubeApi:
                 return 504, status_body(504, "Timeout", msg, {"causes": [{"reason": "ResourceVersionTooLarge",
                                                                           "message": "Too large resource version"}],
                                                               "retryAfterSeconds": 1})  # fmt: skip
-            snapshot_rv, after = self._rv, ""
+            snapshot_rv, after = self._rv, ("", "")
             if token:
                 try:
                     decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
-                    snapshot_rv, after = int(decoded["rv"]), str(decoded["start"])
+                    snapshot_rv, after = int(decoded["rv"]), (str(decoded["start"][0]), str(decoded["start"][1]))
                 except (ValueError, KeyError, TypeError, binascii.Error):
                     return 400, status_body(400, "BadRequest", f"continue key is not valid: {token!r}")
                 if snapshot_rv < self._expired_rv:
@@ -729,15 +733,17 @@ class FakeKubeApi:
                            "start a new list without the continue parameter.")  # fmt: skip
                     return 410, status_body(410, "Expired", msg)
             names = sorted(
-                name
+                (ns, name)
                 for (ns, name), obj in store.items()
-                if ns == rec.namespace and name > after and selector.matches(obj["metadata"].get("labels") or {})
+                if (not rec.namespace or ns == rec.namespace)
+                and (ns, name) > after
+                and selector.matches(obj["metadata"].get("labels") or {})
             )
             page = names[:limit] if limit > 0 else names
-            items = [copy.deepcopy(store[(rec.namespace, name)]) for name in page]
+            items = [copy.deepcopy(store[key]) for key in page]
         metadata: dict[str, Any] = {"resourceVersion": str(snapshot_rv)}
         if len(page) < len(names):
-            next_token = json.dumps({"rv": snapshot_rv, "start": page[-1]}).encode()
+            next_token = json.dumps({"rv": snapshot_rv, "start": list(page[-1])}).encode()
             metadata["continue"] = base64.urlsafe_b64encode(next_token).decode()
             metadata["remainingItemCount"] = len(names) - len(page)
         return 200, {"kind": list_kind, "apiVersion": api_version, "metadata": metadata, "items": items}
@@ -760,7 +766,8 @@ class FakeKubeApi:
                 # No resourceVersion (or "0"): synthetic ADDED events for the current state, then the changes.
                 start_rv = self._rv
                 for (ns, _), obj in sorted(self._collection(resource).items()):
-                    if ns == rec.namespace and selector.matches(obj["metadata"].get("labels") or {}):
+                    in_scope = not rec.namespace or ns == rec.namespace
+                    if in_scope and selector.matches(obj["metadata"].get("labels") or {}):
                         initial.append({"type": "ADDED", "object": copy.deepcopy(obj)})
             elif start_rv < self._expired_rv:
                 msg = f"too old resource version: {start_rv} ({self._expired_rv})"
@@ -862,8 +869,9 @@ class FakeKubeApi:
         verb: str | None = None,
         resource: str | None = None,
         before: bool = False,
+        skip: int = 0,
     ) -> FaultRule:
-        """Slow down the next `times` matching requests by `seconds`.
+        """Slow down the next `times` matching requests by `seconds`, after letting `skip` of them through.
 
         With `before=False` (default) the request is served first and the response is written late: a client that
         times out has still caused the change (the case that creates duplicate jobs in naive clients).
@@ -871,7 +879,8 @@ class FakeKubeApi:
         Returns:
             The rule.
         """
-        return self._add(FaultRule(verb=verb, resource=resource, delay_s=seconds, before=before, remaining=times))
+        return self._add(FaultRule(verb=verb, resource=resource, delay_s=seconds, before=before, remaining=times,
+                                   skip=skip))  # fmt: skip
 
     def forbid(self, verb: str, resource: str, times: int | None = None) -> FaultRule:
         """Deny `verb` on `resource` with the RBAC authorizer's 403 (forever by default).
@@ -942,6 +951,9 @@ class FakeKubeApi:
             taken = []
             for rule in self._faults:
                 if rule.matches(rec):
+                    if rule.skip > 0:
+                        rule.skip -= 1
+                        continue
                     if rule.remaining is not None:
                         rule.remaining -= 1
                     taken.append(rule)
@@ -1155,7 +1167,7 @@ class _Handler(BaseHTTPRequestHandler):
         if m_crd:
             ns, name, resource, group = "", m_crd["name"], CRDS, CRD_GROUP
         elif m_jobs:
-            ns, name, resource, group = m_jobs["ns"], m_jobs["name"], m_jobs["plural"], m_jobs["group"]
+            ns, name, resource, group = m_jobs["ns"] or "", m_jobs["name"], m_jobs["plural"], m_jobs["group"]
         elif m_discovery:
             ns, name, resource = "", f"{m_discovery['group']}/{m_discovery['version']}", "discovery"
             group = m_discovery["group"]

@@ -13,7 +13,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from backend_plugin.targets.trainjob.declaration import PLURAL as TRAINJOBS
+from backend_plugin.kinds.trainjob import PLURAL as TRAINJOBS
 from tests.fakeapi.objects import condition, replica_pod
 from tests.fakeapi.server import GROUP, PLURAL, VERSION, FakeKubeApi
 

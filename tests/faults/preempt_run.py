@@ -2,6 +2,7 @@
 
 python -m tests.faults.preempt_run train '{"steps": 12, "directory": "...", ...}'
 python -m tests.faults.preempt_run plain       (or plain-fork: start_method="fork")
+python -m tests.faults.preempt_run reports '{"fail_rank": 2, "fail_at": 8}'   (or slow-start: tests.faults.edge_tasks)
 python -m torch.distributed.run --nproc-per-node 3 -m tests.faults.preempt_run rank
 
 ``train`` runs ``tests.faults.preempt_tasks.train`` on 3 local ranks through the core launcher (no Flyte SDK: the
@@ -52,6 +53,19 @@ def main(argv: list[str]) -> int:
 
     if argv[0] == "rank":  # one rank of the plain loop, as torchrun's ranks run it
         preempt_tasks.plain_loop()
+        return 0
+    if argv[0] in ("reports", "slow-start"):  # the loops of tests/faults/test_edge_words.py
+        from tests.faults import edge_tasks
+
+        loop = edge_tasks.reports_only if argv[0] == "reports" else edge_tasks.slow_start
+        inputs = json.loads(argv[1]) if len(argv) > 1 else {}
+        config = PyTorch(worker=Worker(replicas=2), preflight=False)
+        try:
+            value = run_distributed(_Task(config, f"edge_drill.{argv[0]}", loop), inputs, PLAIN)
+        except PreemptedError as stop:
+            print(f"PREEMPTED {stop}", flush=True)
+            return PREEMPTED_EXIT
+        print(f"RESULT {json.dumps(value)}", flush=True)
         return 0
     config = PyTorch(worker=Worker(replicas=2))
     if argv[0] in ("plain", "plain-fork"):

@@ -149,7 +149,7 @@ RUN_POLICY_FIELDS: dict[str, st.SearchStrategy] = {
     "backoff_limit": either(st.none() | small_int),
     "active_deadline_seconds": either(st.none() | st.integers(1, 10**6)),
     "ttl_seconds_after_finished": either(st.none() | st.integers(0, 10**6)),
-    "queue": either(st.none() | label),
+    "queue": either(st.none() | dns | label),  # a label value that is no DNS subdomain (Team_A) is refused
     "priority_class": either(st.none() | dns),
     "gang_scheduling": either(st.booleans()),
     "min_available": either(st.none() | st.integers(1, 3)),

@@ -119,7 +119,7 @@ def test_a_checkpoint_slower_than_the_grace_leaves_the_last_periodic_one(baselin
     stopped = _agreed(first, tmp_path)
     assert "the termination grace is 3s (FLYTE_PYTORCH_TERMINATION_GRACE_S" in first.output, first.output[-3000:]
     assert "if the SIGKILL comes first, the last complete checkpoint stands (step 4)" in first.output
-    assert "no checkpoint saved at the stop: the last periodic checkpoint stands" in first.output
+    assert "no checkpoint saved at the stop: the next run resumes from the checkpoint of step 4" in first.output
     assert first.leftover == []
     resumed, _ = _resume(tmp_path, baseline, stopped, inputs)
     lost = drills.recomputed(drills.notes(tmp_path, "a"), resumed)

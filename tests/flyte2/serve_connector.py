@@ -12,7 +12,8 @@ import asyncio
 import sys
 
 from backend_plugin.config import BackendConfig
-from flyte2_backend.connector import Flyte2JobConnector, Flyte2Jobs, register, serve
+from backend_plugin.connector import JobService
+from flyte2_backend.connector import Flyte2JobConnector, register, serve
 
 LINKS = ({"name": "Logs", "template": "https://logs.example.com/{{ .namespace }}/{{ .podName }}/{{ .containerName }}"},)
 
@@ -38,7 +39,7 @@ def connector(host: str, target: str) -> Flyte2JobConnector:
             api_backoff_max_s=0.002,
         )
     )
-    return Flyte2JobConnector(Flyte2Jobs(config=config, api_client_factory=api_client))
+    return Flyte2JobConnector(JobService(config=config, api_client_factory=api_client))
 
 
 async def main(host: str, target: str) -> None:

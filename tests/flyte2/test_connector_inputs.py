@@ -1,6 +1,6 @@
-"""The inputs hook: the backend connector writes Flyte 1's ``LiteralMap``; the Flyte 2 connector's `Flyte2Jobs`
-writes ``flyteidl2.task.Inputs``, what Flyte 2's pod entrypoint parses, and refuses to be built on a connector that
-would write the other form. Over gRPC: tests/flyte2/test_connector_flyte2.py.
+"""The inputs writers: flytekit's connectors write Flyte 1's ``LiteralMap``; the Flyte 2 connector writes
+``flyteidl2.task.Inputs`` (`flyte2_backend.connector.write_inputs`), what Flyte 2's pod entrypoint parses, and refuses
+the other form; both wrap the process's one job service. Over gRPC: tests/flyte2/test_connector_flyte2.py.
 
 In a process of its own: ``flyte2_backend`` loads flyte's connector server, whose Prometheus metric names flytekit's
 (imported by other tests of the session) registers too.
@@ -21,30 +21,26 @@ from tests.flyte2.served import repo_env
 
 DRIVER = """
 import json, sys
+from flytekit.extend.backend.base_connector import ConnectorRegistry
 from flytekit.models.literals import LiteralMap
 from flyteidl2.task import common_pb2
-from backend_plugin.config import BackendConfig
-from backend_plugin.connector import JobConnector, ServedJobConnector
-from flyte2_backend.connector import Flyte2JobConnector, Flyte2Jobs
+from backend_plugin.connector import blobs, shared_service
+from flyte2_backend.connector import Flyte2JobConnector, write_inputs
 
 out = sys.argv[1]
-JobConnector(config=BackendConfig()).write_inputs(None, out + "/flyte1-none.pb")
+blobs.write_inputs(None, out + "/flyte1-none.pb")
 message = common_pb2.Inputs()
 message.literals.add(name="steps").value.scalar.primitive.integer = 7
 open(out + "/expected.pb", "wb").write(message.SerializeToString())
-jobs = Flyte2Jobs(config=BackendConfig())
-jobs.write_inputs(message, out + "/flyte2.pb")
-jobs.write_inputs(None, out + "/flyte2-none.pb")
+write_inputs(message, out + "/flyte2.pb")
+write_inputs(None, out + "/flyte2-none.pb")
 errors = {}
 try:
-    jobs.write_inputs(LiteralMap(literals={}), out + "/flyte2-literal-map.pb")
+    write_inputs(LiteralMap(literals={}), out + "/flyte2-literal-map.pb")
 except TypeError as e:
     errors["literal_map"] = str(e)
-try:
-    Flyte2JobConnector(ServedJobConnector(config=BackendConfig()))
-except TypeError as e:
-    errors["served"] = str(e)
-errors["default"] = type(Flyte2JobConnector().jobs).__name__
+services = {Flyte2JobConnector().service, *(ConnectorRegistry.get_connector("pytorch", v).service for v in (0, 1))}
+errors["shared"] = services == {shared_service()}
 print(json.dumps(errors))
 """
 
@@ -75,9 +71,12 @@ def test_flyte2_writes_an_empty_message_for_none(written: tuple[Path, dict]) -> 
     assert common_pb2.Inputs.FromString((out / "flyte2-none.pb").read_bytes()) == common_pb2.Inputs()
 
 
-def test_flyte2_refuses_flyte1_inputs_and_a_flyte1_writer(written: tuple[Path, dict]) -> None:
+def test_flyte2_refuses_flyte1_inputs(written: tuple[Path, dict]) -> None:
     out, errors = written
     assert "must be a flyteidl2.task.Inputs message, not LiteralMap" in errors["literal_map"]
     assert not (out / "flyte2-literal-map.pb").exists()
-    assert "use flyte2_backend.connector.Flyte2Jobs" in errors["served"]
-    assert errors["default"] == "Flyte2Jobs"
+
+
+def test_flyte2_and_flytekits_connectors_share_the_processs_one_service(written: tuple[Path, dict]) -> None:
+    _, errors = written
+    assert errors["shared"] is True

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -60,3 +61,24 @@ def test_a_task_without_a_report_is_not_flushed(tmp_path: Path) -> None:
 def test_the_front_end_writes_beside_the_outputs(tmp_path: Path) -> None:
     path, content = run_case("output_file", tmp_path)["output"].split("|", 1)
     assert path.endswith("/pytorch-progress.json") and content == '{"step": 1}'
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BOUND_S + 60)
+def test_a_local_run_names_the_file_its_report_is_in(tmp_path: Path) -> None:
+    """Flyte 2 writes a local run's report into the run's metadata folder and names it nowhere: the run says where,
+    and the file there holds the Progress tab."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLYTE_PYTORCH_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    result = run_guarded(
+        [sys.executable, "-m", "tests.flyte2.progress_tasks", "report"],
+        max_procs=MAX_PROCS,
+        timeout_s=BOUND_S,
+        cwd=str(tmp_path),
+        env=env,
+    )
+    assert result.returncode == 0, result.output[-4000:]
+    found = re.search(r"^Report of progress-three\.with_report: file://(\S+/report\.html)$", result.output, re.M)
+    assert found, result.output[-4000:]
+    assert "Progress" in Path(found[1]).read_text(encoding="utf-8")
+    assert result.output.count("Report of ") == 1

@@ -259,7 +259,8 @@ BAD: list[tuple[str, Callable[[], Any], type[Exception], tuple[str, ...]]] = [
         ("min_available", "3", "1..2"),
     ),
     ("gang-not-bool", flat(gang_scheduling="yes"), ConfigError, ("gang_scheduling", "'yes'", "True or False")),
-    ("queue-not-label", flat(queue="team a"), ConfigError, ("queue", "'team a'", "label value")),
+    ("queue-not-label", flat(queue="team a"), ConfigError, ("queue", "'team a'", "queue name Kueue admits")),
+    ("queue-kueue-refuses", flat(queue="Team_A"), ConfigError, ("queue", "'Team_A'", "DNS-1123 subdomain")),
     ("priority-class-upper", flat(priority_class="High"), ConfigError, ("priority_class", "'High'", "DNS subdomain")),
     (
         "collective-timeout-nan",

@@ -118,7 +118,8 @@ def test_the_hf_trainer_reports_each_step_with_its_logged_metrics(
     tmp_path: Path, snapshots: list[dict[str, Any]]
 ) -> None:
     _hf_train(tmp_path)
-    assert [s["step"] for s in snapshots] == [1, 2, 3, 4, 5, 6]
+    # Each step; a step that logged once more with what it logged (2, 4, 6); the end of training once more (6).
+    assert [s["step"] for s in snapshots] == [1, 2, 2, 3, 4, 4, 5, 6, 6, 6, 6]
     assert all(s["total"] == 6 for s in snapshots)
     assert "loss" not in snapshots[0]["metrics"]  # nothing logged before step 2
     logged = snapshots[-1]["metrics"]
@@ -197,7 +198,7 @@ def test_a_lightning_trainer_in_a_task_reports_with_no_line_of_code(snapshots: l
         "the lightning.pytorch.callbacks_factory entry point did not add the callback: is the package installed "
         "from this setup.py (pip install -e .; a stale *.egg-info in the working directory hides the new one)?"
     )
-    assert [s["step"] for s in snapshots] == [1, 2, 3, 4, 5, 6]
+    assert [s["step"] for s in snapshots] == [1, 2, 3, 4, 5, 6, 6]  # each batch, and the end of training
     assert all(s["total"] == 6 for s in snapshots)
     assert "train_loss" in snapshots[-1]["metrics"]
 
@@ -207,7 +208,7 @@ def test_a_lightning_trainer_in_a_task_reports_with_no_line_of_code(snapshots: l
 def test_a_callback_given_explicitly_is_not_doubled_by_the_entry_point(snapshots: list[dict[str, Any]]) -> None:
     trainer = _lightning_fit(explicit=True)
     assert [type(c).__name__ for c in trainer.callbacks].count("LightningProgressCallback") == 2
-    assert [s["step"] for s in snapshots] == [1, 2, 3, 4, 5, 6]  # one report per step, not two
+    assert [s["step"] for s in snapshots] == [1, 2, 3, 4, 5, 6, 6]  # one report per step (and the end), not two
 
 
 @pytest.mark.skipif(importlib.util.find_spec("pytorch_lightning") is None, reason="pytorch_lightning is not installed")
@@ -215,7 +216,7 @@ def test_a_callback_given_explicitly_is_not_doubled_by_the_entry_point(snapshots
 def test_the_pytorch_lightning_package_gets_its_own_callback(snapshots: list[dict[str, Any]]) -> None:
     trainer = _lightning_fit(explicit=False, package="pytorch_lightning")
     assert [type(c).__name__ for c in trainer.callbacks].count("PyTorchLightningProgressCallback") == 1
-    assert [s["step"] for s in snapshots] == [1, 2, 3, 4, 5, 6]
+    assert [s["step"] for s in snapshots] == [1, 2, 3, 4, 5, 6, 6]
 
 
 @needs_lightning
@@ -227,3 +228,55 @@ def test_outside_a_task_a_lightning_trainer_gets_no_progress_callback() -> None:
         warnings.simplefilter("ignore")
         trainer = pl.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_progress_bar=False)
     assert "LightningProgressCallback" not in [type(c).__name__ for c in trainer.callbacks]
+
+
+# -- The last word: what training ended with -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def throttled() -> Iterator[list[dict[str, Any]]]:
+    """Rank 0's reporter as a run has it: a hand-off at the first call, then at most every 2 s; the snapshots it
+    hands over, the final one included once the test calls ``finish_reporting`` (the function returned)."""
+    sent: list[dict[str, Any]] = []
+    progress.start_rank()
+    progress.start_reporting(sent.append)
+    yield sent
+    progress.stop_reporting()
+    progress.end_rank()
+
+
+@needs_transformers
+@pytest.mark.slow
+def test_the_hf_trainer_reports_each_log_at_its_own_step(tmp_path: Path, snapshots: list[dict[str, Any]]) -> None:
+    """The Trainer logs after its step's ``on_step_end``: step 4's report must carry step 4's logged loss, not step
+    2's."""
+    trainer = _hf_train(tmp_path)
+    logged = {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
+    assert sorted(logged) == [2, 4, 6]
+    for step, loss in logged.items():
+        at_step = [s["metrics"].get("loss") for s in snapshots if s["step"] == step]
+        assert at_step[-1] == pytest.approx(loss), (step, at_step, loss)
+
+
+@needs_transformers
+@pytest.mark.slow
+def test_the_hf_trainer_ends_with_its_final_metrics(tmp_path: Path, throttled: list[dict[str, Any]]) -> None:
+    trainer = _hf_train(tmp_path)
+    progress.finish_reporting()
+    final = throttled[-1]
+    assert final["final"] and final["step"] == 6
+    last_loss = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry][-1]
+    assert final["metrics"]["loss"] == pytest.approx(last_loss)
+
+
+@needs_lightning
+@pytest.mark.slow
+def test_a_lightning_run_ends_with_its_final_metrics(throttled: list[dict[str, Any]]) -> None:
+    """Metrics are read only when a hand-off is due (at most every 2 s): a short fit used to end with step 1's
+    loss. ``on_train_end`` reports the metrics training ended with, which the function's end hands over."""
+    trainer = _lightning_fit(explicit=False)
+    progress.finish_reporting()
+    final = throttled[-1]
+    assert final["final"] and final["step"] == 6
+    assert final["metrics"]["train_loss"] == pytest.approx(float(trainer.callback_metrics["train_loss"]))
+    assert throttled[0]["metrics"].get("train_loss") != final["metrics"]["train_loss"]

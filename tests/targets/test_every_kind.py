@@ -20,7 +20,7 @@ from backend_plugin.admission import admit
 from backend_plugin.admission.crds import CRD_DIR, schema_for
 from backend_plugin.admission.settings import get_path
 from backend_plugin.config import TARGETS, BackendConfig
-from backend_plugin.targets import declaration_of
+from backend_plugin.kinds import declaration_of
 from backend_plugin.targets.base import Observed
 from backend_plugin.targets.registry import KINDS
 from backend_plugin.task_errors import ErrorReport, parse_error_document

@@ -1,10 +1,7 @@
-"""The JobSet kind (`jobset.x-k8s.io/v1alpha2`, the JobSet controller of kubernetes-sigs).
+"""The JobSet kind's target (`jobset.x-k8s.io/v1alpha2`): how a task becomes one, and how one is
+read back.
 
-`declaration` holds what the neutral rooms read (API coordinates, CRD, pod template paths, its own admission rules in
-`webhook`, its config section); `target` its `JobTarget` (writer, status, log links). Importing the package loads the
-declaration only: the backend config reads it while it is built.
+`writer` (one Indexed Job per role, the success and failure policies), `status` (its condition table, then
+`replicatedJobsStatus`), `links` (links of the current run's pods), `target` (its `JobTarget`).
+What the kind declares (API coordinates, CRD, config section) is `backend_plugin.kinds.jobset`.
 """
-
-from backend_plugin.targets.jobset.declaration import DECLARATION
-
-__all__ = ["DECLARATION"]

@@ -11,7 +11,7 @@ from typing import Any
 from flyteidl.core.execution_pb2 import TaskLog
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.logs import link_templates, link_values, pod_times, render_template
+from backend_plugin.logs import link_templates, link_values, render_template
 from backend_plugin.targets.jobset.status import current_pods, pod_role_index
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
@@ -66,9 +66,8 @@ def pod_log_links(
     for name, template, _ in templates:
         for role, index in order:
             pod = newest[(role, index)]
-            start, finish = pod_times(pod, job, now)
             pod_name = str((pod.get("metadata") or {}).get("name", ""))
-            values = link_values(pod, pod_name, namespace, PRIMARY_CONTAINER, job_name, role, index, start, finish)
+            values = link_values(pod, pod_name, namespace, PRIMARY_CONTAINER, job_name, role, index, job, now)
             uri = render_template(template, values, task_config)
             if uri is not None:
                 links.append(TaskLog(uri=uri, name=f"{name} {role}-{index}"))

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, Optional
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.kinds.jobset import JobSetSettings
 from backend_plugin.status import (
     JobStatus,
     accelerator_keys,
@@ -50,7 +51,6 @@ from backend_plugin.status import (
     replica_failures,
     start_explanation,
 )
-from backend_plugin.targets.jobset.declaration import JobSetSettings
 from backend_plugin.task_errors import ErrorReport
 from pytorch_contract.k8s_names import (
     COMPLETION_INDEX_LABEL,

@@ -12,13 +12,13 @@ from backend_plugin.admission.installed import Fitted, InstalledCrd, undeclared
 from backend_plugin.admission.structural import format_path
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.kinds.declaration import ANY
+from backend_plugin.kinds.jobset import DECLARATION, MESSAGE_PATTERNS, role_of
 from backend_plugin.pods import PodPlan, placement_warnings
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
 from backend_plugin.targets.base import JobTarget, Observed, PrimaryImage, Reads
-from backend_plugin.targets.declaration import ANY
 from backend_plugin.targets.jobset import links, status, writer
-from backend_plugin.targets.jobset.declaration import DECLARATION, MESSAGE_PATTERNS, role_of
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
 __all__ = ["JobSetTarget", "TARGET"]
@@ -70,11 +70,13 @@ class JobSetTarget(JobTarget):
         return out
 
     def reads(self, job: Mapping[str, Any], config: BackendConfig, now: datetime.datetime) -> Reads:
-        # pods to explain a failure or a stuck start, and to name log links (the pods' names end in a random suffix).
+        # pods to explain a failure or a stuck start; for log links, the pods' names (they end in a random suffix),
+        # listed once per job status.
         return Reads(
-            pods=status.needs_pods(job) or bool(config.status.log_links),
+            pods=status.needs_pods(job),
             error_report=status.needs_error_report(job),
             events=status.needs_events(job, config, now),
+            link_pods=bool(config.status.log_links),
         )
 
     def status(

@@ -35,9 +35,7 @@ from typing import Any, Optional
 from backend_plugin.config import BackendConfig, RunPolicyDefaults
 from backend_plugin.errors import TemplateError
 from backend_plugin.execution import ExecutionMetadata, job_namespace
-from backend_plugin.pods import PodPlan, RolePlan, plan_pods, replica_pod
-from backend_plugin.spec import ReplicaGroup, TaskSpec
-from backend_plugin.targets.jobset.declaration import (
+from backend_plugin.kinds.jobset import (
     API_VERSION,
     GROUP,
     KIND,
@@ -46,7 +44,9 @@ from backend_plugin.targets.jobset.declaration import (
     JobSetSettings,
     replicated_job_name,
 )
-from backend_plugin.targets.jobset.webhook import POD_SUFFIX, pod_name_prefix
+from backend_plugin.kinds.jobset_webhook import POD_SUFFIX, pod_name_prefix
+from backend_plugin.pods import PodPlan, RolePlan, plan_pods, replica_pod
+from backend_plugin.spec import ReplicaGroup, TaskSpec
 from pytorch_contract.k8s_names import NODE_RANK_OFFSET_ENV
 from pytorch_contract.preemption import PREEMPTED_EXIT_CODE
 from pytorch_contract.template_keys import PRIMARY_CONTAINER, RestartPolicy

@@ -1,10 +1,7 @@
-"""The PyTorchJob kind (Kubeflow training operator v1, `kubeflow.org/v1`).
+"""The PyTorchJob kind's target (Kubeflow training operator v1, `kubeflow.org/v1`): how a task becomes
+one, and how one is read back.
 
-`declaration` holds what the neutral rooms read (API coordinates, CRD, pod template paths, limits, its config
-section); `target` its `JobTarget` (writer, status table, log links). Importing the package loads the declaration
-only: the backend config reads it while it is built.
+`writer` (replica specs, run, scheduling and elastic policy), `status` (the operator's condition table), `links`
+(links named from the spec), `versions` (an older CRD: the native sidecar's advice), `target` (its `JobTarget`).
+What the kind declares (API coordinates, CRD, config section) is `backend_plugin.kinds.pytorchjob`.
 """
-
-from backend_plugin.targets.pytorchjob.declaration import DECLARATION
-
-__all__ = ["DECLARATION"]

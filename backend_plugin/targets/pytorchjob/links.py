@@ -10,7 +10,7 @@ from typing import Any
 from flyteidl.core.execution_pb2 import TaskLog
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.logs import link_templates, link_values, pod_times, render_template
+from backend_plugin.logs import link_templates, link_values, render_template
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
 __all__ = ["log_links", "replica_names", "REPLICA_ORDER"]
@@ -68,10 +68,7 @@ def log_links(
         for rtype, index in replica_names(job):
             pod_name = f"{job_name}-{rtype.lower()}-{index}"
             pod = by_name.get(pod_name)
-            start, finish = pod_times(pod, job, now)
-            values = link_values(
-                pod, pod_name, namespace, PRIMARY_CONTAINER, job_name, rtype.lower(), index, start, finish
-            )
+            values = link_values(pod, pod_name, namespace, PRIMARY_CONTAINER, job_name, rtype.lower(), index, job, now)
             uri = render_template(template, values, task_config)
             if uri is not None:
                 links.append(TaskLog(uri=uri, name=f"{name} {rtype.lower()}-{index}"))

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Optional
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.kinds.pytorchjob import PyTorchJobSettings
 from backend_plugin.status import (
     JobStatus,
     Phase,
@@ -41,7 +42,6 @@ from backend_plugin.status import (
     start_explanation,
     warning_events,
 )
-from backend_plugin.targets.pytorchjob.declaration import PyTorchJobSettings
 from backend_plugin.task_errors import ErrorReport
 from pytorch_contract.k8s_names import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 

@@ -10,12 +10,12 @@ from flyteidl.core.execution_pb2 import TaskLog
 
 from backend_plugin.admission.installed import Fitted, InstalledCrd
 from backend_plugin.config import BackendConfig
+from backend_plugin.kinds.pytorchjob import DECLARATION
 from backend_plugin.pods import PodPlan, placement_warnings
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
 from backend_plugin.targets.base import JobTarget, Observed, PrimaryImage, Reads
 from backend_plugin.targets.pytorchjob import links, status, versions, writer
-from backend_plugin.targets.pytorchjob.declaration import DECLARATION
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
 __all__ = ["PyTorchJobTarget", "TARGET"]

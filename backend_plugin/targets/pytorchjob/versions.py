@@ -16,8 +16,8 @@ from typing import Any
 
 from backend_plugin.admission.installed import Fitted, InstalledCrd, undeclared
 from backend_plugin.admission.structural import format_path
-from backend_plugin.targets.declaration import ANY
-from backend_plugin.targets.pytorchjob.declaration import NATIVE_SIDECAR
+from backend_plugin.kinds.declaration import ANY
+from backend_plugin.kinds.pytorchjob import NATIVE_SIDECAR
 
 __all__ = ["fit"]
 

@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 from backend_plugin.config import BackendConfig, RunPolicyDefaults
 from backend_plugin.execution import ExecutionMetadata, job_namespace
+from backend_plugin.kinds.pytorchjob import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from backend_plugin.pods import PodPlan, RolePlan, plan_pods, replica_pod
 from backend_plugin.spec import TaskSpec
-from backend_plugin.targets.pytorchjob.declaration import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 __all__ = [
     "API_VERSION",

@@ -1,10 +1,7 @@
-"""The TrainJob kind (Kubeflow Trainer v2, `trainer.kubeflow.org/v1alpha1`).
+"""The TrainJob kind's target (Kubeflow Trainer v2, `trainer.kubeflow.org/v1alpha1`): how a task becomes
+one, and how one is read back.
 
-`declaration` holds what the neutral rooms read (API coordinates, CRD, pod template paths, limits, its config
-section); `target` its `JobTarget` (writer, status, log links). Importing the package loads the declaration only:
-the backend config reads it while it is built.
+`writer` (what a TrainJob cannot express, nodes, `runtimePatches`), `status` (its condition table, then
+`jobsStatus`), `links` (links of the JobSet's pods), `versions` (an older Trainer's CRD), `target` (its `JobTarget`).
+What the kind declares (API coordinates, CRD, config section) is `backend_plugin.kinds.trainjob`.
 """
-
-from backend_plugin.targets.trainjob.declaration import DECLARATION
-
-__all__ = ["DECLARATION"]

@@ -10,7 +10,7 @@ from typing import Any
 from flyteidl.core.execution_pb2 import TaskLog
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.logs import link_templates, link_values, pod_times, render_template
+from backend_plugin.logs import link_templates, link_values, render_template
 from backend_plugin.targets.trainjob.status import node_index
 
 __all__ = ["node_log_links", "NODE_CONTAINER"]
@@ -67,9 +67,8 @@ def node_log_links(
     links = []
     for name, template, _ in templates:
         for index, pod in sorted(newest.items()):
-            start, finish = pod_times(pod, job, now)
             pod_name = str((pod.get("metadata") or {}).get("name", ""))
-            values = link_values(pod, pod_name, namespace, NODE_CONTAINER, job_name, "node", index, start, finish)
+            values = link_values(pod, pod_name, namespace, NODE_CONTAINER, job_name, "node", index, job, now)
             uri = render_template(template, values, task_config)
             if uri is not None:
                 links.append(TaskLog(uri=uri, name=f"{name} node-{index}"))

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, Optional
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from backend_plugin.config import BackendConfig
+from backend_plugin.kinds.trainjob import TrainJobSettings
 from backend_plugin.status import (
     JobStatus,
     Phase,
@@ -48,7 +49,6 @@ from backend_plugin.status import (
     pod_name,
     replica_failures,
 )
-from backend_plugin.targets.trainjob.declaration import TrainJobSettings
 from backend_plugin.task_errors import ErrorReport
 from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL
 

@@ -11,12 +11,12 @@ from flyteidl.core.execution_pb2 import TaskLog
 from backend_plugin.admission.installed import Fitted, InstalledCrd
 from backend_plugin.config import BackendConfig
 from backend_plugin.execution import ExecutionMetadata
+from backend_plugin.kinds.trainjob import DECLARATION, NODE
 from backend_plugin.pods import PodPlan, placement_warnings
 from backend_plugin.spec import TaskSpec
 from backend_plugin.status import JobStatus
 from backend_plugin.targets.base import JobTarget, Observed, PrimaryImage, Reads
 from backend_plugin.targets.trainjob import links, status, versions, writer
-from backend_plugin.targets.trainjob.declaration import DECLARATION, NODE
 
 __all__ = ["TrainJobTarget", "TARGET"]
 
@@ -46,11 +46,13 @@ class TrainJobTarget(JobTarget):
         return [PrimaryImage(NODE, "spec.trainer.image", str(trainer.get("image", "")))]
 
     def reads(self, job: Mapping[str, Any], config: BackendConfig, now: datetime.datetime) -> Reads:
-        # pods to explain a failure or a stuck start, and to name log links (the JobSet's pod names end in a random
-        # suffix); never events (a TrainJob without a JobSet is caught by `trainjob_pickup_timeout_s`).
+        # pods to explain a failure or a stuck start; for log links, the pods' names (the JobSet's end in a random
+        # suffix), listed once per job status; never events (a TrainJob without a JobSet is caught by
+        # `trainjob_pickup_timeout_s`).
         return Reads(
-            pods=status.needs_pods(job) or bool(config.status.log_links),
+            pods=status.needs_pods(job),
             error_report=status.needs_error_report(job),
+            link_pods=bool(config.status.log_links),
         )
 
     def status(

@@ -25,14 +25,14 @@ from typing import Any
 
 from backend_plugin.admission.installed import Fitted, InstalledCrd, undeclared
 from backend_plugin.admission.structural import Path, format_path
-from backend_plugin.pods import SHM_VOLUME, PodPlan
-from backend_plugin.targets.trainjob.declaration import (
+from backend_plugin.kinds.trainjob import (
     ACTIVE_DEADLINE,
     NODE,
     POD_SPEC_OVERRIDES,
     POD_TEMPLATE_OVERRIDES,
     RUNTIME_PATCHES,
 )
+from backend_plugin.pods import SHM_VOLUME, PodPlan
 
 __all__ = ["fit", "deadline_source"]
 

@@ -28,9 +28,7 @@ from typing import Any, Optional
 from backend_plugin.config import BackendConfig, RunPolicyDefaults
 from backend_plugin.errors import TemplateError
 from backend_plugin.execution import ExecutionMetadata, job_namespace
-from backend_plugin.pods import PodPlan, plan_pods, replica_pod
-from backend_plugin.spec import TaskSpec
-from backend_plugin.targets.trainjob.declaration import (
+from backend_plugin.kinds.trainjob import (
     API_VERSION,
     GROUP,
     KIND,
@@ -40,6 +38,8 @@ from backend_plugin.targets.trainjob.declaration import (
     VERSION,
     TrainJobSettings,
 )
+from backend_plugin.pods import PodPlan, plan_pods, replica_pod
+from backend_plugin.spec import TaskSpec
 from pytorch_contract.k8s_names import TRAINJOB_NODE_ENV
 from pytorch_contract.template_keys import PRIMARY_CONTAINER, RestartPolicy
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from backend_plugin.admission import NOTE, REJECTED, UNSTARTABLE, admit
-from backend_plugin.targets.jobset.webhook import webhook_checks
+from backend_plugin.kinds.jobset_webhook import webhook_checks
 from tests.helpers.jobs import META, load, write_job
 from tests.targets.conftest import facts_of
 

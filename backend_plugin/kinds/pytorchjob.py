@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from backend_plugin.sections import Section, check_seconds
-from backend_plugin.targets.declaration import (
+from backend_plugin.kinds.declaration import (
     ANY,
     Crd,
     CrdHistory,
@@ -19,6 +18,7 @@ from backend_plugin.targets.declaration import (
     Path,
     PodTemplates,
 )
+from backend_plugin.settings import Section, check_seconds
 from pytorch_contract.k8s_names import JOB_NAME_LABEL
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
@@ -142,7 +142,7 @@ DECLARATION = Declaration(
     # the container env has no maxItems; the pod template is written once per role
     limits=Limits(copies_note="a PyTorchJob holds the pod template once per role, so its values count twice"),
     settings=PyTorchJobSettings,
-    package=__name__.rpartition(".")[0],
+    package="backend_plugin.targets.pytorchjob",
     setting_names=setting_names,
     generated_names=generated_names,
     history=HISTORY,

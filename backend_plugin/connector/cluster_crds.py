@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from backend_plugin.admission.installed import InstalledCrd, from_crd, learned
-from backend_plugin.api import Api, Request, shape
 from backend_plugin.errors import Forbidden, KubeApiError, MalformedAnswer, NotFound
-from backend_plugin.retry import Deadline
+from backend_plugin.kube.api import Api, Request, shape
+from backend_plugin.kube.retry import Deadline
 from backend_plugin.targets.base import JobTarget
 
 __all__ = ["ClusterCrds", "CRD_GROUP", "CRD_RESOURCE"]

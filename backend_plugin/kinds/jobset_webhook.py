@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
-from backend_plugin.targets.declaration import KindCheck, Path
+from backend_plugin.kinds.declaration import KindCheck, Path
 from pytorch_contract.k8s_names import DNS1035_LABEL, DNS1123_SUBDOMAIN, is_label_value
 
 __all__ = [

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 
 from backend_plugin.errors import KubeApiError, MalformedAnswer, Unavailable, classify
-from backend_plugin.retry import Backoff, Deadline, retry
+from backend_plugin.kube.retry import Backoff, Deadline, retry
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,9 @@ MIN_ATTEMPT_S = 0.2
 """The least time left in an operation's budget for a retry to be worth starting (a first attempt needs 10 ms)."""
 
 ApiClientFactory = Callable[[], Any]
+
+Problem = Callable[[Any], Optional[str]]
+"""A check of an answer's shape: what is wrong with it, naming the field, or None."""
 
 
 def default_api_client() -> Any:
@@ -376,7 +379,7 @@ class Api:
         )
 
     def read_object(self, request: Request, group: str, version: str, plural: str, name: str, what: str,
-                    deadline: Deadline) -> dict:  # fmt: skip
+                    deadline: Deadline, problem: Optional[Problem] = None) -> dict:  # fmt: skip
         """GET one custom object.
 
         Args:
@@ -385,12 +388,14 @@ class Api:
             name: its name.
             what: what it should be, for messages (`a PyTorchJob object`).
             deadline: the operation's deadline.
+            problem: what is wrong with the object's shape, or None (the caller's check, run once, here).
 
         Returns:
             The object.
 
         Raises:
-            KubeApiError: as `call`; `MalformedAnswer` (retried, then `Unavailable`) for an answer of another shape.
+            KubeApiError: as `call`; `MalformedAnswer` (retried, then `Unavailable`) for an answer of another shape,
+                naming the field.
         """
 
         def send(timeout: tuple[float, float]) -> Any:
@@ -402,16 +407,20 @@ class Api:
             if not isinstance(answer, dict) or not isinstance(answer.get("metadata") or {}, dict):
                 reason = f"the API answered with {shape(answer)}, not {what}"
                 raise MalformedAnswer(request.verb, request.subject, reason)
+            wrong = problem(answer) if problem is not None else None
+            if wrong:
+                raise MalformedAnswer(request.verb, request.subject, f"the API answered {what} whose {wrong}")
             return answer
 
         return self.call(request, send, deadline, decode)
 
     def list_pages(self, request: Request, list_call: Callable[..., Any], selector: Mapping[str, str], what: str,
-                   deadline: Deadline) -> list[dict]:  # fmt: skip
+                   deadline: Deadline, problem: Optional[Problem] = None) -> list[dict]:  # fmt: skip
         """Every item of a core/v1 list, `PAGE` at a time, all inside the same deadline.
 
-        Items that are not objects are dropped; a list without items is empty; an answer that is not a list is a
-        `MalformedAnswer`; an expired continue token (410) is an error like any other.
+        A list without items is empty; an answer that is not a list, or an item of another shape (not an object, or
+        what `problem` finds), is a `MalformedAnswer` naming it; an expired continue token (410) is an error like any
+        other.
 
         Args:
             request: the request's description.
@@ -419,6 +428,7 @@ class Api:
             selector: `label_selector` or `field_selector`.
             what: what is listed, for messages (`pods`).
             deadline: the operation's deadline.
+            problem: what is wrong with an item's shape, or None (the caller's check, run once, here).
 
         Returns:
             The items.
@@ -441,7 +451,12 @@ class Api:
             if not isinstance(items, list):
                 raise MalformedAnswer(request.verb, request.subject,
                                       f"the API answered with {shape(answer)}, not a {what} list")  # fmt: skip
-            return [item for item in items if isinstance(item, dict)], following
+            for i, item in enumerate(items):
+                wrong = problem(item) if problem is not None else None if isinstance(item, dict) else "not an object"
+                if wrong:
+                    raise MalformedAnswer(request.verb, request.subject,
+                                          f"the API answered a {what} list whose item {i}: {wrong}")  # fmt: skip
+            return items, following
 
         out: list[dict] = []
         while True:

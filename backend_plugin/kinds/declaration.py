@@ -1,6 +1,6 @@
 """What a job kind declares about itself, as plain facts the neutral rooms read: `Declaration`.
 
-Each kind's package (`backend_plugin/targets/<kind>/declaration.py`) fills one: its API coordinates, its vendored CRD
+Each kind's module (`backend_plugin/kinds/<kind>.py`) fills one: its API coordinates, its vendored CRD
 and the upstream release it comes from, where its pod templates are in a job, which env lists it writes outside
 them and their limits, its section of the backend config, and how its own job paths are named in the user's terms.
 The admission model, the config, the connector, the CLI and the test API server take these facts as values and never
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional, Union
 
-from backend_plugin.sections import Section
+from backend_plugin.settings import Section
 
 __all__ = [
     "Declaration",

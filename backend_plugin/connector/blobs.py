@@ -1,8 +1,10 @@
 """The connector's blob storage: the task's inputs (`inputs.pb`), its error documents, its outputs (`outputs.pb`) and
 its progress record (`pytorch-progress.json`).
 
-Everything goes through flytekit's file access (fsspec), so s3, gcs, abfs and local prefixes all work. Reads never
-raise: a failure is reported in the result, because the job's own status still decides the phase.
+Everything goes through flytekit's file access (fsspec), so s3, gcs, abfs and local prefixes all work. Every read has
+three answers: found, absent (the store said there is no such file), or unknown (the store did not answer, or failed):
+unknown raises `errors.StorageUnavailable`, never an answer a phase could be decided on. A document that is found but
+cannot be used (larger than allowed, not an error document) is found: `ErrorReport.problem` says why.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Optional
 from flytekit.models.literals import LiteralMap
 from google.protobuf.message import Message
 
+from backend_plugin.errors import StorageUnavailable
 from backend_plugin.task_errors import MAX_ERROR_FILES, ErrorReport, is_error_file, report_of
 from pytorch_contract.progress import MAX_RECORD_BYTES, record_path
 
@@ -65,45 +68,55 @@ def read_error_report(output_prefix: str, max_bytes: int) -> ErrorReport:
         max_bytes: the largest document read (`error_document_max_bytes`).
 
     Returns:
-        The documents read (at most `MAX_ERROR_FILES`, `max_bytes` each), and what went wrong.
+        The documents read (at most `MAX_ERROR_FILES`, `max_bytes` each; none when the prefix holds none), and what
+        kept a document found from being used.
+
+    Raises:
+        StorageUnavailable: the store did not answer: whether the task reported an error is unknown.
     """
     try:
         fs, base = _filesystem(output_prefix)
         try:
             entries = fs.ls(base, detail=False)
         except FileNotFoundError:
-            return ErrorReport()
+            return ErrorReport()  # absent: the task wrote nothing under its prefix
         names = sorted(str(e) for e in entries if is_error_file(str(e).rstrip("/").rsplit("/", 1)[-1]))
         documents, problems = [], []
         for path in names[:MAX_ERROR_FILES]:
-            with fs.open(path, "rb") as f:
-                data = f.read(max_bytes + 1)
+            try:
+                with fs.open(path, "rb") as f:
+                    data = f.read(max_bytes + 1)
+            except FileNotFoundError:
+                continue  # removed since it was listed (a retried task's cleanup): absent
             source = path.rsplit("/", 1)[-1]
             if len(data) > max_bytes:
                 problems.append(f"{source} is larger than error_document_max_bytes={max_bytes}")
                 continue
             documents.append((source, data))
-        return report_of(documents, "; ".join(problems), max(0, len(names) - MAX_ERROR_FILES))
-    except Exception as e:  # noqa: BLE001 - any storage failure is reported, never allowed to hide the phase
+    except Exception as e:  # noqa: BLE001 - any failure of the store's client: unknown
         logger.warning("reading error documents under %s failed: %s", output_prefix, e)
-        return ErrorReport(problem=f"{type(e).__name__}: {e} (under {output_prefix})")
+        raise StorageUnavailable("the task's error documents", output_prefix, e) from None
+    return report_of(documents, "; ".join(problems), max(0, len(names) - MAX_ERROR_FILES))
 
 
 def outputs_written(output_prefix: str) -> bool:
-    """Whether `outputs.pb` exists under `output_prefix` (False when it cannot be told).
+    """Whether `outputs.pb` exists under `output_prefix`.
 
     Args:
         output_prefix: the execution's output prefix.
 
     Returns:
-        True when the task wrote its outputs.
+        True when the task wrote its outputs, False when the store says there are none.
+
+    Raises:
+        StorageUnavailable: the store did not answer: whether the task wrote its outputs is unknown.
     """
     try:
         fs, base = _filesystem(output_prefix)
         return bool(fs.exists(f"{base}/outputs.pb"))
-    except Exception as e:  # noqa: BLE001 - unknown is "not written": the caller then reports what it knows
+    except Exception as e:  # noqa: BLE001 - any failure of the store's client: unknown
         logger.warning("checking outputs.pb under %s failed: %s", output_prefix, e)
-        return False
+        raise StorageUnavailable("outputs.pb", output_prefix, e) from None
 
 
 @dataclass(frozen=True)
@@ -113,7 +126,7 @@ class RecordRead:
     Attributes:
         data: the record's first `MAX_RECORD_BYTES + 1` bytes (more than `MAX_RECORD_BYTES`: the record is too
             large, which the contract's reader refuses); None when there is none, or it could not be read.
-        problem: why it could not be read ("" when it was read, or does not exist).
+        problem: why it could not be read ("" when it was read, or does not exist): the store did not answer.
     """
 
     data: Optional[bytes] = None
@@ -128,8 +141,10 @@ def read_progress_record(output_prefix: str) -> RecordRead:
         output_prefix: the task attempt's output prefix.
 
     Returns:
-        The bytes read (None when the file does not exist, as for a task that reports no progress), or why the read
-        failed; never raises.
+        The bytes read, or None when the file does not exist (a task that reports no progress).
+
+    Raises:
+        StorageUnavailable: the store did not answer (the caller keeps the record it holds).
     """
     try:
         fs, base = _filesystem(output_prefix)
@@ -138,5 +153,5 @@ def read_progress_record(output_prefix: str) -> RecordRead:
                 return RecordRead(f.read(MAX_RECORD_BYTES + 1))
         except FileNotFoundError:
             return RecordRead()
-    except Exception as e:  # noqa: BLE001 - any storage failure is reported, never allowed to fail a poll
-        return RecordRead(problem=f"{type(e).__name__}: {e} (under {output_prefix})")
+    except Exception as e:  # noqa: BLE001 - any failure of the store's client: unknown
+        raise StorageUnavailable("the progress record", output_prefix, e) from None

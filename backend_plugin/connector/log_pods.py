@@ -1,0 +1,200 @@
+"""The pods a job's log links name, learned by one list and kept while the job stays as it was, and the links made of
+them.
+
+A JobSet's or a TrainJob's pods end in a random suffix (the Job controller names them), so their log links need the
+pod list; listing the pods on every poll made a steady poll cost one API request per job whenever log links are
+configured. Instead the connector lists them once and keeps what the links read (`slim_pod`), and the links it made
+(where no template reads a time, which moves while a pod runs), under the job's uid and resourceVersion: a restart, a
+replaced pod, a job that became ready or ended all change the status the controllers write, and so the job's
+resourceVersion, and the next poll that needs links lists again (a finished job's list gives its pods' finish times).
+A steady poll then costs no request, and makes no link again. A pod replaced and ready again between two polls, with
+the job as it was before, keeps the old pod's link until the job next changes.
+
+Memory: per job, a few hundred bytes per pod and per link. A job is forgotten when its answer is terminal, when no
+poll asked for it for `idle_s`, and, oldest first, past `max_jobs`. Thread-safe: the event loop reads, pool threads
+store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Optional
+
+__all__ = ["LogPods", "MAX_JOBS", "run_key", "slim_pod"]
+
+MAX_JOBS = 100_000
+"""The most jobs whose pods are held (the least recently polled go first), as `progress.MAX_ATTEMPTS`."""
+
+
+def run_key(job: Mapping[str, Any]) -> str:
+    """What the pods and links held for a job were made under: its resourceVersion, which the API server changes with
+    every change of the job (a restart, a replaced pod, a job that became ready or ended: its status); a digest of its
+    status where it has none.
+
+    Args:
+        job: the job as read (from the watch cache or a GET).
+
+    Returns:
+        A short string; another version of the job gives another.
+    """
+    rv = (job.get("metadata") or {}).get("resourceVersion")
+    if rv:
+        return str(rv)
+    status = json.dumps(job.get("status"), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(status.encode(), digest_size=12).hexdigest()
+
+
+def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What a log link reads of a pod: its name, uid, creation time, labels and annotations (the kinds read their
+    replica and restart from them), node, start time and its containers' states (a finish time).
+
+    Args:
+        pod: a pod as listed.
+
+    Returns:
+        A new dict.
+    """
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("name", "uid", "creationTimestamp", "labels", "annotations") if k in meta},
+        "spec": {k: v for k, v in (pod.get("spec") or {}).items() if k == "nodeName"},
+        "status": {
+            "startTime": status.get("startTime"),
+            "containerStatuses": [
+                {"name": c.get("name"), "state": c.get("state") or {}}
+                for c in status.get("containerStatuses") or []
+                if isinstance(c, Mapping)
+            ],
+        },
+    }
+
+
+class _Held:
+    __slots__ = ("key", "pods", "links", "used_at")
+
+    def __init__(self, key: str, pods: Optional[tuple[dict[str, Any], ...]], used_at: float) -> None:
+        self.key, self.pods, self.used_at = key, pods, used_at
+        self.links: dict[Hashable, tuple[Any, ...]] = {}
+
+
+class LogPods:
+    """Per job, the pods its links name and the links made of them, while its status is the one they were made
+    under.
+
+    Args:
+        idle_s: a job no poll asked for this long is forgotten (`watch_idle_s`, as a namespace's watch stops).
+        max_jobs: the most jobs held; the least recently polled go first.
+
+    Raises:
+        ValueError: `idle_s` not positive or `max_jobs` below 1.
+    """
+
+    def __init__(self, idle_s: float, max_jobs: int = MAX_JOBS) -> None:
+        if not idle_s > 0 or max_jobs < 1:
+            raise ValueError(f"idle_s={idle_s!r} must be positive and max_jobs={max_jobs!r} at least 1")
+        self.idle_s = float(idle_s)
+        self.max_jobs = max_jobs
+        self._jobs: OrderedDict[str, _Held] = OrderedDict()
+        self._lock = threading.Lock()
+        self._swept_at = 0.0
+        self.lists = 0
+
+    def _current(self, uid: str, key: str, now: float) -> Optional[_Held]:
+        held = self._jobs.get(uid)
+        if held is None or held.key != key:
+            return None
+        held.used_at = now
+        self._jobs.move_to_end(uid)
+        return held
+
+    def get(self, uid: str, key: str, now: float) -> Optional[list[dict[str, Any]]]:
+        """The pods held for the job, when they were listed under `key`.
+
+        Args:
+            uid: the job's uid.
+            key: `run_key` of the job as read now.
+            now: a monotonic clock, seconds.
+
+        Returns:
+            The pods (shared: the links only read them), or None: list them.
+        """
+        with self._lock:
+            held = self._current(uid, key, now)
+            return list(held.pods) if held is not None and held.pods is not None else None
+
+    def put(self, uid: str, key: str, pods: Sequence[Mapping[str, Any]], now: float) -> None:
+        """Hold what the links read of the job's pods, under `key` (links made before are let go).
+
+        Args:
+            uid: the job's uid ("" holds nothing).
+            key: `run_key` of the job the pods were listed for.
+            pods: the job's pods as listed.
+            now: a monotonic clock, seconds.
+        """
+        if uid:
+            with self._lock:
+                self.lists += 1
+                self._hold(uid, _Held(key, tuple(slim_pod(p) for p in pods if isinstance(p, Mapping)), now), now)
+
+    def links(self, uid: str, key: str, variant: Hashable, now: float) -> Optional[tuple[Any, ...]]:
+        """The links made for the job under `key` and `variant` (what else they depend on: the task's config).
+
+        Args:
+            uid: the job's uid.
+            key: `run_key` of the job as read now.
+            variant: what else the links were made of.
+            now: a monotonic clock, seconds.
+
+        Returns:
+            The links, or None: make them.
+        """
+        with self._lock:
+            held = self._current(uid, key, now)
+            return held.links.get(variant) if held is not None else None
+
+    def put_links(self, uid: str, key: str, variant: Hashable, links: tuple[Any, ...], now: float) -> None:
+        """Keep the links made for the job under `key` and `variant`.
+
+        Args:
+            uid: the job's uid ("" keeps nothing).
+            key: `run_key` of the job they were made for.
+            variant: what else they were made of.
+            links: the links.
+            now: a monotonic clock, seconds.
+        """
+        if not uid:
+            return
+        with self._lock:
+            held = self._current(uid, key, now)
+            if held is None:
+                held = _Held(key, None, now)
+                self._hold(uid, held, now)
+            held.links[variant] = links
+
+    def _hold(self, uid: str, held: _Held, now: float) -> None:
+        self._jobs[uid] = held
+        self._jobs.move_to_end(uid)
+        while len(self._jobs) > self.max_jobs:
+            self._jobs.popitem(last=False)
+        if now - self._swept_at >= self.idle_s:
+            self._swept_at = now
+            for stale in [u for u, h in self._jobs.items() if now - h.used_at > self.idle_s]:
+                del self._jobs[stale]
+
+    def forget(self, uid: str) -> None:
+        """Let the job's pods and links go (its answer is terminal, or it is gone).
+
+        Args:
+            uid: the job's uid.
+        """
+        with self._lock:
+            self._jobs.pop(uid, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._jobs)
