@@ -50,7 +50,7 @@ from backend_plugin.status import (
     replica_failures,
 )
 from backend_plugin.task_errors import ErrorReport
-from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL
+from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL, JOBSET_RESTART_ATTEMPT_LABEL
 
 __all__ = [
     "TERMINAL_CONDITIONS",
@@ -276,13 +276,29 @@ def _from_nodes(read: _Read, config: BackendConfig, now: datetime.datetime) -> J
         detail = f": {failure}" if failure else ""
         waiting = "waiting for the Trainer controller to write the TrainJob's outcome"
         return JobStatus(TaskExecution.RUNNING, f"the nodes ended ({nodes}){detail}; {waiting}")
+    restart = _restart_attempt(read.nodes)
     if row == "active":
         pending = pending_reason(read.nodes, node_name, accelerator_keys(config))
+        if restart:
+            return JobStatus(TaskExecution.RUNNING, f"restarting nodes ({nodes}; the JobSet's restart {restart}, not "
+                                                    f"all ready yet){'; ' + pending if pending else ''}")  # fmt: skip
         return JobStatus(phase, f"starting nodes ({nodes}, not all ready yet){'; ' + pending if pending else ''}")
     if not row:
+        if restart:
+            return JobStatus(TaskExecution.RUNNING, f"restarting nodes ({nodes}; the JobSet's restart {restart}, "
+                                                    "none started yet)")  # fmt: skip
         return JobStatus(phase, f"waiting for nodes ({nodes}, none started yet)")
     disrupted = disruption_text(read.nodes, node_name)  # only where the nodes were read (never a steady poll)
     return JobStatus(phase, f"running ({nodes}, all ready){'; ' + disrupted if disrupted else ''}")
+
+
+def _restart_attempt(pods: Sequence[Mapping[str, Any]]) -> int:
+    """The highest JobSet restart attempt the nodes' pods are labelled with (`jobset.sigs.k8s.io/restart-attempt`,
+    which JobSet sets on every pod it recreates): above 0, the nodes ran before and are starting again after a
+    restart of the whole JobSet, which is the job running, not queued or starting (seen on the real controllers:
+    GetTask went from RUNNING back to QUEUED while the new nodes waited to start)."""
+    attempts = [((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_RESTART_ATTEMPT_LABEL) for pod in pods]
+    return max((int(a) for a in attempts if isinstance(a, str) and a.isdigit()), default=0)
 
 
 def _ran(pod: Mapping[str, Any]) -> bool:

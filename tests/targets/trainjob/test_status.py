@@ -148,3 +148,25 @@ def test_nodes_that_ran_are_never_reported_as_queued_or_starting_again():
     assert trainjob_status(ended, [], CONFIG, NOW).phase == TaskExecution.QUEUED
     starting = trainjob_status(job(node={"active": 1, "ready": 0}), [_node(0, state={"running": {}})], CONFIG, NOW)
     assert starting.phase == TaskExecution.INITIALIZING, starting.message
+
+
+def test_nodes_starting_again_after_a_jobset_restart_are_the_job_running():
+    """Seen on the real controllers: a failing node made the JobSet restart; its new pods (labelled with the restart
+    attempt) waited to start while the node Job counted nothing, and GetTask went from RUNNING back to QUEUED."""
+
+    def again(index: int, attempt: str, **status: object) -> dict:
+        pod = _node(index, **status)
+        pod["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] = attempt
+        return pod
+
+    pending = {"state": {"waiting": {"reason": "ContainerCreating"}}}
+    nothing = job(node={"active": 0, "ready": 0, "failed": 0, "succeeded": 0})
+    status = trainjob_status(nothing, [again(i, "1", **pending) for i in range(3)], CONFIG, NOW)
+    assert status.phase == TaskExecution.RUNNING, status.message
+    assert status.message == "restarting nodes (3 nodes; the JobSet's restart 1, none started yet)"
+    starting = trainjob_status(job(node={"active": 3, "ready": 0}), [again(i, "2", **pending) for i in range(3)],
+                               CONFIG, NOW)  # fmt: skip
+    assert starting.phase == TaskExecution.RUNNING and "the JobSet's restart 2" in starting.message, starting.message
+    # the first run's pods (attempt 0) are still a job starting, as before
+    first = trainjob_status(nothing, [again(i, "0", **pending) for i in range(3)], CONFIG, NOW)
+    assert first.phase == TaskExecution.QUEUED, first.message
