@@ -67,6 +67,7 @@ __all__ = [
     "warning_events",
     "fatal_waiting",
     "pending_reason",
+    "accelerator_keys",
     "not_picked_up",
     "FATAL_WAITING_REASONS",
     "SYSTEM_POD_REASONS",
@@ -697,12 +698,82 @@ def fatal_waiting(
     return None
 
 
-def pending_reason(pods: Sequence[Mapping], namer: ReplicaNamer = pod_name) -> str:
+def accelerator_keys(config: BackendConfig) -> frozenset[str]:
+    """The node labels by which an accelerator type places GPU replicas: `accelerator_label` and the labels of each
+    type mapped in `accelerators` (see `GpuSettings.placement_for`).
+
+    Args:
+        config: the backend config.
+
+    Returns:
+        The label keys.
+    """
+    keys = {config.gpu.accelerator_label}
+    for placement in config.gpu.accelerators.values():
+        keys.update(placement.node_selector)
+    return frozenset(keys)
+
+
+# The API server's DefaultTolerationSeconds admission plugin gives every pod these (NoExecute, 300 s): they say nothing
+# of where the pod may be scheduled.
+_ADMISSION_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _expression(expr: Mapping, accelerators: frozenset[str]) -> str:
+    values = [str(v) for v in expr.get("values") or []]
+    text = f"{expr.get('key')} {expr.get('operator')}" + (f" [{', '.join(values)}]" if values else "")
+    return text + (" (the task's accelerator)" if expr.get("key") in accelerators else "")
+
+
+def _asks_of_a_node(pod: Mapping, accelerators: frozenset[str]) -> str:
+    """What a pod asks of a node, in the terms of its spec: its node selector, the terms of its required node
+    affinity (one of which a node must match), and the NoSchedule taints it tolerates (kube-scheduler's NodeAffinity
+    and TaintToleration filters, whose verdicts name none of them)."""
+    spec = pod.get("spec") or {}
+    wants = []
+    selector = spec.get("nodeSelector") or {}
+    if isinstance(selector, Mapping) and selector:
+        labels = ", ".join(
+            f"{k}={v}" + (" (the task's accelerator)" if k in accelerators else "") for k, v in sorted(selector.items())
+        )
+        wants.append(f"{labels} (nodeSelector)")
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = [
+        " and ".join(_expression(e, accelerators) for e in term.get("matchExpressions") or [] if isinstance(e, Mapping))
+        for term in affinity.get("nodeSelectorTerms") or []
+        if isinstance(term, Mapping)
+    ]
+    terms = [t for t in terms if t]
+    if terms:
+        wants.append(" or ".join(terms))
+    tolerated = []
+    for t in spec.get("tolerations") or []:
+        if not isinstance(t, Mapping) or t.get("key") in _ADMISSION_TOLERATIONS or t.get("effect") == "NoExecute":
+            continue
+        if not t.get("key"):
+            tolerated.append("every taint")
+        else:
+            tolerated.append(f"{t['key']}={t['value']}" if t.get("value") else str(t["key"]))
+    parts = [f"a node with {'; '.join(wants)}"] if wants else []
+    parts.append(f"it tolerates the taints {', '.join(tolerated)}" if tolerated else "it tolerates no NoSchedule taint")
+    return "the pod asks for " + "; ".join(parts) if wants else parts[-1]
+
+
+def pending_reason(
+    pods: Sequence[Mapping], namer: ReplicaNamer = pod_name, accelerators: frozenset[str] = frozenset()
+) -> str:
     """What the job's waiting pods wait for (unschedulable, a container waiting reason), "" when none waits.
+
+    An unschedulable pod's reason is the scheduler's verdict, then what the pod asks of a node (node selector,
+    required node affinity, tolerated taints: `_asks_of_a_node`), so that the task's setting behind the verdict is
+    named.
 
     Args:
         pods: the job's pods.
         namer: the kind's name of a pod in messages.
+        accelerators: the node labels of the task's accelerator (`accelerator_keys`), named as such.
 
     Returns:
         `; `-separated reasons, one per waiting pod.
@@ -711,7 +782,11 @@ def pending_reason(pods: Sequence[Mapping], namer: ReplicaNamer = pod_name) -> s
     for pod in pods:
         for cond in (pod.get("status") or {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                reasons.append(f"{namer(pod)} {cond.get('reason') or 'unschedulable'}: {cond.get('message', '')}")
+                asks = _asks_of_a_node(pod, accelerators) if cond.get("reason") == "Unschedulable" else ""
+                reasons.append(
+                    f"{namer(pod)} {cond.get('reason') or 'unschedulable'}: {cond.get('message', '')}"
+                    + (f" ({asks})" if asks else "")
+                )
                 break
         else:
             waiting = _waiting(pod)

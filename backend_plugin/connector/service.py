@@ -240,7 +240,8 @@ class JobService:
         return JobCreator(session).create(written, base, execution, inputs, write_inputs, deadline)
 
     def delete(self, meta: JobMetadata) -> None:
-        """Delete the job and, in the foreground, its pods; a job that is already gone is success.
+        """Delete the job and its pods (foreground, or as its kind's `delete_propagation` says); a job that is
+        already gone is success.
 
         Args:
             meta: what `create` returned.
@@ -255,7 +256,7 @@ class JobService:
         from kubernetes import client
 
         ns, name, target = meta.namespace, meta.name, target_for_kind(meta.kind or "")
-        body = client.V1DeleteOptions(propagation_policy="Foreground")
+        body = client.V1DeleteOptions(propagation_policy=target.declaration.delete_propagation)
 
         def send(timeout: tuple[float, float]) -> Any:
             return api.custom.delete_namespaced_custom_object(

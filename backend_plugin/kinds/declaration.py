@@ -180,6 +180,9 @@ class Declaration:
             creates), run by the admission model on every job of the kind; by default none.
         history: the releases of its CRD the kind knows by what they declare (`admission.installed` names the release
             a cluster's CRD is from); by default none.
+        delete_propagation: the `propagationPolicy` the connector deletes a job with: by default `Foreground` (the
+            job stays, marked, until the garbage collector has deleted what its controller made); `Background` for a
+            kind whose controller makes its objects again while the job waits in a foreground delete.
     """
 
     kind: str
@@ -202,6 +205,7 @@ class Declaration:
     )
     checks: Callable[[Mapping[str, Any]], list[KindCheck]] = field(default_factory=lambda: no_checks)
     history: CrdHistory = field(default_factory=CrdHistory)
+    delete_propagation: str = "Foreground"
 
     @property
     def api_version(self) -> str:

@@ -196,5 +196,10 @@ DECLARATION = Declaration(
     package="backend_plugin.targets.trainjob",
     generated_names=generated_names,
     history=HISTORY,
+    # Trainer v2.3's reconcile (pkg/controller/trainjob_controller.go, `Reconcile`) never looks at the TrainJob's
+    # deletionTimestamp: while a foreground delete waits for the JobSet to go, it applies the JobSet again, which
+    # starts a second set of pods. Deleted in the background, the TrainJob is gone at once, and the garbage collector
+    # takes its JobSet, the JobSet's Jobs and their pods.
+    delete_propagation="Background",
 )
 """The TrainJob kind, as `backend_plugin.targets` registers it."""

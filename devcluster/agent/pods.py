@@ -257,7 +257,9 @@ class PodRuntime:
 
         status: dict[str, Any] = {
             "phase": self.phase,
-            "conditions": list(self.conditions.values()),
+            # a strategic merge patch keeps what it leaves out: a condition that lost its reason or message (False,
+            # then True) says so with nulls, as the kubelet's full status update would
+            "conditions": [{"reason": None, "message": None, **c} for c in self.conditions.values()],
             "hostIP": self.agent.node_ip,
             "hostIPs": [{"ip": self.agent.node_ip}],
             "initContainerStatuses": statuses(("init", "sidecar")),

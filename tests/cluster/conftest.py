@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.cluster.harness import ClusterInfo, RealCluster, ensure_bucket
+from tests.cluster.harness import TIMES, ClusterInfo, Propeller, RealCluster, ensure_bucket
 
 REQUIRED = os.environ.get("DEVCLUSTER_REQUIRED") == "1"
 
@@ -79,3 +80,47 @@ def real(devcluster: ClusterInfo) -> RealCluster:
     rc = RealCluster(devcluster)
     rc.ensure_namespace("flytesnacks-development")
     return rc
+
+
+@pytest.fixture(scope="session")
+def connectors(real: RealCluster) -> Iterator[Callable[..., Propeller]]:
+    """`connectors(kind, config=None, variant="")`: the connector of a kind deployed once per session (a variant is a
+    second Deployment of the kind with other settings), and a propeller client to it."""
+    made: dict[tuple[str, str], Propeller] = {}
+
+    def get(kind: str, config: dict[str, Any] | None = None, variant: str = "") -> Propeller:
+        if (kind, variant) not in made:
+            made[(kind, variant)] = real.deploy_connector(kind, config, variant)
+        return made[(kind, variant)]
+
+    try:
+        yield get
+    finally:
+        for p in made.values():
+            p.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each scenario's time per kind in this session (seconds from CreateTask to the test's last check)."""
+    if not TIMES:
+        return
+    scenarios = sorted({s for s, _ in TIMES})
+    kinds = [k for k in ("pytorchjob", "trainjob", "jobset") if any(k == kk for _, kk in TIMES)]
+    terminalreporter.write_sep("-", "cluster tier: seconds per scenario and kind (this machine, this run)")
+    terminalreporter.write_line(f"{'scenario':<36}" + "".join(f"{k:>12}" for k in kinds))
+    for s in scenarios:
+        cells = "".join(f"{TIMES[(s, k)]:>12.1f}" if (s, k) in TIMES else f"{'-':>12}" for k in kinds)
+        terminalreporter.write_line(f"{s:<36}{cells}")
+
+
+PACKAGED = ("tests.cluster.workflows", "tests.cluster.workflows_official", "tests.cluster.workflows_map",
+            "examples.mnist.workflow")  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every task the tier runs, packaged once by `pyflyte package` (no fast registration: the pods run this
+    checkout)."""
+    from tests.e2e.harness import package_tasks
+
+    return package_tasks(PACKAGED, tmp_path_factory.mktemp("package"))

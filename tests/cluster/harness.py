@@ -83,13 +83,17 @@ def _docs(path: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def connector_objects(kind: str, config: dict[str, Any], info: ClusterInfo) -> list[dict]:
-    """`deploy/rbac.yaml` as shipped, and `deploy/connector.yaml` for one job kind: one replica, named after the kind,
-    its config (`target: <kind>` and the given settings) in a ConfigMap of its own, the blob store's variables added.
-    Nothing else of the manifests changes (the image is ignored: the node agent runs `pyflyte serve connector` of this
-    checkout's venv)."""
+def connector_name(kind: str, variant: str = "") -> str:
+    return f"pytorch-connector-{kind}" + (f"-{variant}" if variant else "")
+
+
+def connector_objects(kind: str, config: dict[str, Any], info: ClusterInfo, variant: str = "") -> list[dict]:
+    """`deploy/rbac.yaml` as shipped, and `deploy/connector.yaml` for one job kind: one replica, named after the kind
+    (and `variant`, a second connector of the kind with other settings), its config (`target: <kind>` and the given
+    settings) in a ConfigMap of its own, the blob store's variables added. Nothing else of the manifests changes (the
+    image is ignored: the node agent runs `pyflyte serve connector` of this checkout's venv)."""
     objects = _docs(DEPLOY / "rbac.yaml")
-    name = f"pytorch-connector-{kind}"
+    name = connector_name(kind, variant)
     for doc in _docs(DEPLOY / "connector.yaml"):
         doc = copy.deepcopy(doc)
         if doc["kind"] == "Deployment":
@@ -245,14 +249,15 @@ class RealCluster:
 
     # --- the connector
 
-    def deploy_connector(self, kind: str, config: dict[str, Any] | None = None) -> Propeller:
-        """Deploy (or update) the connector of `kind` and return a propeller client to its pod."""
+    def deploy_connector(self, kind: str, config: dict[str, Any] | None = None, variant: str = "") -> Propeller:
+        """Deploy (or update) the connector of `kind` (`variant`: a second one with other settings) and return a
+        propeller client to its pod."""
         from devcluster.addons import apply_all, wait_deployments
 
-        objects = connector_objects(kind, config or {}, self.info)
+        objects = connector_objects(kind, config or {}, self.info, variant)
         self.ensure_namespace(CONNECTOR_NS)  # Flyte's namespace, where a Flyte install puts it
         apply_all(self.kube, objects)
-        name = f"pytorch-connector-{kind}"
+        name = connector_name(kind, variant)
         deployments = [o for o in objects if o["kind"] == "Deployment"]
         # a new config is read at start: restart the pod when the ConfigMap changed
         self.kube.strategic_patch(
@@ -268,12 +273,12 @@ class RealCluster:
         wait_deployments(self.kube, deployments, 180)
 
         def ready_pod() -> dict | None:
-            def ready(p: dict) -> bool:
-                conditions = p["status"].get("conditions") or []
-                return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-            pods = [p for p in self.pods(CONNECTOR_NS, f"app.kubernetes.io/instance={name}")
-                    if not p["metadata"].get("deletionTimestamp") and ready(p)]  # fmt: skip
+            pods = [
+                p
+                for p in self.pods(CONNECTOR_NS, f"app.kubernetes.io/instance={name}")
+                if not p["metadata"].get("deletionTimestamp")
+                and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])
+            ]
             return pods[0] if len(pods) == 1 else None
 
         pod = wait_for(f"one ready pod of {name}", ready_pod, 180)
@@ -296,8 +301,11 @@ def submit(propeller: Propeller, template: TaskTemplate, inputs: LiteralMap, exe
     return Submitted(resource_meta, prefix, name)
 
 
-def read_outputs(info: ClusterInfo, prefix: str, types: dict[str, type]) -> dict[str, Any]:
-    """outputs.pb under `prefix` (s3://), read from the cluster's blob store as FlyteRemote reads it."""
+def read_outputs(
+    info: ClusterInfo, prefix: str, types: dict[str, type], download_to: Path | None = None
+) -> dict[str, Any]:
+    """outputs.pb under `prefix` (s3://), read from the cluster's blob store as FlyteRemote reads it; with
+    `download_to`, the files among the outputs are downloaded there (their `.path` then points at the local copy)."""
     import tempfile
 
     from flyteidl.core import literals_pb2
@@ -306,20 +314,26 @@ def read_outputs(info: ClusterInfo, prefix: str, types: dict[str, type]) -> dict
     from flytekit.core.context_manager import FlyteContextManager
     from flytekit.core.data_persistence import FileAccessProvider
     from flytekit.core.type_engine import TypeEngine
+    from flytekit.types.file import FlyteFile
 
     env = blob_env(info)
     s3 = S3Config(endpoint=env["FLYTE_AWS_ENDPOINT"], access_key_id=env["FLYTE_AWS_ACCESS_KEY_ID"],
                   secret_access_key=env["FLYTE_AWS_SECRET_ACCESS_KEY"])  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        access = FileAccessProvider(
-            local_sandbox_dir=tmp, raw_output_prefix=f"s3://{BUCKET}/raw", data_config=DataConfig(s3=s3)
-        )
+        sandbox = str(download_to) if download_to is not None else tmp
+        access = FileAccessProvider(local_sandbox_dir=sandbox, raw_output_prefix=f"s3://{BUCKET}/raw",
+                                    data_config=DataConfig(s3=s3))  # fmt: skip
         ctx = FlyteContextManager.current_context().with_file_access(access).build()
         local = os.path.join(tmp, "outputs.pb")
         access.get_data(f"{prefix}/outputs.pb", local)
         literal_map = LiteralMap.from_flyte_idl(utils.load_proto_from_file(literals_pb2.LiteralMap, local))
         with FlyteContextManager.with_context(ctx.new_builder()) as ctx:
-            return {name: TypeEngine.to_python_value(ctx, literal_map.literals[name], t) for name, t in types.items()}
+            out = {name: TypeEngine.to_python_value(ctx, literal_map.literals[name], t) for name, t in types.items()}
+            if download_to is not None:
+                for value in out.values():
+                    if isinstance(value, FlyteFile):
+                        value.download()
+            return out
 
 
 def blob_keys(info: ClusterInfo, prefix: str) -> list[str]:
@@ -332,5 +346,293 @@ def blob_keys(info: ClusterInfo, prefix: str) -> list[str]:
     return sorted(o["Key"][len(key) :] for o in out.get("Contents") or [])
 
 
+def blob_bytes(info: ClusterInfo, uri: str) -> bytes:
+    """One object of the cluster's blob store (s3://bucket/key)."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=info.blob_endpoint, aws_access_key_id="devcluster",
+                      aws_secret_access_key="devcluster", region_name="us-east-1")  # fmt: skip
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
 def iter_env(info: ClusterInfo) -> Iterator[tuple[str, str]]:
     yield from blob_env(info).items()
+
+
+# --- the kinds, their jobs and pods ----------------------------------------------------------------------------------
+
+KINDS = ("pytorchjob", "trainjob", "jobset")
+ALL_KINDS_ENV = "CLUSTER_KINDS"
+"""`CLUSTER_KINDS=all` runs every scenario on every kind; by default a scenario that is not about a kind's own
+behaviour runs on the kind named beside it only (CI's budget: see docs/testing.md)."""
+GPU_NODES = ("gpu-1", "gpu-dedicated-1")
+CPU_NODES = ("cpu-1", "cpu-2")
+GPU_TAINT_KEYS = ("nvidia.com/gpu", "flyte/gpu")
+
+
+def kind_params(ci: tuple[str, ...]) -> list[Any]:
+    """pytest params over every kind: those in `ci` always run, the others only with `CLUSTER_KINDS=all` (else they
+    are skipped, saying how to run them)."""
+    import pytest
+
+    every = os.environ.get(ALL_KINDS_ENV, "") == "all"
+    return [
+        pytest.param(k, marks=() if every or k in ci else pytest.mark.skip(
+            reason=f"{k}: opt-in ({ALL_KINDS_ENV}=all); CI runs this scenario on {', '.join(ci)}"))
+        for k in KINDS
+    ]  # fmt: skip
+
+
+def job_collection(kind: str, namespace: str = TASK_NS) -> str:
+    """The API path of a kind's jobs in `namespace`."""
+    from backend_plugin.targets.registry import BY_CONFIG
+
+    d = BY_CONFIG[kind].declaration
+    return f"/apis/{d.group}/{d.version}/namespaces/{namespace}/{d.plural}"
+
+
+def pod_selector(kind: str, job_name: str) -> str:
+    """The label selector of a job's pods: the operator's job-name label, or JobSet's (a TrainJob's JobSet has its
+    name)."""
+    from backend_plugin.targets.registry import BY_CONFIG
+
+    return f"{BY_CONFIG[kind].declaration.pod_label}={job_name}"
+
+
+# --- what a test leaves behind ---------------------------------------------------------------------------------------
+
+
+def execution_processes(execution: str) -> list[int]:
+    """Processes on this machine that belong to `execution`: a pod's container and every process it starts inherit
+    the pod's environment, which holds `FLYTE_INTERNAL_EXECUTION_ID=<execution>` (the connector writes it); the node
+    agent runs pods as local processes, so /proc sees them all (ranks, fork servers, their children)."""
+    needle = f"\0FLYTE_INTERNAL_EXECUTION_ID={execution}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in b"\0" + (entry / "environ").read_bytes():
+                stat = (entry / "stat").read_text()
+                if stat[stat.rindex(")") + 2] != "Z":
+                    found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def describe_processes(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmd = "(gone)"
+        out.append(f"{pid}: {cmd[:160]}")
+    return out
+
+
+class ProcessGuard:
+    """The process-count guard of one execution: samples its processes every `interval_s` (`execution_processes`),
+    keeps the peak, and past `max_procs` deletes the job (its pods and processes go with it) and records why, which
+    `check` then raises. `gone` waits until none is left."""
+
+    def __init__(self, execution: str, max_procs: int, on_exceed: Any, interval_s: float = 0.5) -> None:
+        import threading
+
+        self.execution = execution
+        self.max_procs = max_procs
+        self.on_exceed = on_exceed
+        self.peak = 0
+        self.exceeded = ""
+        self._stop = threading.Event()
+        self._interval_s = interval_s
+        self._thread = threading.Thread(target=self._run, name=f"guard {execution}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pids = execution_processes(self.execution)
+            self.peak = max(self.peak, len(pids))
+            if len(pids) > self.max_procs and not self.exceeded:
+                self.exceeded = f"{len(pids)} processes (limit {self.max_procs}):\n" + "\n".join(
+                    describe_processes(pids)
+                )
+                try:
+                    self.on_exceed()
+                except Exception as e:  # noqa: BLE001 - the guard's own record says what happened
+                    self.exceeded += f"\n(deleting the job failed: {e})"
+            self._stop.wait(self._interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def check(self) -> None:
+        if self.exceeded:
+            raise AssertionError(f"execution {self.execution}: process-count guard: {self.exceeded}")
+
+    def gone(self, timeout_s: float) -> list[str]:
+        """Wait until no process of the execution is left; returns those still there at the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pids = execution_processes(self.execution)
+            if not pids or time.monotonic() > deadline:
+                return describe_processes(pids)
+            time.sleep(0.2)
+
+
+PHASE_ORDER = {
+    TaskExecution.UNDEFINED: 0,
+    TaskExecution.QUEUED: 1,
+    TaskExecution.WAITING_FOR_RESOURCES: 2,
+    TaskExecution.INITIALIZING: 3,
+    TaskExecution.RUNNING: 4,
+}
+"""Where a phase stands in a task's life; terminal phases come after every other."""
+
+
+def phases_going_back(answers: list[Answer]) -> list[str]:
+    """Each step where GetTask's phase went back (RUNNING, then INITIALIZING or QUEUED): propeller shows a task's
+    phases as they come, and a job that ran does not start again unless it was restarted."""
+    back = []
+    for before, after in zip(answers, answers[1:], strict=False):
+        rank = (PHASE_ORDER.get(before.phase, 9), PHASE_ORDER.get(after.phase, 9))
+        if rank[1] < rank[0]:
+            back.append(f"{before.name} ({before.message[:120]}) -> {after.name} ({after.message[:160]})")
+    return back
+
+
+# --- one execution on the cluster -------------------------------------------------------------------------------------
+
+TIMES: dict[tuple[str, str], float] = {}
+"""Seconds each scenario took on each kind in this session (the tier's terminal summary prints them)."""
+
+
+@dataclass
+class Execution:
+    """One task attempt submitted through the connector, as propeller submits it, under a process-count guard."""
+
+    real: RealCluster
+    propeller: Propeller
+    kind: str
+    name: str
+    job: Submitted
+    guard: ProcessGuard
+    started: float
+    seen_pods: dict[str, dict] = field(default_factory=dict)
+    """Every pod of the job seen so far, by name, as last seen (a pod the controller deleted keeps its last state)."""
+    answers: list[Answer] = field(default_factory=list)
+
+    @property
+    def job_path(self) -> str:
+        return f"{job_collection(self.kind)}/{self.job.job_name}"
+
+    def job_object(self) -> dict | None:
+        return self.real.kube.get_or_none(self.job_path)
+
+    def pods(self) -> list[dict]:
+        return self.real.pods(TASK_NS, pod_selector(self.kind, self.job.job_name))
+
+    def logs(self) -> str:
+        return self.real.logs_of(TASK_NS, pod_selector(self.kind, self.job.job_name))
+
+    def events(self, involved: str = "") -> list[dict]:
+        """Events of the namespace whose involved object is `involved` (default: the job)."""
+        name = involved or self.job.job_name
+        return self.real.kube.get(f"/api/v1/namespaces/{TASK_NS}/events",
+                                  fieldSelector=f"involvedObject.name={name}")["items"]  # fmt: skip
+
+    def snapshot(self) -> list[dict]:
+        """The job's pods now, remembered in `seen_pods`."""
+        pods = self.pods()
+        for pod in pods:
+            self.seen_pods[pod["metadata"]["name"]] = pod
+        return pods
+
+    def get(self) -> Answer:
+        answer = self.propeller.get(self.job.meta)
+        if not self.answers or (answer.phase, answer.message) != (self.answers[-1].phase, self.answers[-1].message):
+            self.answers.append(answer)
+        return answer
+
+    def poll(self, timeout_s: float, interval_s: float = 1.0) -> list[Answer]:
+        """GetTask until a terminal phase (propeller polls every few seconds; 1 s here), the pods listed beside each
+        answer; returns the distinct answers."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.guard.check()
+            answer = self.get()
+            self.snapshot()
+            if answer.phase in TERMINAL:
+                back = phases_going_back(self.answers)
+                assert not back, f"{self.name}: GetTask's phase went back: {back}"
+                return self.answers
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name}: no terminal phase after {timeout_s:.0f} s: "
+                                   f"{[(a.name, a.message) for a in self.answers]}\n{self.logs()}")  # fmt: skip
+            time.sleep(interval_s)
+
+    def phases(self) -> list[str]:
+        names: list[str] = []
+        for a in self.answers:
+            if not names or names[-1] != a.name:
+                names.append(a.name)
+        return names
+
+    def wait(self, what: str, check: Any, timeout_s: float, interval_s: float = 0.5) -> Any:
+        """`wait_for`, with the guard checked on every try."""
+
+        def guarded() -> Any:
+            self.guard.check()
+            return check()
+
+        return wait_for(what, guarded, timeout_s, interval_s)
+
+    def delete_job(self) -> None:
+        """Delete the job as an admin would (background propagation: the garbage collector takes what it owns)."""
+        self.real.kube.delete(self.job_path, {"propagationPolicy": "Background"})
+
+    def clock(self, scenario: str) -> float:
+        """Record (and print) the time since submission as `scenario`'s on this kind."""
+        seconds = time.monotonic() - self.started
+        TIMES[(scenario, self.kind)] = seconds
+        print(f"\n[cluster] {scenario} on {self.kind}: {seconds:.1f} s ({self.name})")
+        return seconds
+
+    def finish(self, timeout_s: float = 120.0) -> None:
+        """Delete the job, wait until its pods and every process of the execution are gone; fail if any stays."""
+        self.guard.stop()
+        self.delete_job()
+        wait_for(f"the pods of {self.job.job_name} deleted", lambda: not self.pods(), timeout_s, 1.0)
+        left = self.guard.gone(30.0)
+        assert not left, f"processes of {self.name} left after its pods were deleted:\n" + "\n".join(left)
+        self.guard.check()
+
+
+def execute(real: RealCluster, propeller: Propeller, kind: str, template: TaskTemplate, inputs: dict[str, Any],
+            types: dict[str, type], scenario: str, env: dict[str, str] | None = None, max_procs: int = 24,
+            attempt: int = 0) -> Execution:  # fmt: skip
+    """Submit `template` as a fresh execution (`<scenario>-<random>`, a cluster kept up between sessions holds
+    earlier jobs) with the blob store's variables and `env` in the execution's environment, guarded."""
+    import uuid
+
+    from tests.e2e.harness import to_literal_map
+
+    name = f"{scenario}-{uuid.uuid4().hex[:6]}"
+    started = time.monotonic()
+    job = submit(propeller, template, to_literal_map(inputs, types), name, {**blob_env(real.info), **(env or {})},
+                 attempt=attempt)  # fmt: skip
+    path = f"{job_collection(kind)}/{job.job_name}"
+    guard = ProcessGuard(name, max_procs, lambda: real.kube.delete(path, {"propagationPolicy": "Background"}))
+    return Execution(real, propeller, kind, name, job, guard, started)
+
+
+def gpu_tolerations(pod: dict) -> list[dict]:
+    return [t for t in pod["spec"].get("tolerations") or [] if t.get("key") in GPU_TAINT_KEYS]
+
+
+def gpu_request(pod: dict) -> str:
+    return str(max(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", "0")
+                   for c in pod["spec"]["containers"]))  # fmt: skip

@@ -108,13 +108,24 @@ def test_job_deleted_behind_our_back_is_a_retryable_failure_saying_so(fake_api, 
     assert resource.message.startswith(f"{kind.target.kind} {NS}/{meta.name} no longer exists: it was deleted")
 
 
-def test_delete_is_foreground_and_idempotent(fake_api, kind, kind_connector, tmp_path):
+# How each kind's job is deleted. Foreground: the job stays, marked, until the garbage collector has deleted what its
+# controller made. Not a TrainJob: Trainer v2.3's reconcile (pkg/controller/trainjob_controller.go, `Reconcile`) never
+# looks at the TrainJob's deletionTimestamp and applies its JobSet again once the garbage collector has deleted it, so a
+# foreground delete made a second JobSet and a second set of pods (seen on the real controllers,
+# tests/cluster/test_lifecycle.py); deleted in the background, the TrainJob is gone at once and the collector takes the
+# JobSet, its Jobs and pods.
+DELETE_PROPAGATION = {"pytorchjob": "Foreground", "trainjob": "Background", "jobset": "Foreground"}
+
+
+def test_delete_propagates_as_the_kind_needs_and_is_idempotent(fake_api, kind, kind_connector, tmp_path):
     server, _ = fake_api
     meta = create(kind_connector, tmp_path, "sdk_seed_gpu")
     server.put_pod(kind.pod(server.get_job(NS, meta.name, plural=kind.target.plural), 0))
     kind_connector.delete(meta)
     kind_connector.delete(meta)
-    assert [r.status for r in server.calls(verb="delete", resource=kind.target.plural)] == [200, 404]
+    deletes = server.calls(verb="delete", resource=kind.target.plural)
+    assert [r.status for r in deletes] == [200, 404]
+    assert [r.propagation for r in deletes] == [DELETE_PROPAGATION[kind.target.config_name]] * 2
     assert server.get_job(NS, meta.name, plural=kind.target.plural) is None and server.pods(NS) == []
 
 
@@ -320,13 +331,13 @@ def test_get_walks_the_trainjob_status_table(fake_api, trainjob_connector, tmp_p
     meta = create(trainjob_connector, tmp_path)
     job = server.get_job(NS, meta.name, plural=TRAINJOBS)
     assert trainjob_connector.get(meta).phase == TaskExecution.QUEUED  # no JobSet yet
-    server.set_job_status(NS, meta.name, {"jobsStatus": [{"name": "node", "active": 3, "ready": 0}]}, TRAINJOBS)
+    server.set_job_status(NS, meta.name, {"jobsStatus": [{"name": "node", "active": 1, "ready": 0}]}, TRAINJOBS)
     assert trainjob_connector.get(meta).phase == TaskExecution.INITIALIZING
     for i in range(3):
         server.put_pod(node_pod(job, i))
-    server.set_job_status(NS, meta.name, {"jobsStatus": [{"name": "node", "active": 3, "ready": 3}]}, TRAINJOBS)
+    server.set_job_status(NS, meta.name, {"jobsStatus": [{"name": "node", "active": 1, "ready": 1}]}, TRAINJOBS)
     running = trainjob_connector.get(meta)
-    assert running.phase == TaskExecution.RUNNING and "3/3 nodes ready" in running.message
+    assert running.phase == TaskExecution.RUNNING and "running (3 nodes, all ready)" in running.message
     assert [link.name for link in running.log_links] == ["Logs node-0", "Logs node-1", "Logs node-2"]
     assert running.log_links[1].uri == f"https://logs.example.com/{NS}/{meta.name}-node-0-1-ab1c1/node"
     complete = {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "jobset completed",

@@ -75,11 +75,19 @@ def test_the_files_a_new_kind_brings_exist_for_every_registered_kind(declaration
         assert f"`{module}`" in section and (tests / module).is_file(), f"{tests / module}"
     assert f'resources: ["{declaration.plural}"]' in (BACKEND / "deploy" / "rbac.yaml").read_text()
     assert f"`{name}`" in (ROOT / "docs" / "reference" / "backend-config.md").read_text()
-    e2e = ast.parse((ROOT / "tests" / "e2e" / "test_e2e.py").read_text())
-    controllers = next(
-        n.value for n in e2e.body if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") == "CONTROLLERS"
-    )
-    assert name in [key.value for key in controllers.keys if isinstance(key, ast.Constant)]
+    # the cluster tier runs it on its real controller: its place in the tier's kinds, and what each case checks of it
+    for path, table in (("harness.py", "KINDS"), ("test_run.py", "SUCCEEDED_WITH_THREE_RANKS"),
+                        ("test_failures.py", "RANK_TWO_FAILED")):  # fmt: skip
+        assert f"`{table}`" in section
+        module = ast.parse((ROOT / "tests" / "cluster" / path).read_text())
+        value = next(
+            n.value
+            for n in module.body
+            if isinstance(n, (ast.Assign, ast.AnnAssign))
+            and table in [getattr(t, "id", "") for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+        )
+        keys = value.keys if isinstance(value, ast.Dict) else getattr(value, "elts", [])
+        assert name in [k.value for k in keys if isinstance(k, ast.Constant)], (path, table)
 
 
 def _imports(path: Path) -> set[str]:

@@ -1,10 +1,24 @@
-"""End-to-end harness: real serialization, builder, connector and replica processes; a fake operator on loopback.
+"""The players: real serialization, builder, connector and replica processes, with the training operator, Trainer v2,
+the JobSet controller and the kubelet played on loopback against the fake API server (`tests.fakeapi`).
 
-No Kubernetes cluster runs here, so everything up to the pods is real and the training operator plus kubelet are
-played by `FakeOperator`:
+Every end-to-end scenario of the players now runs on the real control plane instead (`tests/cluster`, `python -m
+devcluster`): the seed task on every kind, MNIST, a failing rank, a hang, DeleteTask and the garbage collector, live
+progress, placement, elastic, the official plugin's task and a map task; `docs/testing.md` lists where reality differed
+from the players. What stays here, and why:
+
+- fault injection the real server cannot produce on demand, at a step the drill chooses: a pod disrupted mid-step
+  (`preempt`: the `DisruptionTarget` condition, SIGTERM to the container's main process, SIGKILL after the grace), a
+  drain of every pod at once (`drain`), Kueue's suspension and admission (`suspend`, `resume`), and a kubelet that
+  reports a container SIGKILLed whole as `OOMKilled` (`oom_on_sigkill`). The preemption, Kueue and resume drills
+  (`tests/faults/test_preemption_kinds.py`, `test_resume_drills.py`), the preflight drill and drill 13 of the
+  contract's report run on them; the preemption drills move to the real control plane on their own;
+- speed: those drills run in the e2e and faults tiers on every CI job, without a cluster.
+
+How the players work:
 
 1. `package_tasks` runs `pyflyte package` (no fast registration: the "image" is this machine's venv and the code is
-   importable from the repository root) and reads the TaskTemplates out of the package, as `pyflyte register` would.
+   importable from the repository root) and reads the TaskTemplates out of the package, as `pyflyte register` would
+   (the cluster tier packages its tasks with it too).
 2. The connector's `create` writes `inputs.pb` into a local blob store (`BlobStore`, plain paths) and posts the
    PyTorchJob to the fake API server (`tests.fakeapi`), which validates it against the CRD and webhook rules.
 3. `FakeOperator` polls the server's state. For each new job it starts one process per replica (master-0, worker-i)
@@ -21,21 +35,23 @@ The other kinds have their own players: `FakeTrainer` (Kubeflow Trainer v2 and i
 JobSet controller and Kubernetes' Job controller: child Jobs, Indexed pods, the pod failure policy, the JobSet's
 success and failure policies, restarts).
 
-What a real cluster adds that this does not emulate: scheduling, images, resource limits (the GPU request is
-accepted and ignored), DNS (every replica address is 127.0.0.1 and each job gets free ports instead of 23456), and
-the TrainJob runtime's own restarts (`FakeTrainer`).
+What the real control plane showed that these do not play (`docs/testing.md`): scheduling, images, resource limits
+(the GPU request is accepted and ignored), DNS (every replica address is 127.0.0.1 and each job gets free ports instead
+of the operator's 23456 or the runtime's 29500), the operator's `init-pytorch` init container, the downward-API
+references of `PET_NODE_RANK` and `JOB_COMPLETION_INDEX` (played as values), the TrainJob runtime's own restarts in
+place (`restartPolicy: OnFailure`, the node Job's `backoffLimit` 6; `FakeTrainer` fails the job at a node's first
+failure), the Trainer's `jobsStatus` counting child Jobs (`FakeTrainer` counts nodes), and the order in which a
+controller writes its counts and its conditions (the players write both at once).
 """
 
 from __future__ import annotations
 
-import datetime
 import os
 import re
 import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -967,30 +983,9 @@ def poll_until_terminal(connector: Any, meta: Any, timeout_s: float, interval_s:
     raise TimeoutError(f"no terminal phase after {timeout_s}s; last phases {phases}, last message {seen[-1].message!r}")
 
 
-def phase_names(resources: list[Resource]) -> list[str]:
-    """Distinct phases in order of first appearance, by name (e.g. ["QUEUED", "RUNNING", "SUCCEEDED"])."""
-    names: list[str] = []
-    for r in resources:
-        name = TaskExecution.Phase.Name(r.phase)
-        if not names or names[-1] != name:
-            names.append(name)
-    return names
-
-
-def utc_now() -> datetime.datetime:
-    """The current time, timezone-aware (the connector's clock)."""
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def make_workdir(prefix: str = "e2e-") -> Path:
-    """A fresh temporary directory."""
-    return Path(tempfile.mkdtemp(prefix=prefix))
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Kubeflow Trainer v2: the TrainJob controller, the JobSet controller and the kubelet.
 
-TRAINJOB_PET_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 

@@ -139,6 +139,8 @@ class RequestRecord:
     finished: float = 0.0
     warnings: list[str] = field(default_factory=list)
     """The `Warning` headers of the answer (a dropped unknown field each)."""
+    propagation: str = ""
+    """A job's delete: the propagation policy it asked for (its body's, else its query's, else `Background`)."""
 
 
 @dataclass
@@ -1086,6 +1088,7 @@ class FakeKubeApi:
 
     def _delete_job(self, rec: RequestRecord, body: dict | None) -> tuple[int, dict]:
         policy = (body or {}).get("propagationPolicy") or rec.query.get("propagationPolicy", ["Background"])[0]
+        rec.propagation = policy
         group, _, _, pod_label = JOB_KINDS[rec.resource]
         with self._lock:
             job = self._store(rec.resource).pop((rec.namespace, rec.name or ""), None)

@@ -166,9 +166,9 @@ def test_create_track_and_delete_a_trainjob(fake_api, stub, tmp_path: Path) -> N
     assert get(stub, meta).phase == TaskExecution.QUEUED  # no JobSet yet
     for i in range(3):
         server.put_pod(node_pod(job, i))
-    server.set_job_status(NS, name, {"jobsStatus": [{"name": "node", "active": 3, "ready": 3}]}, TRAINJOBS)
+    server.set_job_status(NS, name, {"jobsStatus": [{"name": "node", "active": 1, "ready": 1}]}, TRAINJOBS)
     running = wait_for_phase(stub, meta, TaskExecution.RUNNING)
-    assert running.phase == TaskExecution.RUNNING and "3/3 nodes ready" in running.message
+    assert running.phase == TaskExecution.RUNNING and "running (3 nodes, all ready)" in running.message
     assert [link.name for link in running.log_links] == ["Logs node-0", "Logs node-1", "Logs node-2"]
     complete = {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "jobset completed",
                 "lastTransitionTime": "2025-01-01T00:09:00Z"}  # fmt: skip

@@ -161,3 +161,70 @@ def test_log_links_name_the_jobs_pods(kind: Kind) -> None:
     for pod in pods:
         assert f"https://logs.example.com/{META.namespace}/{pod['metadata']['name']}" in uris, uris
     assert kind.target.links(job, pods, CONFIG, NOW, {}) == []  # no templates, no links
+
+
+# --- pods no node can take ------------------------------------------------------------------------------------------
+
+STARTING = {
+    "pytorchjob": {"conditions": [condition("Created")]},
+    "trainjob": {"jobsStatus": [{"name": "node", "active": 1, "ready": 0}]},
+    "jobset": {"replicatedJobsStatus": [{"name": "master", "active": 1, "ready": 0},
+                                        {"name": "worker", "active": 1, "ready": 0}]},
+}  # fmt: skip
+"""Each kind's status while its pods are created and none runs yet."""
+
+ACCELERATOR_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}
+                    ]
+                }  # fmt: skip
+            ]
+        }
+    }
+}
+GPU_TOLERATIONS = [
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "flyte/gpu", "operator": "Equal", "value": "dedicated", "effect": "NoSchedule"},
+]
+# what the API server's DefaultTolerationSeconds admission plugin adds to every pod
+DEFAULT_TOLERATIONS = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+]
+
+
+@pytest.mark.parametrize(
+    "placement, verdict, asks",
+    [
+        (
+            {"affinity": ACCELERATOR_AFFINITY, "tolerations": GPU_TOLERATIONS + DEFAULT_TOLERATIONS},
+            "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector.",
+            "the pod asks for a node with nvidia.com/gpu.product In [NVIDIA-H100-80GB-HBM3] (the task's accelerator); "
+            "it tolerates the taints nvidia.com/gpu, flyte/gpu=dedicated",
+        ),
+        (
+            {"nodeSelector": {"pool": "gpu"}, "tolerations": DEFAULT_TOLERATIONS},
+            "0/4 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, 2 node(s) had untolerated "
+            "taint(s).",
+            "the pod asks for a node with pool=gpu (nodeSelector); it tolerates no NoSchedule taint",
+        ),
+    ],
+    ids=["accelerator-no-node-has", "taint-not-tolerated"],
+)
+def test_a_pod_no_node_can_take_is_said_with_what_it_asks_of_a_node(kind: Kind, placement, verdict, asks) -> None:
+    """The scheduler says which of its filters no node passed; the status adds what the pod asked of a node (its node
+    selector and required node affinity, named after the task's setting where the backend knows it, and the taints it
+    tolerates), since the scheduler's own message names none of them."""
+    job = as_read(written(kind, "sdk_seed_gpu"), **STARTING[kind.name])
+    job["metadata"]["creationTimestamp"] = "2025-01-01T01:59:00Z"  # a minute old: not timed out yet
+    pod = kind.pod(job, 0, phase="Pending")
+    pod["spec"].update(placement)
+    pod["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": verdict}]}  # fmt: skip
+    status = kind.target.status(job, Observed(pods=[pod]), CONFIG, NOW)
+    assert status.phase in (TE.QUEUED, TE.INITIALIZING), status
+    assert f"Unschedulable: {verdict} ({asks})" in status.message, status.message

@@ -7,8 +7,9 @@ The phase comes from two places, in this order:
    retryable unless the task's own error document says it is not), Suspended is QUEUED, RestartingJobSet is RUNNING
    (a restart by the failure policy is the job carrying on, never a failure), and an unknown type is still running
    (and logged), never an error;
-2. `status.replicatedJobsStatus`, the child Jobs of each replicated job: all ready (or done) is RUNNING, some with
-   active pods is INITIALIZING, none yet is QUEUED.
+2. `status.replicatedJobsStatus`, the child Jobs of each replicated job: a failed one is RUNNING (the controller
+   counts it before it applies its failure policy: the job ends or restarts, it does not start again), all ready (or
+   done) is RUNNING, some with active pods is INITIALIZING, none yet is QUEUED.
 
 A JobSet without `replicatedJobsStatus` was never seen by the JobSet controller: QUEUED, then a permanent FAILED after
 `jobset_pickup_timeout_s`. One the controller has seen whose pods never appear (a child Job the API server refuses
@@ -34,10 +35,12 @@ from backend_plugin.config import BackendConfig
 from backend_plugin.kinds.jobset import JobSetSettings
 from backend_plugin.status import (
     JobStatus,
+    accelerator_keys,
     condition_text,
     deciding_condition,
     deciding_type,
     disruption_text,
+    earliest_failure,
     failed_job_status,
     failure_phase,
     fatal_waiting,
@@ -405,12 +408,23 @@ def _from_jobs(read: _Read) -> JobStatus:
         for e in replicated_jobs(job) or []
     )
     counts = f"child Jobs ready: {counts}" if counts else "no child Job yet"
+    failed = [str(e.get("name")) for e in replicated_jobs(job) or [] if _count(e, "failed")]
+    # a pod of this run failed before its Job was counted failed (or active): the same moment, seen from the pods
+    failure = earliest_failure(current_pods(job, read.pods), replica_name) if not failed else ""
+    if failure:
+        message = f"a pod failed ({failure}); the JobSet controller applies its failure policy ({counts})"
+        return JobStatus(TaskExecution.RUNNING, _with_restarts(job, message), read.ctype)
+    if failed:
+        message = (
+            f"a child Job failed ({', '.join(failed)}); the JobSet controller applies its failure policy ({counts})"
+        )
+        return JobStatus(TaskExecution.RUNNING, _with_restarts(job, message), read.ctype)
     if expected and ready >= expected:
         disrupted = disruption_text(read.pods, replica_name)  # only where the pods were read: never a steady poll
         message = f"running ({counts}){'; ' + disrupted if disrupted else ''}"
         return JobStatus(TaskExecution.RUNNING, _with_restarts(job, message), read.ctype)
     if active:
-        pending = pending_reason(read.pods, replica_name)
+        pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config))
         message = f"starting pods ({counts}){'; ' + pending if pending else ''}"
         return JobStatus(TaskExecution.INITIALIZING, _with_restarts(job, message), read.ctype)
     timeout = read.config.kind(JobSetSettings).start_timeout_s

@@ -25,6 +25,7 @@ from backend_plugin.kinds.pytorchjob import PyTorchJobSettings
 from backend_plugin.status import (
     JobStatus,
     Phase,
+    accelerator_keys,
     condition_text,
     deciding_condition,
     deciding_type,
@@ -231,7 +232,7 @@ def _restarting(read: _Read) -> JobStatus:
 def _created(read: _Read) -> JobStatus:
     if needs_events(read.job, read.config, read.now):
         return _not_started(read)
-    pending = pending_reason(read.pods, replica_name)
+    pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config))
     message = f"waiting for replicas to start: {pending}" if pending else "pods created"
     return JobStatus(read.phase, message, read.ctype)
 
@@ -251,7 +252,8 @@ def _not_started(read: _Read) -> JobStatus:
 def _running(read: _Read) -> JobStatus:
     counts = f"{active_replicas(read.job)}/{expected_replicas(read.job)} replicas active"
     # the pods are read only while a replica is missing (`needs_pods`), never on a steady poll
-    notes = [n for n in (disruption_text(read.pods, replica_name), pending_reason(read.pods, replica_name)) if n]
+    pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config))
+    notes = [n for n in (disruption_text(read.pods, replica_name), pending) if n]
     return JobStatus(read.phase, f"running ({counts}); {'; '.join(notes)}" if notes else f"running ({counts})",
                      read.ctype)  # fmt: skip
 

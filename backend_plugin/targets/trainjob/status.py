@@ -7,8 +7,11 @@ a running job has no true condition at all. So the phase comes from two places, 
    table `CONDITIONS`: Complete is SUCCEEDED, Suspended is QUEUED, Failed is decided by the rule every kind shares
    (`status.failed_job_status`: retryable unless the task's own error document says it is not), and an unknown type
    is still running (and logged), never an error;
-2. `status.jobsStatus`, the entry of the torch runtime's replicated job `node` (`NODE_PHASES`): pods active with none
-   ready are starting (INITIALIZING), a ready pod means the nodes are up (RUNNING).
+2. `status.jobsStatus`, the entry of the torch runtime's replicated job `node` (`NODE_PHASES`). Its counts are child
+   Jobs, not nodes (Trainer v2.3 `JobStatus`: `ready` is the number of Jobs whose ready and completed pods reach the
+   Job's pod count); the torch runtime's `node` is one Job of `numNodes` pods. A ready Job means every node is up
+   (RUNNING), an active one that some are still starting (INITIALIZING); a Job that failed or succeeded before the
+   Trainer wrote the TrainJob's condition means the nodes ran and the outcome is on its way (RUNNING).
 
 A job with neither was never turned into a JobSet: QUEUED while the Trainer controller may still pick it up, and a
 permanent FAILED after `BackendConfig.trainjob_pickup_timeout_s` (a missing runtime or an unbuildable JobSet only
@@ -32,10 +35,12 @@ from backend_plugin.kinds.trainjob import TrainJobSettings
 from backend_plugin.status import (
     JobStatus,
     Phase,
+    accelerator_keys,
     condition_text,
     deciding_condition,
     deciding_type,
     disruption_text,
+    earliest_failure,
     failed_job_status,
     failure_phase,
     fatal_waiting,
@@ -45,7 +50,7 @@ from backend_plugin.status import (
     replica_failures,
 )
 from backend_plugin.task_errors import ErrorReport
-from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL
+from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL, JOBSET_RESTART_ATTEMPT_LABEL
 
 __all__ = [
     "TERMINAL_CONDITIONS",
@@ -64,10 +69,12 @@ logger = logging.getLogger(__name__)
 
 TERMINAL_CONDITIONS = ("Failed", "Complete")  # checked first: a terminal condition wins over Suspended
 
-# jobsStatus[name=node] with no true condition -> Flyte phase (first matching row wins).
+# jobsStatus[name=node] with no true condition -> Flyte phase (first matching row wins); the counts are child Jobs.
 NODE_PHASES: tuple[tuple[str, Phase], ...] = (
-    ("ready", TaskExecution.RUNNING),  # ready >= 1: nodes are up and training
-    ("active", TaskExecution.INITIALIZING),  # active >= 1, ready = 0: pods pending, pulling or starting
+    ("failed", TaskExecution.RUNNING),  # the nodes' Job failed: the Trainer is about to write Failed
+    ("ready", TaskExecution.RUNNING),  # ready >= 1: every node of the Job is up and training
+    ("succeeded", TaskExecution.RUNNING),  # the nodes' Job succeeded: the Trainer is about to write Complete
+    ("active", TaskExecution.INITIALIZING),  # active >= 1, ready = 0: some node pending, pulling or starting
 )
 
 
@@ -106,7 +113,8 @@ def needs_pods(job: Mapping[str, Any]) -> bool:
         job: the TrainJob as read from the API.
 
     Returns:
-        True for a Failed job and for one whose nodes are active but none ready.
+        True for a Failed job, for one whose node Job is active but not ready (a node starting, or restarting in
+        place), and for one whose node Job counts nothing (not created yet, or ended and not counted yet).
     """
     ctype = deciding_type(job, TERMINAL_CONDITIONS)
     if ctype == "Failed":
@@ -114,7 +122,10 @@ def needs_pods(job: Mapping[str, Any]) -> bool:
     if ctype is not None or suspended(job):
         return False
     node = node_status(job)
-    return int(node.get("active") or 0) > 0 and int(node.get("ready") or 0) == 0
+    counts = [int(node.get(key) or 0) for key in ("active", "ready", "failed", "succeeded")]
+    # active and not ready: a node starting, or one waiting to restart in place; nothing counted: a node Job not
+    # created yet, or one that ended and is not counted failed or succeeded yet (the pods tell which)
+    return (counts[0] > 0 and counts[1] == 0) or (bool(node) and not any(counts))
 
 
 def needs_error_report(job: Mapping[str, Any]) -> bool:
@@ -251,16 +262,53 @@ def _from_nodes(read: _Read, config: BackendConfig, now: datetime.datetime) -> J
     if stuck is not None:
         return JobStatus(failure_phase(ran=False), stuck)
     expected = int(((read.job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
-    ready, active = int(read.node.get("ready") or 0), int(read.node.get("active") or 0)
-    counts = f"{ready}/{expected} nodes ready, {active} active"
-    phase = next((phase for key, phase in NODE_PHASES if int(read.node.get(key) or 0) > 0), TaskExecution.QUEUED)
-    if phase == TaskExecution.INITIALIZING:
-        pending = pending_reason(read.nodes, node_name)
-        return JobStatus(phase, f"starting nodes ({counts}){'; ' + pending if pending else ''}")
-    if phase == TaskExecution.QUEUED:  # no row matched
-        return JobStatus(phase, f"waiting for nodes ({counts})")
+    nodes = f"{expected} node{'s' if expected != 1 else ''}"
+    row = next((key for key, _ in NODE_PHASES if int(read.node.get(key) or 0) > 0), "")
+    phase = dict(NODE_PHASES).get(row, TaskExecution.QUEUED)
+    if row in ("failed", "succeeded"):
+        return JobStatus(phase, f"the nodes' Job {row} ({nodes}); waiting for the Trainer controller to write the "
+                                "TrainJob's outcome")  # fmt: skip
+    # a node that failed: restarted in place (its previous run in lastState), or ended before its Job was counted
+    failure = earliest_failure(read.nodes, node_name) or earliest_failure(read.nodes, node_name, last_state=True)
+    if row == "active" and failure:
+        return JobStatus(TaskExecution.RUNNING, f"restarting nodes ({nodes}): {failure}")
+    if not row and (failure or any(_ran(pod) for pod in read.nodes)):
+        detail = f": {failure}" if failure else ""
+        waiting = "waiting for the Trainer controller to write the TrainJob's outcome"
+        return JobStatus(TaskExecution.RUNNING, f"the nodes ended ({nodes}){detail}; {waiting}")
+    restart = _restart_attempt(read.nodes)
+    if row == "active":
+        pending = pending_reason(read.nodes, node_name, accelerator_keys(config))
+        if restart:
+            return JobStatus(TaskExecution.RUNNING, f"restarting nodes ({nodes}; the JobSet's restart {restart}, not "
+                                                    f"all ready yet){'; ' + pending if pending else ''}")  # fmt: skip
+        return JobStatus(phase, f"starting nodes ({nodes}, not all ready yet){'; ' + pending if pending else ''}")
+    if not row:
+        if restart:
+            return JobStatus(TaskExecution.RUNNING, f"restarting nodes ({nodes}; the JobSet's restart {restart}, "
+                                                    "none started yet)")  # fmt: skip
+        return JobStatus(phase, f"waiting for nodes ({nodes}, none started yet)")
     disrupted = disruption_text(read.nodes, node_name)  # only where the nodes were read (never a steady poll)
-    return JobStatus(phase, f"running ({counts}){'; ' + disrupted if disrupted else ''}")
+    return JobStatus(phase, f"running ({nodes}, all ready){'; ' + disrupted if disrupted else ''}")
+
+
+def _restart_attempt(pods: Sequence[Mapping[str, Any]]) -> int:
+    """The highest JobSet restart attempt the nodes' pods are labelled with (`jobset.sigs.k8s.io/restart-attempt`,
+    which JobSet sets on every pod it recreates): above 0, the nodes ran before and are starting again after a
+    restart of the whole JobSet, which is the job running, not queued or starting (seen on the real controllers:
+    GetTask went from RUNNING back to QUEUED while the new nodes waited to start)."""
+    attempts = [((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_RESTART_ATTEMPT_LABEL) for pod in pods]
+    return max((int(a) for a in attempts if isinstance(a, str) and a.isdigit()), default=0)
+
+
+def _ran(pod: Mapping[str, Any]) -> bool:
+    """Whether a node's container ran (a terminated state, now or before a restart)."""
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        if isinstance(c, Mapping) and (
+            (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated")
+        ):
+            return True
+    return False
 
 
 def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:

@@ -79,6 +79,16 @@ CASES = [
         "worker 1/1",
         id="workers-done-master-running",
     ),
+    # the JobSet controller counts a child Job failed before it applies its failure policy (the Failed or
+    # RestartingJobSet condition): the job ran and carries on or ends, it does not start again (seen on the real
+    # controllers: the worker's Job failed while the master's ran)
+    pytest.param(
+        jobset(jobs={"master": {"ready": 1, "active": 1}, "worker": {"failed": 1}}),
+        TaskExecution.RUNNING,
+        "a child Job failed (worker); the JobSet controller applies its failure policy (child Jobs ready: master 1/1,"
+        " worker 0/1)",
+        id="a-child-job-failed-no-condition-yet",
+    ),
     pytest.param(
         jobset(
             (cond("Suspended", reason="SuspendedJobs", message="jobset is suspended"),), {"master": {}}, suspend=True
@@ -245,3 +255,19 @@ def test_pod_names_in_messages():
     assert replica_name(pod(job, 3)) == "worker-3" and replica_name(pod(job, 0, role="master")) == "master-0"
     assert replica_name({"metadata": {"name": "p"}}) == "p"
     assert restarts_text(job) == ""
+
+
+def test_a_pod_that_failed_before_its_job_is_counted_failed_is_the_job_ending():
+    """Seen on the real controllers: the worker's pod failed (its Job's backoffLimit is 0), and for a moment its Job
+    counts neither active nor failed while the master's still runs: the JobSet is about to apply its failure policy,
+    not starting again."""
+    job = jobset(jobs={"master": {"ready": 1, "active": 1}, "worker": {}})
+    failed = pod(job, 1, phase="Failed", terminated={"exitCode": 1, "reason": "Error",
+                                                     "finishedAt": "2025-01-01T00:09:00Z"})  # fmt: skip
+    status = jobset_status(job, [pod(job, 0, role="master"), failed], CONFIG, NOW)
+    assert status.phase == TaskExecution.RUNNING, status.message
+    assert status.message.startswith("a pod failed (worker-1 (pytorch): exit code 1); the JobSet controller applies")
+    # a pod of the previous run is not this run's failure
+    old = pod(job, 1, phase="Failed", attempt=1, terminated={"exitCode": 1, "reason": "Error"})
+    restarted = jobset(jobs={"master": {"ready": 1, "active": 1}, "worker": {"active": 1}}, restarts=2, counted=0)
+    assert jobset_status(restarted, [old], CONFIG, NOW).phase == TaskExecution.INITIALIZING

@@ -1,10 +1,10 @@
-"""A `map_task` over a pytorch task (issue 15 item 9): the EIDF guide's `completions: 3`, written the Flyte way."""
+"""A `map_task` over a pytorch task: the EIDF guide's `completions: 3`, written the Flyte way."""
 
 from __future__ import annotations
 
 from flytekit import map_task, workflow
 
-from tests.e2e.workflows import seed_allreduce
+from tests.cluster.workflows import seed_allreduce
 
 
 @workflow

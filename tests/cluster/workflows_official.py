@@ -1,4 +1,4 @@
-"""A task written with flytekit's official `kfpytorch` plugin, to run through our backend end to end."""
+"""A task written with flytekit's official `kfpytorch` plugin, run through our backend on the real controllers."""
 
 from __future__ import annotations
 
