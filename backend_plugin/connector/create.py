@@ -310,7 +310,14 @@ def secret_values(job: dict) -> tuple[str, ...]:
     metadata already shows: its namespace, name, label and annotation values are the object's key and labels, which
     the server names in its messages (a project and domain in `FLYTE_INTERNAL_EXECUTION_PROJECT`/`_DOMAIN` are
     the parts of a namespace such as `flytesnacks-development`; blanking them made `namespaces "<redacted>-<redacted>"
-    not found`). A value that appears nowhere in the metadata stays redacted."""
+    not found`). A value that appears nowhere in the metadata stays redacted.
+
+    Args:
+        job: the job about to be created.
+
+    Returns:
+        The values to redact from the API server's answers.
+    """
     meta = job.get("metadata") or {}
     shown = [str(meta.get("namespace") or ""), str(meta.get("name") or "")]
     for key in ("labels", "annotations"):
