@@ -243,6 +243,26 @@ def _kill_namespace_processes() -> int:
     return killed
 
 
+def mount_points_in_use() -> set[str]:
+    """Every mount point of any process's mount namespace (`/proc/<pid>/mountinfo`, field 5). A mount point the
+    agent made on this machine (`/var/run/secrets/kubernetes.io/serviceaccount`) serves every cluster on it: removing
+    it while another cluster's container has a volume there would detach that volume (since Linux 3.18 an rmdir of a
+    mount point in another namespace unmounts it there), leaving the container's token folder empty."""
+    out: set[str] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "mountinfo").read_text()
+        except OSError:
+            continue  # gone, or not ours to read
+        for line in text.splitlines():
+            fields = line.split()
+            if len(fields) > 4:
+                out.add(fields[4].replace("\\040", " "))
+    return out
+
+
 def _unmount_and_unmake(state: Path) -> int:
     """Unmount the tmpfs volumes and remove the mount points the agent made (newest first)."""
     record = state / "mountpoints.txt"
@@ -253,8 +273,9 @@ def _unmount_and_unmake(state: Path) -> int:
         if os.path.ismount(p):
             subprocess.run(["umount", "-l", str(p)], capture_output=True)
     removed = 0
+    in_use = mount_points_in_use()
     for p in reversed(paths):
-        if state in p.parents:
+        if state in p.parents or str(p) in in_use:
             continue
         try:
             if p.is_dir() and not p.is_symlink():

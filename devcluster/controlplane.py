@@ -161,6 +161,9 @@ def start(state: Path, plan: network.Plan, procs: Processes, bins: dict[str, Pat
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-cluster-ip-range={plan.services}",
             "--authorization-mode=Node,RBAC",
+            # logs, exec and port-forward reach a node at its address: the default order asks DNS for the node's
+            # name first, which no resolver of the control plane knows (and another cluster's nodes share the names)
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             f"--requestheader-client-ca-file={front_ca.cert_file}",
             "--requestheader-allowed-names=front-proxy-client",
             "--requestheader-username-headers=X-Remote-User",

@@ -61,3 +61,31 @@ def test_without_the_image_folder_the_volume_hides_it(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert done.stdout == "volume file\n"
     assert "No such file" in done.stderr
+
+
+def test_down_keeps_a_mount_point_another_namespace_still_uses(tmp_path: Path) -> None:
+    # two clusters share the node's mount points (the service-account token folder): one cluster's `down` must not
+    # remove a folder that a container of the other still has a volume on (the rmdir would unmount it there)
+    from devcluster.cluster import _unmount_and_unmake, mount_points_in_use
+
+    state = tmp_path / "state"
+    state.mkdir()
+    shared, unused = tmp_path / "node" / "shared", tmp_path / "node" / "unused"
+    shared.mkdir(parents=True)
+    unused.mkdir()
+    (state / "mountpoints.txt").write_text(f"{shared}\n{unused}\n")
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         f"mount -t tmpfs none {shared} && echo up && exec sleep 60"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "up"
+        assert str(shared) in mount_points_in_use() and str(unused) not in mount_points_in_use()
+        assert _unmount_and_unmake(state) == 1
+        assert shared.is_dir() and not unused.exists()
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+        if holder.stdout is not None:
+            holder.stdout.close()
