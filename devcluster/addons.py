@@ -173,8 +173,16 @@ CLUSTER_SCOPED = {
     "Node",
 }
 
-BUILTIN_GROUPS = ("v1", "apps/v1", "rbac.authorization.k8s.io/v1", "admissionregistration.k8s.io/v1",
-                  "apiextensions.k8s.io/v1", "apiregistration.k8s.io/v1", "scheduling.k8s.io/v1", "policy/v1")
+BUILTIN_GROUPS = (
+    "v1",
+    "apps/v1",
+    "rbac.authorization.k8s.io/v1",
+    "admissionregistration.k8s.io/v1",
+    "apiextensions.k8s.io/v1",
+    "apiregistration.k8s.io/v1",
+    "scheduling.k8s.io/v1",
+    "policy/v1",
+)
 
 
 def is_builtin(o: dict) -> bool:
