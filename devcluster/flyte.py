@@ -24,6 +24,7 @@ propeller's webhook (secrets injection: no task here asks for a secret), the con
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -434,14 +435,15 @@ def deploy(kube: Kube, setup: FlyteSetup, blob_endpoint: str, state: Path, out: 
     apply_all(kube, namespace_objects())
     for ns in (NAMESPACE, EXECUTION_NAMESPACE):
         account = f"/api/v1/namespaces/{ns}/serviceaccounts/default"
-        wait_for(f"namespace {ns}'s default ServiceAccount", lambda a=account: kube.get_or_none(a), 60)
+        wait_for(f"namespace {ns}'s default ServiceAccount", functools.partial(kube.get_or_none, account), 60)
     objects = events_objects() + propeller_objects(setup, blob_endpoint)
     if setup.plugin == "connector":
         objects += connector_objects(setup, blob_endpoint)
     apply_all(kube, objects)
     names = [PROPELLER, EVENTS] + ([CONNECTOR] if setup.plugin == "connector" else [])
     for name in names:
-        wait_for(f"Deployment {NAMESPACE}/{name} rolled out", lambda n=name: rolled_out(kube, NAMESPACE, n), 240, 1.0)
+        wait_for(f"Deployment {NAMESPACE}/{name} rolled out", functools.partial(rolled_out, kube, NAMESPACE, name), 240,
+                 1.0)  # fmt: skip
     wait_for(
         f"CRD {FLYTEWORKFLOW_CRD} established (propeller makes it)",
         lambda: any(
