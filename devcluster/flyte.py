@@ -80,6 +80,11 @@ BUILTIN_PLUGIN_CONFIG: dict[str, Any] = {
     },
     "plugins": {
         "k8s": {
+            # each replica writes its own error document (flytekit names it error-<uuid>.pb and records its pod and
+            # time) and propeller shows the earliest: without it every rank writes the one error.pb, and the last
+            # writer wins, which is rank 0's "Connection closed by peer", not the rank that failed first
+            # (flyteplugins kfoperators/pytorch GetProperties, flytekit bin/entrypoint _build_error_file_name)
+            "enable-distributed-error-aggregation": True,
             # pods asking for GPUs tolerate the GPU nodes' taint (the connector's `gpu.tolerations` does this for
             # its jobs); propeller's pod and kfoperators plugins add these per requested resource
             "gpu-resource-name": "nvidia.com/gpu",

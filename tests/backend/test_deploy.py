@@ -170,3 +170,23 @@ def test_the_propeller_model_sends_a_listed_version_and_nothing_else():
     registry = _propeller_registry(pinned, {ep: [agent]})
     assert _propeller_route(pinned, registry, "t", 0) == ep
     assert _propeller_route(pinned, registry, "t", 1) == "dns:///d:8000"
+
+
+def _contained(part: object, whole: object) -> bool:
+    """Every key of `part` is in `whole` with a contained value (mappings); anything else is equal."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(k in whole and _contained(v, whole[k]) for k, v in part.items())
+    return part == whole
+
+
+def test_the_builtin_plugin_settings_the_docs_give_are_what_the_cluster_tier_runs():
+    """docs/cluster.md's settings for Flyte's own PyTorch plugin (blocks marked `propeller:builtin`) are part of the
+    configuration propeller runs with in the cluster tier's path b (`devcluster.flyte.BUILTIN_PLUGIN_CONFIG`)."""
+    from devcluster.flyte import BUILTIN_PLUGIN_CONFIG
+    from tests.docs.markdown_blocks import blocks
+
+    page = DEPLOY.parents[1] / "docs" / "cluster.md"
+    shown = [yaml.safe_load(b.body) for b in blocks(page) if "propeller:builtin" in b.markers]
+    assert shown, "docs/cluster.md shows no settings for Flyte's built-in PyTorch plugin"
+    for settings in shown:
+        assert _contained(settings, BUILTIN_PLUGIN_CONFIG), settings
