@@ -190,3 +190,38 @@ def test_the_builtin_plugin_settings_the_docs_give_are_what_the_cluster_tier_run
     assert shown, "docs/cluster.md shows no settings for Flyte's built-in PyTorch plugin"
     for settings in shown:
         assert _contained(settings, BUILTIN_PLUGIN_CONFIG), settings
+
+
+def _seconds(duration: str) -> float:
+    """A Go duration of whole seconds or minutes, as the propeller config writes them ("30s", "1m")."""
+    return float(duration[:-1]) * {"s": 1, "m": 60}[duration[-1]]
+
+
+def _propeller_timeout(deployment: dict, operation: str) -> float:
+    """How long propeller v1.16.8 waits for one connector call (flyteplugins webapi/connector client.go,
+    getFinalTimeout): `timeouts[operation]`, else `defaultTimeout` (10 s when unset). The keys of `timeouts` are as
+    propeller holds them: flytestdlib's config loader (spf13/viper, insensitiviseMap) lower-cases every map key read
+    from a file, and the lookup is by "CreateTask", "GetTask", "DeleteTask"."""
+    held = {key.lower(): value for key, value in (deployment.get("timeouts") or {}).items()}
+    return _seconds(str(held.get(operation, deployment.get("defaultTimeout", "10s"))))
+
+
+@pytest.mark.parametrize(
+    "operation, budget_key, left_s",
+    [("GetTask", "get_budget_s", 5.0), ("CreateTask", "create_budget_s", 10.0), ("DeleteTask", "delete_budget_s", 5.0)],
+)
+def test_propeller_waits_longer_than_each_connector_budget(operation: str, budget_key: str, left_s: float):
+    """Every call answers within its budget, plus the time to build the answer (docs/reference/backend-config.md):
+    propeller must wait that long, as it reads its configuration, or it gives up first (a create cut short fails the
+    attempt while the job it asked for is made anyway)."""
+    cfg = yaml.safe_load((DEPLOY / "propeller-config.yaml").read_text())
+    (deployment,) = cfg["plugins"]["connector-service"]["connectors"].values()
+    budget = getattr(BackendConfig().api, budget_key)
+    assert _propeller_timeout(deployment, operation) >= budget + left_s
+
+
+def test_the_propeller_timeout_model_reads_keys_as_propeller_does():
+    """A per-call entry does not apply (its key is lower-cased before the lookup); defaultTimeout does."""
+    assert _propeller_timeout({"timeouts": {"CreateTask": "30s"}, "defaultTimeout": "15s"}, "CreateTask") == 15.0
+    assert _propeller_timeout({"defaultTimeout": "30s"}, "CreateTask") == 30.0
+    assert _propeller_timeout({}, "GetTask") == 10.0
