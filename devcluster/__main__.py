@@ -21,6 +21,23 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(CONTROLLERS),
         help=f"comma-separated, of {', '.join(CONTROLLERS)} (default: all four; trainer brings jobset)",
     )
+    u.add_argument(
+        "--flyte",
+        action="store_true",
+        help="also run Flyte's propeller v1.16.8 (no flyteadmin: see docs/cluster.md), with our connector or Flyte's "
+        "PyTorch plugin for `pytorch` tasks",
+    )
+    u.add_argument(
+        "--flyte-plugin",
+        choices=("connector", "builtin"),
+        help="with --flyte: propeller runs `pytorch` tasks through our connector (default) or Flyte's built-in "
+        "PyTorch plugin (PyTorchJobs only)",
+    )
+    u.add_argument(
+        "--target",
+        choices=("pytorchjob", "trainjob", "jobset"),
+        help="with --flyte: the job kind the connector creates (default pytorchjob)",
+    )
     sub.add_parser("down", help="stop everything up started and remove what it made")
     args = parser.parse_args(argv)
     if args.command == "build":
@@ -38,8 +55,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "up":
         names = tuple(n.strip() for n in args.controllers.split(",") if n.strip())
+        flyte = None
+        if args.flyte:
+            from devcluster.flyte import FlyteSetup
+
+            try:
+                flyte = FlyteSetup(args.flyte_plugin or "connector", args.target or "pytorchjob")
+            except ValueError as e:
+                parser.error(str(e))
+        elif args.flyte_plugin or args.target:
+            parser.error("--flyte-plugin and --target go with --flyte")
         try:
-            cluster.up(names)
+            cluster.up(names, flyte=flyte)
         except (cluster.UpError, build.BuildError, TimeoutError, RuntimeError) as e:
             print(
                 f"devcluster up: {e}\n(what was started stays recorded: `python -m devcluster down` stops it)",

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from devcluster import addons, controlplane, kubeconfig, network
-from devcluster.build import binaries
+from devcluster import flyte as flyte_setup
+from devcluster.build import binaries, cached
 from devcluster.components import BY_NAME, CONTROLLERS, KUBERNETES_VERSION
+from devcluster.flyte import FlyteSetup
 from devcluster.kube import Kube, wait_for
 from devcluster.paths import state_root
 from devcluster.procs import Processes
@@ -72,8 +74,14 @@ def _python_env() -> dict[str, str]:
     }
 
 
-def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, backoff_base_s: float = 10.0) -> Path:
-    """Start a cluster; returns the admin kubeconfig's path (also printed last as `KUBECONFIG=<path>`)."""
+def up(
+    controllers: tuple[str, ...] = CONTROLLERS,
+    out: TextIO = sys.stdout,
+    backoff_base_s: float = 10.0,
+    flyte: FlyteSetup | None = None,
+) -> Path:
+    """Start a cluster; returns the admin kubeconfig's path (also printed last as `KUBECONFIG=<path>`). With `flyte`,
+    Flyte's propeller runs on it too, set up as `flyte` says (`devcluster.flyte`)."""
     start = time.monotonic()
     state = state_root()
     procs = Processes(state)
@@ -88,7 +96,9 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
             if need not in chosen:
                 chosen.append(need)
     chosen = [c for c in addons.ORDER if c in chosen]
-    bins = binaries(["etcd", "kubernetes", *chosen])
+    if flyte is not None and flyte.controller not in chosen:
+        raise UpError(f"--flyte --target {flyte.target} needs the controller {flyte.controller} (--controllers)")
+    bins = binaries(["etcd", "kubernetes", *chosen, *(["flytepropeller"] if flyte is not None else [])])
     plan = network.Plan.from_env()
     network.check_free(plan)
     shutil.rmtree(state, ignore_errors=True)
@@ -124,6 +134,10 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
         binary = bins[BY_NAME[name].binaries[0][0]]
         for image in addons.images_of(objects):
             images.append({"repository": addons.repository(image), "binary": str(binary), "aliases": ["/manager"]})
+    # propeller's release image, when it is built: `up --flyte` deploys it, and so may a later `deploy` on this cluster
+    propeller = cached(BY_NAME["flytepropeller"])
+    if propeller is not None:
+        images.append(flyte_setup.propeller_image_binary(propeller))
 
     node_configs = []
     for spec in NODES:
@@ -217,6 +231,16 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
         _say(
             out, "kueue: ResourceFlavors cpu and gpu, ClusterQueue cluster-queue, LocalQueue default/user-queue", start
         )
+    flyte_record = None
+    if flyte is not None:
+        ensure_bucket(blob_endpoint)
+        flyte_record = flyte_setup.deploy(admin, flyte, blob_endpoint, state)
+        _say(
+            out,
+            f"flyte: flytepropeller {flyte_record['version']}, `pytorch` tasks through "
+            + ("our connector, target " + flyte.target if flyte.plugin == "connector" else "Flyte's PyTorch plugin"),
+            start,
+        )
     info = {
         "server": cp.server,
         "kubeconfig": str(cp.admin_kubeconfig),
@@ -224,11 +248,29 @@ def up(controllers: tuple[str, ...] = CONTROLLERS, out: TextIO = sys.stdout, bac
         "blob_endpoint": blob_endpoint,
         "controllers": {name: BY_NAME[name].version for name in chosen},
         "nodes": [n["name"] for n in NODES],
+        **({"flyte": {"plugin": flyte.plugin, "target": flyte.target}} if flyte is not None else {}),
     }
     (state / "cluster.json").write_text(json.dumps(info, indent=2))
     _say(out, f"up in {time.monotonic() - start:.1f} s; kubectl: {state / 'bin' / 'kubectl'}", start)
     print(f"KUBECONFIG={cp.admin_kubeconfig}", file=out, flush=True)
     return cp.admin_kubeconfig
+
+
+def ensure_bucket(blob_endpoint: str, bucket: str = flyte_setup.BUCKET) -> None:
+    """The bucket propeller and the tasks write to, in the cluster's S3 stand-in (boto3: the `cluster` extra)."""
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=blob_endpoint,
+        aws_access_key_id=flyte_setup.ACCESS_KEY,
+        aws_secret_access_key=flyte_setup.ACCESS_KEY,
+        region_name=flyte_setup.REGION,
+    )
+    try:
+        s3.create_bucket(Bucket=bucket)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
 
 
 def _kill_namespace_processes() -> int:

@@ -16,6 +16,10 @@ MODULES = Path(__file__).resolve().parent / "modules"
 
 KUBERNETES_VERSION = "v1.37.2"
 
+FLYTE_VERSION = "v1.16.8"
+FLYTE_COMMIT = "51877f899c9f"
+"""The Flyte 1 release propeller is built from, and its tag's commit (what upstream's release build stamps as Build)."""
+
 
 def _k8s_stamp(version: str) -> tuple[str, ...]:
     """The `-X` flags that stamp a Kubernetes binary's version, as its release build does (`hack/lib/version.sh`):
@@ -56,10 +60,14 @@ class Component:
 
     def key(self, go_version: str) -> str:
         """The cache key: the version, and a digest of everything that decides the bytes built (the wrapper's
-        go.mod and go.sum, the linker flags, the Go toolchain)."""
+        go.mod and go.sum, any Go source of its own, the linker flags, the Go toolchain)."""
         digest = hashlib.sha256()
         for part in ("go.mod", "go.sum"):
             digest.update((self.module_dir / part).read_bytes())
+        # a wrapper with code of its own (flytepropeller's main and flyte-create-execution): each file by its path
+        for path in sorted(p for p in self.module_dir.rglob("*.go") if p.is_file()):
+            digest.update(path.relative_to(self.module_dir).as_posix().encode())
+            digest.update(path.read_bytes())
         digest.update(" ".join(self.ldflags).encode())
         digest.update(go_version.encode())
         return f"{self.name}-{self.version}-{digest.hexdigest()[:12]}"
@@ -111,6 +119,23 @@ COMPONENTS: tuple[Component, ...] = (
         version="v0.19.2",
         binaries=(("kueue", "sigs.k8s.io/kueue/cmd/kueue"),),
         why="the newest Kueue the proxy serves (v0.19.3 and later are refused)",
+    ),
+    Component(
+        # our own wrapper: propeller's controller command with the plugins we run (its main.go says why not
+        # upstream's main), and flyte-create-execution, the stand-in for flyteadmin's CreateExecution
+        name="flytepropeller",
+        module="github.com/flyteorg/flyte/flytepropeller",
+        version=FLYTE_VERSION,
+        binaries=(
+            ("flytepropeller", "devcluster/flytepropeller"),
+            ("flyte-create-execution", "devcluster/flytepropeller/createexecution"),
+        ),
+        ldflags=(
+            f"-X github.com/flyteorg/flyte/flytestdlib/version.Version={FLYTE_VERSION}",
+            f"-X github.com/flyteorg/flyte/flytestdlib/version.Build={FLYTE_COMMIT}",
+        ),
+        why="the newest Flyte 1 release, the one flytekit 1.16 pairs with; flyteadmin and datacatalog are served by "
+        "the proxy at no version that builds with it, so propeller runs without them",
     ),
 )
 

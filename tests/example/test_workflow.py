@@ -22,6 +22,7 @@ from examples.mnist.workflow import (
     mnist_workflow,
     train_mnist,
 )
+from tests.mnist_data import SLICE, SLICE_ACCURACY
 
 ROOT = Path(__file__).resolve().parents[2]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -80,10 +81,10 @@ def test_pyflyte_help_shows_each_input_help() -> None:
 @pytest.mark.e2e
 def test_workflow_on_a_slice(mnist_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MNIST_DATA_DIR", str(mnist_dir))
-    result = mnist_workflow(train_limit=6000, test_limit=1000, epochs=2, log_interval=10)
+    result = mnist_workflow(**SLICE)
     assert type(result).__name__ == "MnistResult"
-    assert len(result.accuracies) == 2
-    assert result.accuracies[-1] > 94.0, result.accuracies
+    assert len(result.accuracies) == SLICE["epochs"]
+    assert result.accuracies[-1] > SLICE_ACCURACY, result.accuracies
     report = result.report
     assert report.matches and result.accuracy == report.accuracy
     assert report.accuracy == pytest.approx(result.accuracies[-1], abs=report.tolerance)
