@@ -801,7 +801,7 @@ class ApiSettings(Section):
 
     get_budget_s: float = 10.0
     """Total time one `get` may spend on the API: the job, its pods and its events, every attempt, timeout and backoff
-    sleep together. propeller gives GetTask 15 s (`deploy/propeller-config.yaml`); 10 s leaves 5 s for reading the
+    sleep together. propeller gives each call 30 s (`deploy/propeller-config.yaml`); 10 s leaves 20 s for reading the
     task's error documents of a failed job and for the gRPC round trip. Past it the error is raised and propeller
     polls again. Key: `api_get_budget_s`."""
 
@@ -814,7 +814,7 @@ class ApiSettings(Section):
     `api_create_budget_s`."""
 
     delete_budget_s: float = 10.0
-    """Total time one `delete` may spend on the API. propeller gives DeleteTask 15 s; past the budget the error is
+    """Total time one `delete` may spend on the API. propeller gives DeleteTask 30 s; past the budget the error is
     raised and propeller retries the delete (a job already gone is success). Key: `api_delete_budget_s`."""
 
     backoff_initial_s: float = 0.25

@@ -61,7 +61,7 @@ PROGRESS_READ_WAIT_S = 0.5
 """How long a poll waits for the progress read it starts when there is nothing to show before it (the attempt's first
 read) or the record held would be called stale (off the event loop: the served `get` awaits it); every other read runs
 in the background. A blob read takes milliseconds, so the poll that waits shows what it read; a slower store delays
-that poll by at most this, inside propeller's 15 s for a GetTask, and its read, once done, serves the next poll."""
+that poll by at most this, inside propeller's 30 s for a GetTask, and its read, once done, serves the next poll."""
 
 
 class JobService:

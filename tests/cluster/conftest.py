@@ -19,6 +19,7 @@ import pytest
 from tests.cluster.harness import TIMES, ClusterInfo, Propeller, RealCluster, ensure_bucket
 
 REQUIRED = os.environ.get("DEVCLUSTER_REQUIRED") == "1"
+CLUSTER_TEST_TIMEOUT_S = 900
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -26,6 +27,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.cluster)
+            if item.get_closest_marker("timeout") is None:
+                # the first test's setup starts the cluster (100 to 300 s on a loaded 2-core machine) and deploys the
+                # connector: the tiers' 300 s default would cut a scenario that ran well
+                item.add_marker(pytest.mark.timeout(CLUSTER_TEST_TIMEOUT_S))
 
 
 def _missing(start: bool) -> str:

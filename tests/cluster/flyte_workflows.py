@@ -1,5 +1,5 @@
 """Workflows the Flyte scenarios of the cluster tier package (`pyflyte package`) and run on propeller: each wraps a
-task of `tests.e2e.workflows` (or one of its own) in a one-node workflow, as `pyflyte run --remote` of a task does
+task of `tests.cluster.workflows` (or one of its own) in a one-node workflow, as `pyflyte run --remote` of a task does
 (flyteadmin wraps a task it launches in a workflow of one node)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 from flytekit import workflow
 
 from flytekitplugins_pytorch import pytorch_task
-from tests.e2e.workflows import reports_progress, sleeps
+from tests.cluster.workflows import reports_progress, sleeps
 
 
 @pytorch_task(workers_count=1, retries=1)

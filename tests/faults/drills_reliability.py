@@ -26,8 +26,8 @@ from tests.fakeapi.fixtures import running_fake_api
 NS = "flytesnacks-development"
 CALLS = ("get", "create", "delete")
 FAULTS = ("hung", "refused", "500 forever")
-PROPELLER_DEADLINE_S = {"get": 15.0, "create": 30.0, "delete": 15.0}
-"""`deploy/propeller-config.yaml`: GetTask 15 s, CreateTask 30 s, DeleteTask 15 s."""
+PROPELLER_DEADLINE_S = {"get": 30.0, "create": 30.0, "delete": 30.0}
+"""`deploy/propeller-config.yaml`: `defaultTimeout` 30 s for every call (propeller v1.16 applies no per-call value)."""
 
 
 @contextlib.contextmanager
@@ -125,7 +125,7 @@ def drill_deadlines() -> dict[str, Any]:
         "drill": "14 deadlines",
         "injected": "every request hung / connection refused / 500 forever, for get, create and delete",
         "expected": "each call answers (with an error) within its budget: get 10 s, create 20 s, delete 10 s; "
-        "propeller's deadlines are 15, 30, 15 s",
+        "propeller's deadline is 30 s for each",
         "observed": observed,
         "detect_s": max(r["seconds"] for r in rows),
         "leftover": 0,
