@@ -371,15 +371,22 @@ CPU_NODES = ("cpu-1", "cpu-2")
 GPU_TAINT_KEYS = ("nvidia.com/gpu", "flyte/gpu")
 
 
-def kind_params(ci: tuple[str, ...]) -> list[Any]:
+THROUGH_PROPELLER = (
+    "through real propeller instead ({} in tests/cluster/test_flyte.py, the same question asked end to end)"
+)
+"""Where CI covers a scenario of the connector alone: through propeller, which calls the same connector."""
+
+
+def kind_params(ci: tuple[str, ...], elsewhere: str = "") -> list[Any]:
     """pytest params over every kind: those in `ci` always run, the others only with `CLUSTER_KINDS=all` (else they
-    are skipped, saying how to run them)."""
+    are skipped, saying how to run them and where CI covers the scenario: `elsewhere`, or the kinds in `ci`)."""
     import pytest
 
     every = os.environ.get(ALL_KINDS_ENV, "") == "all"
+    where = elsewhere or f"on {', '.join(ci)}"
     return [
         pytest.param(k, marks=() if every or k in ci else pytest.mark.skip(
-            reason=f"{k}: opt-in ({ALL_KINDS_ENV}=all); CI runs this scenario on {', '.join(ci)}"))
+            reason=f"{k}: opt-in ({ALL_KINDS_ENV}=all); CI runs this scenario {where}"))
         for k in KINDS
     ]  # fmt: skip
 

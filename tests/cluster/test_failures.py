@@ -17,6 +17,7 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from tests.cluster.harness import (
     KINDS,
     TASK_NS,
+    THROUGH_PROPELLER,
     Execution,
     Propeller,
     RealCluster,
@@ -114,6 +115,8 @@ RANK_TWO_FAILED: dict[str, Callable[[Execution, str], None]] = {
 """What each kind shows of a job whose rank 2 raised."""
 
 
+@pytest.mark.parametrize("kind", kind_params(ci=("trainjob", "jobset"), elsewhere="on trainjob and jobset, and on "
+                         "pytorchjob " + THROUGH_PROPELLER.format("a failing rank")), indirect=True)  # fmt: skip
 def test_a_rank_that_raises_fails_the_job_naming_it(real: RealCluster, propeller: Propeller, kind: str,
                                                     templates: dict) -> None:  # fmt: skip
     from tests.cluster.workflows import worker_raises

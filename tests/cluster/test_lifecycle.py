@@ -21,6 +21,7 @@ from devcluster.kube import wait_for
 from tests.cluster.harness import (
     KINDS,
     TASK_NS,
+    THROUGH_PROPELLER,
     Execution,
     Propeller,
     RealCluster,
@@ -100,6 +101,8 @@ def pid_alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
+@pytest.mark.parametrize("kind", kind_params(ci=("trainjob", "jobset"), elsewhere="on trainjob and jobset, and on "
+                         "pytorchjob " + THROUGH_PROPELLER.format("an abort")), indirect=True)  # fmt: skip
 def test_delete_while_running_deletes_the_job_and_the_garbage_collector_takes_its_pods(
     real: RealCluster, propeller: Propeller, kind: str, templates: dict, marker_dir: Path
 ) -> None:

@@ -21,6 +21,7 @@ from tests.cluster.harness import (
     GPU_TAINT_KEYS,
     KINDS,
     TASK_NS,
+    THROUGH_PROPELLER,
     Execution,
     Propeller,
     RealCluster,
@@ -201,6 +202,8 @@ def propeller(connectors: Callable[..., Propeller], kind: str) -> Propeller:
     return connectors(kind)
 
 
+@pytest.mark.parametrize("kind", kind_params(ci=(), elsewhere=THROUGH_PROPELLER.format("the README example")),
+                         indirect=True)  # fmt: skip
 def test_seed_decorator_allreduce_over_three_ranks(real: RealCluster, propeller: Propeller, kind: str,
                                                     templates: dict) -> None:  # fmt: skip
     from tests.cluster.workflows import seed_allreduce
@@ -250,7 +253,8 @@ def local_mnist_accuracies(inputs: dict[str, Any], data_dir: str) -> list[float]
     return [float(a) for a in json.loads(line.removeprefix("ACCURACIES="))]
 
 
-@pytest.mark.parametrize("kind", kind_params(ci=("pytorchjob",)), indirect=True)
+@pytest.mark.parametrize("kind", kind_params(ci=(), elsewhere=THROUGH_PROPELLER.format("the MNIST workflow")),
+                         indirect=True)  # fmt: skip
 def test_mnist_example_reaches_the_local_runs_accuracy(real: RealCluster, propeller: Propeller, kind: str,
                                                         templates: dict, tmp_path: Path) -> None:  # fmt: skip
     """The seed MNIST task on a slice of real data: 3 ranks, each in its own pod, reach at least the accuracy the same
