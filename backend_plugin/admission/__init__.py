@@ -493,7 +493,9 @@ def _resource_problems(
                 )
                 out.append(Problem(REJECTED, format_path(at), setting, message))
                 continue
-            problem = quantity_problem(value, whole=is_integer_resource(str(name))) or _hugepage_problem(str(name), value)
+            problem = quantity_problem(value, whole=is_integer_resource(str(name))) or _hugepage_problem(
+                str(name), value
+            )
             if problem is not None:
                 out.append(Problem(UNSTARTABLE, format_path(at), setting, _pods_fail(f"{said} {problem}")))
     return out
