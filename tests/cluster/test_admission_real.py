@@ -31,7 +31,7 @@ from pytorch_contract.pod_rules import container_name_problems, env_name_problem
 from tests.backend import test_admission as rules_table
 from tests.backend import test_admission_upstream as upstream_table
 from tests.cluster.harness import RealCluster
-from tests.cluster.realapi_admission import NS, Case, judge, job_case, object_case, pod_case, report
+from tests.cluster.realapi_admission import NS, Case, job_case, judge, object_case, pod_case, report
 from tests.contract import test_upstream_rules as contract
 from tests.helpers.jobs import META, write_job
 
@@ -60,8 +60,10 @@ def _write(template: dict, target: str) -> dict:
 
 
 def golden_cases() -> list[Case]:
-    out = [job_case(f"golden/{p.parent.name}/{p.stem}", "golden", yaml.safe_load(p.read_text()))
-           for p in sorted((DATA / "jobs").glob("*.yaml")) + sorted((DATA / "trainjobs").glob("*.yaml"))]  # fmt: skip
+    out = [
+        job_case(f"golden/{p.parent.name}/{p.stem}", "golden", yaml.safe_load(p.read_text()))
+        for p in sorted((DATA / "jobs").glob("*.yaml")) + sorted((DATA / "trainjobs").glob("*.yaml"))
+    ]
     for path in sorted((DATA / "templates").glob("*.json")):
         try:
             job = _write(json.loads(path.read_text()), "jobset")
@@ -114,31 +116,75 @@ def contract_cases() -> list[Case]:
     out = []
     for i, (name, _refused, _old) in enumerate(contract.ENV_NAMES):
         problems = env_name_problems([name], "env")
-        out.append(pod_case(f"contract/env/{i}:{name!r}", "ENV_NAMES",
-                            {"containers": [_main(env=[{"name": name, "value": "v"}])]}, problems, ["env"]))  # fmt: skip
+        out.append(
+            pod_case(
+                f"contract/env/{i}:{name!r}",
+                "ENV_NAMES",
+                {"containers": [_main(env=[{"name": name, "value": "v"}])]},
+                problems,
+                ["env"],
+            )
+        )
     for i, (labels, _ok) in enumerate(contract.LABELS):
         problems = label_problems(labels, "labels")
-        out.append(pod_case(f"contract/labels/{i}", "LABELS", {"containers": [_main()]}, problems, ["labels"],
-                            metadata={"labels": labels}))  # fmt: skip
+        out.append(
+            pod_case(
+                f"contract/labels/{i}",
+                "LABELS",
+                {"containers": [_main()]},
+                problems,
+                ["labels"],
+                metadata={"labels": labels},
+            )
+        )
     for key in ("Example.com/team", "EXAMPLE.COM/Team", "example.com/team!", "a/b/c"):
         problems = annotation_problems({key: "v"}, "annotations")
-        out.append(pod_case(f"contract/annotations/{key}", "annotation keys", {"containers": [_main()]}, problems,
-                            ["annotations"], metadata={"annotations": {key: "v"}}))  # fmt: skip
+        out.append(
+            pod_case(
+                f"contract/annotations/{key}",
+                "annotation keys",
+                {"containers": [_main()]},
+                problems,
+                ["annotations"],
+                metadata={"annotations": {key: "v"}},
+            )
+        )
     for i, (toleration, _refused, _warned) in enumerate(contract.TOLERATIONS):
         problems = toleration_problems([toleration], "tolerations")
-        out.append(pod_case(f"contract/tolerations/{i}:{toleration}", "TOLERATIONS",
-                            {"containers": [_main()], "tolerations": [toleration]}, problems, ["tolerations"]))  # fmt: skip
+        out.append(
+            pod_case(
+                f"contract/tolerations/{i}:{toleration}",
+                "TOLERATIONS",
+                {"containers": [_main()], "tolerations": [toleration]},
+                problems,
+                ["tolerations"],
+            )
+        )
     for i, (name, _ok) in enumerate(contract.CONTAINER_NAMES):
         problems = container_name_problems(["main", name], [], "containers")
-        out.append(pod_case(f"contract/container-names/{i}:{name!r}", "CONTAINER_NAMES",
-                            {"containers": [_main(), {"name": name, "image": "x"}]}, problems, ["name"]))  # fmt: skip
-    for containers, inits in ((["main", "sidecar"], ["setup"]), (["main", "main"], []), (["main"], ["main"]),
-                              (["main"], ["setup", "setup"])):  # fmt: skip
+        out.append(
+            pod_case(
+                f"contract/container-names/{i}:{name!r}",
+                "CONTAINER_NAMES",
+                {"containers": [_main(), {"name": name, "image": "x"}]},
+                problems,
+                ["name"],
+            )
+        )
+    for containers, inits in (
+        (["main", "sidecar"], ["setup"]),
+        (["main", "main"], []),
+        (["main"], ["main"]),
+        (["main"], ["setup", "setup"]),
+    ):
         problems = container_name_problems(containers, inits, "containers")
-        spec = {"containers": [{"name": n, "image": "x"} for n in containers],
-                "initContainers": [{"name": n, "image": "x"} for n in inits]}  # fmt: skip
-        out.append(pod_case(f"contract/unique-names/{containers}+{inits}", "container names unique", spec, problems,
-                            ["name"]))  # fmt: skip
+        spec = {
+            "containers": [{"name": n, "image": "x"} for n in containers],
+            "initContainers": [{"name": n, "image": "x"} for n in inits],
+        }
+        out.append(
+            pod_case(f"contract/unique-names/{containers}+{inits}", "container names unique", spec, problems, ["name"])
+        )
     # quantities are judged where the backend writes them: in a job's pod template, under its CRD's pattern
     for text, _value in contract.QUANTITIES:
         out.append(job_case(f"contract/quantity/{text!r}", "QUANTITIES", _worker_resources("requests", "cpu", text)))
@@ -163,12 +209,17 @@ def contract_cases() -> list[Case]:
         job = _worker_resources("limits", "hugepages-2Mi", amount)
         out.append(job_case(f"contract/hugepages-2Mi/{amount!r}", "hugepages", job))
     for name, _admitted in contract.QUEUE_NAMES:
-        job = {"apiVersion": "batch/v1", "kind": "Job",
-               "metadata": {"name": "probe", "labels": {"kueue.x-k8s.io/queue-name": name}},
-               "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never",
-                                                                "containers": [_main()]}}}}  # fmt: skip
-        out.append(object_case(f"contract/queue-name/{name!r}", "QUEUE_NAMES", job,
-                               queue_name_problem(name) is not None, ["labels"]))  # fmt: skip
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "probe", "labels": {"kueue.x-k8s.io/queue-name": name}},
+            "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [_main()]}}},
+        }
+        out.append(
+            object_case(
+                f"contract/queue-name/{name!r}", "QUEUE_NAMES", job, queue_name_problem(name) is not None, ["labels"]
+            )
+        )
     return out
 
 
