@@ -50,6 +50,7 @@ from backend_plugin.admission.settings import get_path, setting_for
 from backend_plugin.admission.structural import NOTE, PRUNED, REJECTED, Path, format_path
 from backend_plugin.errors import TemplateError
 from backend_plugin.kinds import DECLARED, Declaration, declaration_for
+from pytorch_contract.crd_patterns import pattern_matches
 from pytorch_contract.install import install_hint
 from pytorch_contract.job_limits import (
     LARGE_VALUE_ADVICE,
@@ -68,7 +69,6 @@ from pytorch_contract.pod_rules import (
     toleration_problems,
     toleration_warnings,
 )
-from pytorch_contract.crd_patterns import pattern_matches
 from pytorch_contract.quantity import QuantityError, is_quantity, parse_quantity, quantity_problem
 
 __all__ = [
