@@ -37,8 +37,10 @@ Every problem names the user's setting (`Worker.pod_template labels`, `environme
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Optional
 
 from backend_plugin.admission import cel, crds, structural
@@ -48,6 +50,7 @@ from backend_plugin.admission.settings import get_path, setting_for
 from backend_plugin.admission.structural import NOTE, PRUNED, REJECTED, Path, format_path
 from backend_plugin.errors import TemplateError
 from backend_plugin.kinds import DECLARED, Declaration, declaration_for
+from pytorch_contract.crd_patterns import pattern_matches
 from pytorch_contract.install import install_hint
 from pytorch_contract.job_limits import (
     LARGE_VALUE_ADVICE,
@@ -66,7 +69,7 @@ from pytorch_contract.pod_rules import (
     toleration_problems,
     toleration_warnings,
 )
-from pytorch_contract.quantity import quantity_problem
+from pytorch_contract.quantity import QuantityError, is_quantity, parse_quantity, quantity_problem
 
 __all__ = [
     "Problem",
@@ -454,12 +457,21 @@ def is_integer_resource(name: str) -> bool:
     return QUALIFIED_NAME.match(f"requests.{name}") is not None
 
 
-def _resource_problems(job: Mapping[str, Any], path: Path, resources: Any, where: str = "") -> list[Problem]:
+def _resource_problems(
+    job: Mapping[str, Any], path: Path, resources: Any, where: str = "", declaration: Optional[Declaration] = None
+) -> list[Problem]:
     """A container's requests and limits, as the API server validates a pod's (`ValidateResourceRequirements`): each a
-    quantity `ParseQuantity` reads (the CRD's pattern also takes `1e1.5`, which it cannot), never negative
-    (`ValidateNonnegativeQuantity`), whole for an extended resource (`ValidateResourceQuantityValue`)."""
+    quantity `ParseQuantity` reads, never negative (`ValidateNonnegativeQuantity`), whole for an extended resource
+    (`ValidateResourceQuantityValue`), a whole number of pages for `hugepages-<size>`
+    (`validateResourceQuantityHugePageValue`).
+
+    A value the CRD's pattern takes and `ParseQuantity` cannot read (`1e1.5`, an exponent over int64) never reaches a
+    pod: the kind's admission webhook decodes the job into its Go types and refuses the create (training-operator's
+    `mpytorchjob.kb.io`, Trainer's `defaulter.trainjob.trainer.kubeflow.org`, JobSet's `mjobset.kb.io`), so that is
+    `rejected`; a value the pattern refuses is the schema's verdict already."""
     if not isinstance(resources, Mapping):
         return []
+    declaration = declaration or declaration_for(job)
     out = []
     for section in ("requests", "limits"):
         amounts = resources.get(section)
@@ -468,13 +480,53 @@ def _resource_problems(job: Mapping[str, Any], path: Path, resources: Any, where
         for name, value in amounts.items():
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 continue  # not a quantity's type: the CRD's schema refuses it
-            problem = quantity_problem(value, whole=is_integer_resource(str(name)))
+            at = (*path, section, str(name))
+            setting = where or setting_for(job, at)
+            said = f"{setting}: {section}[{name!r}]={value!r} is"
+            if isinstance(value, str) and not is_quantity(value):
+                if not pattern_matches(_CRD_QUANTITY, value):
+                    continue  # the CRD's pattern refuses it: the schema's problem names it
+                message = (
+                    f"{said} not a Kubernetes quantity (ParseQuantity cannot read it, though the CRD's pattern takes "
+                    f"it): {declaration.controller}'s admission webhook cannot decode it and refuses the create; "
+                    f"{_QUANTITY_ADVICE}"
+                )
+                out.append(Problem(REJECTED, format_path(at), setting, message))
+                continue
+            problem = quantity_problem(value, whole=is_integer_resource(str(name))) or _hugepage_problem(
+                str(name), value
+            )
             if problem is not None:
-                at = (*path, section, str(name))
-                setting = where or setting_for(job, at)
-                message = f"{setting}: {section}[{name!r}]={value!r} is {problem}"
-                out.append(Problem(UNSTARTABLE, format_path(at), setting, _pods_fail(message)))
+                out.append(Problem(UNSTARTABLE, format_path(at), setting, _pods_fail(f"{said} {problem}")))
     return out
+
+
+_CRD_QUANTITY = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""The quantity pattern of every vendored CRD (`int-or-string` quantities, from the Kubernetes OpenAPI)."""
+
+_QUANTITY_ADVICE = "write it as a number with an optional suffix, e.g. '500m', '4Gi', '1e3'"
+
+
+def _hugepage_problem(name: str, value: Any) -> Optional[str]:
+    """`validateResourceQuantityHugePageValue`: a `hugepages-<size>` amount is a whole number of pages
+    (`IsHugePageResourceValueDivisible`: the page size parses to a whole positive number of bytes, and the amount's
+    `Value()`, rounded up to a whole byte, is a multiple of it). On a create the API server allows no exception."""
+    if not name.startswith("hugepages-"):
+        return None
+    size = name[len("hugepages-") :]
+    try:
+        page = parse_quantity(size)
+        amount = parse_quantity(value)
+    except QuantityError:
+        page = amount = Decimal(0)
+    if page <= 0 or (page * 1000) % 1 != 0:
+        return f"not a valid amount: {name!r} names no page size Kubernetes reads (e.g. 'hugepages-2Mi')"
+    if math.ceil(amount) % math.ceil(page) == 0:
+        return None
+    return f"not a whole number of {size} pages: use a multiple of {size}"
 
 
 def _env_list_problems(job: Mapping[str, Any], declaration: Declaration) -> list[Problem]:
@@ -498,7 +550,7 @@ def _env_list_problems(job: Mapping[str, Any], declaration: Declaration) -> list
             if message:
                 out.append(Problem(NOTE, where, "environment", message))
     for path in declaration.limits.resource_paths:
-        out += _resource_problems(job, path, get_path(job, path), where="resources")
+        out += _resource_problems(job, path, get_path(job, path), where="resources", declaration=declaration)
     return out
 
 

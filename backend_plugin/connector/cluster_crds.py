@@ -170,8 +170,9 @@ class ClusterCrds:
             kept = previous.crd if keep_learned and previous is not None and not previous.readable else None
             if previous is None or previous.readable:
                 logger.info(
-                    "cannot read customresourcedefinitions/%s (RBAC); the %s CRD is learnt from the API server's "
-                    "strict answers instead", key, target.kind,
+                    "cannot read customresourcedefinitions/%s: the connector's service account needs permission to "
+                    "get customresourcedefinitions (apiGroup apiextensions.k8s.io) cluster-wide (rbac.yaml's optional "
+                    "rule); the %s CRD is learnt from the API server's strict answers instead", key, target.kind,
                 )  # fmt: skip
             entry = _Entry(kept, False, now)
         except NotFound:

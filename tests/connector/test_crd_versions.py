@@ -385,3 +385,16 @@ def test_a_crd_read_the_api_cannot_answer_leaves_the_create_its_time(cluster, tm
     p.server.reset_log()
     p.create(tmp_path, "i2", template=template("sdk_pod_template"))
     assert calls(p.server) == [_crd(200), _create("pytorchjob", 201)]
+
+
+def test_without_rbac_to_read_the_crd_the_log_names_the_permission(cluster, tmp_path, caplog) -> None:
+    """The CRD read is optional; without it the connector says once which permission it lacks and what it does
+    instead."""
+    import logging
+
+    p = cluster("pytorchjob", rbac=False)
+    with caplog.at_level(logging.INFO, logger="backend_plugin.connector.cluster_crds"):
+        p.create(tmp_path, template=template("sdk_pod_template"))
+    (message,) = [r.getMessage() for r in caplog.records if "customresourcedefinitions" in r.getMessage()]
+    assert "needs permission to get customresourcedefinitions (apiGroup apiextensions.k8s.io) cluster-wide" in message
+    assert "pytorchjobs.kubeflow.org" in message and "learnt from the API server's strict answers" in message

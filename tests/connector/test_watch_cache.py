@@ -490,3 +490,19 @@ def test_a_bug_in_the_cache_s_own_code_stops_its_watch_loudly(server, make_cache
             time.sleep(0.02)
     assert "stopped on an error of its own code" in caplog.text and "Traceback" in caplog.text
     assert watch_threads() == []
+
+
+@pytest.mark.parametrize("verb", ["list", "watch"])
+def test_a_forbidden_list_or_watch_names_the_missing_permission(server, make_cache, caplog, verb):
+    """Without `list` (or `watch`) on the jobs, the cache cannot sync and each poll reads its job with a GET: the log
+    names the verb, the resource and its group, and how to do without the cache."""
+    import logging
+
+    server.forbid(verb, PLURAL)
+    cache = make_cache()
+    with caplog.at_level(logging.WARNING, logger="backend_plugin.kube.watch"):
+        assert cache.get(NS, "j0") is None
+        wait_for(lambda: any("needs permission" in r.getMessage() for r in caplog.records))
+    message = next(r.getMessage() for r in caplog.records if "needs permission" in r.getMessage())
+    assert f"needs permission to {verb} {PLURAL} (apiGroup {GROUP}) in namespace {NS}" in message
+    assert "watch_cache: false" in message and "backend_plugin/deploy/rbac.yaml" in message

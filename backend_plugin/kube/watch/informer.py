@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional, Protocol
 
+from backend_plugin.errors import forbidden_reason, parse_status
 from backend_plugin.kube.retry import Backoff
 from backend_plugin.kube.watch.policy import MIN_HEALTHY_WATCH_S, Outcome, RetryPolicy
 from backend_plugin.kube.watch.store import Held, Store, rv_newer
@@ -195,8 +196,15 @@ class Informer:
                         break
                     gone = isinstance(e, ApiException) and e.status == 410  # a continue token, or a watch, too old
                     outcome = Outcome.GONE if gone else Outcome.FAILED
-                    logger.warning("%s of %s in %s failed (%s); retrying", "list" if policy.need_list or gone
-                                   else "watch", scope.plural, scope.name, _describe(e))  # fmt: skip
+                    verb = "list" if policy.need_list or gone else "watch"
+                    if isinstance(e, ApiException) and e.status == 403:
+                        logger.warning("%s of %s in %s failed: %s Until it is granted, each status poll reads its job "
+                                       "with a GET (`watch_cache: false` stops these requests); retrying", verb,
+                                       scope.plural, scope.name, forbidden_reason(verb, scope.plural, scope.group,
+                                       scope.namespace or "", parse_status(e).message))  # fmt: skip
+                    else:
+                        logger.warning("%s of %s in %s failed (%s); retrying", verb, scope.plural, scope.name,
+                                       _describe(e))  # fmt: skip
                 finally:
                     self.connected = False
                     self._response = None
