@@ -204,8 +204,11 @@ JOB_SHAPES = {
 }
 
 
-def _failed_job(server: Any, connector: Any, tmp_path: Any, start: int = 600) -> JobMetadata:
-    meta = connector.create(load_template(), str(tmp_path), None, execution_metadata())
+def _failed_job(server: Any, client: Any, tmp_path: Any, start: int = 600) -> JobMetadata:
+    # made by a connector with the shipped budgets: the create is the scene, not what the test looks at, and the
+    # fake API server's first create (its CRD schema read cold) can take longer than the short budgets on a slow
+    # machine
+    meta = make_connector(client).create(load_template(), str(tmp_path), None, execution_metadata())
     stored = server.get_job(NS, meta.name)
     server.set_job_status(NS, meta.name, {"conditions": [condition("Created"), condition("Failed", message="boom.")]})
     term = {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": "2025-01-01T00:05:00Z"}}
@@ -217,7 +220,7 @@ def _failed_job(server: Any, connector: Any, tmp_path: Any, start: int = 600) ->
 def test_malformed_pods_never_hide_a_failed_job_and_the_next_poll_heals(fake_api, tmp_path, shape) -> None:
     server, client = fake_api
     connector = make_connector(client, clock=lambda: NOW, **SHORT)
-    meta = _failed_job(server, connector, tmp_path)
+    meta = _failed_job(server, client, tmp_path)
     server.answer_raw(200, SHAPES[shape], times=None, verb="list", resource="pods")
     resource = connector.get(meta)
     assert resource.phase == TE.RETRYABLE_FAILED and "boom." in resource.message
@@ -248,7 +251,7 @@ def test_malformed_events_never_hide_a_job_that_never_started(fake_api, tmp_path
 def test_a_malformed_job_is_an_error_naming_the_job_and_the_next_poll_heals(fake_api, tmp_path, shape) -> None:
     server, client = fake_api
     connector = make_connector(client, clock=lambda: NOW, **SHORT)
-    meta = _failed_job(server, connector, tmp_path)
+    meta = _failed_job(server, client, tmp_path)
     body = JOB_SHAPES[shape]
     if body is None:  # the job's own conditions as an object
         job = server.get_job(NS, meta.name)
@@ -340,7 +343,7 @@ def test_a_suspended_job_is_queued_whatever_its_conditions_say(fake_api, tmp_pat
 def test_pods_of_a_shape_no_api_server_writes_leave_the_job_to_its_conditions(fake_api, tmp_path) -> None:
     server, client = fake_api
     connector = make_connector(client, clock=lambda: NOW, **SHORT)
-    meta = _failed_job(server, connector, tmp_path)
+    meta = _failed_job(server, client, tmp_path)
     body = b'{"kind": "PodList", "items": [{"metadata": "x", "status": ["y"]}]}'
     server.answer_raw(200, body, times=None, verb="list", resource="pods")
     resource = connector.get(meta)

@@ -34,13 +34,17 @@ def warm_validators() -> None:
 
     The first validation reads the schemas from disk (about a second on a busy 2-core machine); inside a create hook
     that is longer than the connector tests' 1 s client timeout, which made the first create of a session look slow.
+    The vendored CRDs the server answers `GET customresourcedefinitions/<name>` with are parsed here too (1.4 s for
+    the first, read inside the connector's half-second CRD read on a create).
     """
     from backend_plugin.targets.registry import KINDS
+    from tests.fakeapi import pruning
     from tests.targets.conftest import facts_of
 
     for target in KINDS:
         facts = facts_of(target)
         facts.validate(facts.WARM_UP)
+        pruning.vendored_crd(target.plural)
 
 
 @contextmanager
