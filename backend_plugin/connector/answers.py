@@ -21,11 +21,13 @@ from flyteidl.core.execution_pb2 import TaskExecution, TaskLog
 from backend_plugin.connector import blobs, shapes
 from backend_plugin.connector.log_pods import run_key
 from backend_plugin.connector.metadata import Answer, JobMetadata
+from backend_plugin.connector.recovery import of_attempt, recoveries
 from backend_plugin.connector.session import Session
 from backend_plugin.errors import KubeApiError
 from backend_plugin.kube.api import PAGE, Request
 from backend_plugin.kube.retry import Deadline
-from backend_plugin.status import failed_job_status
+from backend_plugin.kube.timestamps import parse_time
+from backend_plugin.status import failed_job_status, fresh_errors
 from backend_plugin.targets.registry import DEFAULT, JobTarget, Observed
 from backend_plugin.task_errors import ErrorReport
 
@@ -38,17 +40,17 @@ POD_PAGE = PAGE
 
 
 def same_uid(job: dict, meta: JobMetadata) -> bool:
-    """Whether `job` is the one `meta` names (always, when either uid is unknown: old metadata).
+    """Whether `job` is the one `meta` names, or the job the connector created again for the same attempt after a
+    preemption (`recovery.of_attempt`); always, when either uid is unknown (old metadata).
 
     Args:
         job: a job as read.
         meta: what `create` returned.
 
     Returns:
-        True unless both uids are known and differ.
+        True unless both uids are known and differ and `job` was not created again for `meta`'s attempt.
     """
-    uid = str((job.get("metadata") or {}).get("uid", ""))
-    return not (meta.uid and uid and uid != meta.uid)
+    return of_attempt(job, meta.uid)
 
 
 class JobReader:
@@ -108,7 +110,7 @@ class JobReader:
         """
         ns, name = meta.namespace, meta.name
         uid = str((job.get("metadata") or {}).get("uid", ""))
-        if meta.uid and uid and uid != meta.uid:
+        if not same_uid(job, meta):
             return Answer(
                 TaskExecution.RETRYABLE_FAILED,
                 f"{target.kind} {ns}/{name} was deleted outside Flyte and a different job of the same name now exists "
@@ -133,6 +135,8 @@ class JobReader:
         errors: Optional[ErrorReport] = None
         if reads.error_report and meta.output_prefix:
             errors = blobs.read_error_report(meta.output_prefix, config.status.error_document_max_bytes)
+            if recoveries(job):  # a job created again: what the runs before it wrote is not its error
+                errors = fresh_errors(errors, parse_time((job.get("metadata") or {}).get("creationTimestamp")))
         events: Optional[list[dict]] = None
         events_problem = ""
         if reads.events:
@@ -224,6 +228,23 @@ class JobReader:
             "its namespace) before it finished, and the task wrote neither outputs nor an error; a retryable failure",
             custom_info=info,
         )
+
+    def list_pods(self, namespace: str, name: str, target: JobTarget, deadline: Deadline) -> list[dict]:
+        """The job's pods, as the answers list them (by the kind's selector, each of core/v1's shape).
+
+        Args:
+            namespace: the job's namespace.
+            name: its name.
+            target: its kind.
+            deadline: the poll's deadline.
+
+        Returns:
+            The pods.
+
+        Raises:
+            KubeApiError: they could not be listed.
+        """
+        return self._list("pods", namespace, name, target, deadline)
 
     def _list(self, what: str, namespace: str, name: str, target: JobTarget, deadline: Deadline) -> list[dict]:
         """The core/v1 pods or events of one job (`what`: "pods" or "events"), by the target's selector, each of
