@@ -293,6 +293,16 @@ class Recovery:
         if cause is None:
             return answer
         count = recoveries(job)
+        if count < self.bound:
+            # the job as the API server holds it: the watch cache keeps a slimmed copy (pod templates down to their
+            # containers' names and images), which created again would run containers without a command
+            try:
+                job = self._read(ns, name, target, deadline)
+            except NotFound:
+                gone = self.gone(meta, target, deadline)
+                return gone if gone is not None else answer
+            if not of_attempt(job, meta.uid):
+                return answer
         if count >= self.bound:
             said = ("preemption recovery is off (preemption_recoveries=0)" if self.bound == 0 else
                     f"the connector already created this attempt's job again {count} time(s) after a preemption "
@@ -383,6 +393,12 @@ class Recovery:
         info["preemption_recoveries"] = pending.count
         return Answer(TaskExecution.RUNNING, message, answer.log_links if answer is not None else (), info)
 
+    def _read(self, ns: str, name: str, target: JobTarget, deadline: Deadline) -> dict:
+        """GET the job, whole (not the watch cache's slimmed copy)."""
+        request = Request("get", f"{target.kind} {ns}/{name}", ns, "get", target.plural, target.group)
+        return self.session.api.read_object(request, target.group, target.version, target.plural, name,
+                                            f"a {target.kind} object", deadline, shapes.job_problem)  # fmt: skip
+
     def _delete(self, pending: Pending, ns: str, name: str, target: JobTarget, deadline: Deadline) -> None:
         """Delete the failed job, only it (its uid as the precondition), with its kind's propagation; gone already
         or replaced already (another replica's recovery) is success."""
@@ -421,9 +437,7 @@ class Recovery:
         try:
             return dict(api.call(request, send, deadline, _object))
         except Conflict:
-            read = Request("get", f"{target.kind} {ns}/{name}", ns, "get", target.plural, target.group)
-            existing = api.read_object(read, target.group, target.version, target.plural, name,
-                                       f"a {target.kind} object", deadline, shapes.job_problem)  # fmt: skip
+            existing = self._read(ns, name, target, deadline)
             if attempt_uid(existing) == pending.first_uid and recoveries(existing) >= pending.count:
                 return existing
             raise

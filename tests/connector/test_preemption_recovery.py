@@ -60,8 +60,10 @@ def test_an_evicted_pod_and_its_peers_stopped_at_the_agreed_step_are_a_preemptio
     pods = [ended("Master", 0, 11, exitCode=200), disrupted(ended("Worker", 0, 12, exitCode=200)),
             ended("Worker", 1, 11, exitCode=200)]  # fmt: skip
     cause = preemption_cause(pods, ErrorReport(), False, replica_name)
-    assert cause == "worker-0 (DisruptionTarget EvictionByEvictionAPI: evicted through the Eviction API (a node drain, " \
-                    "the cluster autoscaler, a descheduler))"  # fmt: skip
+    assert cause == (
+        "worker-0 (DisruptionTarget EvictionByEvictionAPI: evicted through the Eviction API (a node "
+        "drain, the cluster autoscaler, a descheduler))"
+    )
 
 
 def test_every_rank_stopped_at_the_agreed_step_without_a_disruption_is_a_preemption():
@@ -165,7 +167,8 @@ def connector_for(fake_api, kind: Kind, **config):
 
 def write_record(prefix: Path, requested_at: float, step: int = 4) -> None:
     record = PreemptionRecord(stopped_at=step, checkpoint_step=step, signal="SIGTERM", rank=1, pod="w-0",
-                              requested_at=requested_at, grace_s=30.0, resume_known=True, resumes_from=step)  # fmt: skip
+                              requested_at=requested_at, grace_s=30.0, resume_known=True,
+                              resumes_from=step)  # fmt: skip
     prefix.mkdir(parents=True, exist_ok=True)
     (prefix / FILE_NAME).write_bytes(record.to_json())
 
@@ -225,6 +228,33 @@ def test_a_preempted_job_is_created_again_and_the_task_stays_running(fake_api, k
     assert connector.get(meta).phase == TaskExecution.SUCCEEDED
 
 
+def test_the_job_created_again_is_the_whole_job_not_the_watch_caches_copy(fake_api, kind, tmp_path):
+    # the watch cache keeps pod templates down to their containers' names and images: a job created again from it
+    # ran containers without a command (seen on the real control plane)
+    server, _ = fake_api
+    connector = connector_for(fake_api, kind, watch_cache=True)
+    meta = create(connector, tmp_path / "0")
+    first = server.get_job(NS, meta.name, plural=kind.target.plural)
+    connector.get(meta)  # starts the watch
+    deadline = time.monotonic() + 30
+    while not server.open_watches(kind.target.plural) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    preempt(server, kind, meta.name)
+    cache = connector.service.session().cache(kind.target)
+    while (cache.get(NS, meta.name) or {}).get("status", {}).get("conditions") != [
+        condition("Failed", reason="FailedJobs", message="the job failed.")
+    ] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    answer = connector.get(meta)
+    while "the job is created again (uid" not in answer.message and time.monotonic() < deadline:
+        time.sleep(0.2)
+        answer = connector.get(meta)
+    assert answer.phase == TaskExecution.RUNNING and "the job is created again (uid" in answer.message, answer.message
+    again = server.get_job(NS, meta.name, plural=kind.target.plural)
+    assert again["spec"] == first["spec"]
+    connector.close()
+
+
 def test_the_created_job_waits_for_the_old_pods_to_go(fake_api, kind, tmp_path):
     server, _ = fake_api
     connector = connector_for(fake_api, kind)
@@ -237,7 +267,7 @@ def test_the_created_job_waits_for_the_old_pods_to_go(fake_api, kind, tmp_path):
     assert server.get_job(NS, meta.name, plural=kind.target.plural) is None
     for pod in server.pods(NS):
         server.remove_pod(NS, pod["metadata"]["name"])
-    assert "created again" in connector.get(meta).message
+    assert "the job is created again (uid" in connector.get(meta).message
     assert server.get_job(NS, meta.name, plural=kind.target.plural) is not None
 
 
@@ -298,7 +328,7 @@ def test_past_the_bound_the_failure_is_flytes_saying_so(fake_api, tmp_path):
     for count in (1, 2):
         preempt(server, kind, meta.name)
         assert connector.get(meta).phase == TaskExecution.RUNNING
-        assert "created again" in connector.get(meta).message
+        assert "the job is created again (uid" in connector.get(meta).message
         job = server.get_job(NS, meta.name)
         assert job["metadata"]["annotations"][RECOVERIES_ANNOTATION] == str(count)
     preempt(server, kind, meta.name)
@@ -336,7 +366,7 @@ def test_a_replica_that_finds_the_job_gone_waits_for_the_one_that_creates_it(fak
     assert waiting.phase == TaskExecution.RUNNING and "another replica of the connector creates it again" in (
         waiting.message
     ), waiting.message
-    assert "created again" in a.get(meta).message
+    assert "the job is created again (uid" in a.get(meta).message
     assert b.get(meta).phase == TaskExecution.RUNNING  # b reads the job a created: this attempt's
     write_record(prefix, time.time() - 600)  # long ago: a job gone is gone
     server.remove_job(NS, meta.name)
