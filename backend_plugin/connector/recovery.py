@@ -193,7 +193,15 @@ class Recoveries:
                 self._pending[(namespace, name)] = pending
 
     def get(self, namespace: str, name: str) -> Optional[Pending]:
-        """The job held for (namespace, name), or None."""
+        """The job held for (namespace, name).
+
+        Args:
+            namespace: the job's namespace.
+            name: its name.
+
+        Returns:
+            What is held, or None.
+        """
         with self._lock:
             return self._pending.get((namespace, name))
 
@@ -255,6 +263,7 @@ class Recovery:
 
     @property
     def bound(self) -> int:
+        """`preemption_recoveries`: the most times one attempt's job is created again."""
         return int(self.session.config.status.preemption_recoveries)
 
     def failed(self, job: dict, meta: JobMetadata, target: JobTarget, answer: Answer, deadline: Deadline) -> Answer:
