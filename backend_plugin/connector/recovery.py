@@ -48,7 +48,7 @@ from backend_plugin.errors import Conflict, KubeApiError, NotFound
 from backend_plugin.kube.api import Request
 from backend_plugin.kube.retry import Deadline
 from backend_plugin.kube.timestamps import parse_time
-from backend_plugin.status import fresh_errors, preemption_cause
+from backend_plugin.status import fresh_errors, preemption_cause, replica_failures
 from backend_plugin.targets.registry import JobTarget
 from pytorch_contract.preemption import PreemptionRecord, record_from_file, what_comes_next, who_got_it
 
@@ -63,6 +63,7 @@ __all__ = [
     "copy_for_recovery",
     "Recovery",
     "GONE_WAIT_S",
+    "EVIDENCE_WAIT_S",
 ]
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,12 @@ RECOVERIES_ANNOTATION = "pytorch.flyte.org/preemption-recoveries"
 
 ATTEMPT_UID_ANNOTATION = "pytorch.flyte.org/attempt-uid"
 """The uid of the attempt's first job, which Flyte's metadata names (on a job the connector created again)."""
+
+EVIDENCE_WAIT_S = 90.0
+"""How long after a job failed the connector waits, while no failed pod is left to read and a pod still runs, for
+what tells a preemption from a failure (the peers' exit code 200, the preemption record, an error document): the
+ranks stop within the termination grace (Kubernetes' default 30 s), and a loaded node takes a while to end their pods.
+A task's own error writes its document before its pod ends, so a failure of the task is rarely waited on."""
 
 GONE_WAIT_S = 120.0
 """How long after a preemption (its record's `requested_at`) a replica that finds the job gone, holding nothing to
@@ -222,6 +229,18 @@ class Recoveries:
                 del self._pending[(namespace, name)]
 
 
+def _failed_since(job: Mapping[str, Any]) -> Optional[datetime.datetime]:
+    """When the job's true `Failed` condition turned true (every kind's controller writes one), or None."""
+    for c in (job.get("status") or {}).get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == "Failed" and c.get("status") == "True":
+            return parse_time(c.get("lastTransitionTime"))
+    return None
+
+
+def _still_running(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Pending", "Running")
+
+
 def _created(job: Mapping[str, Any]) -> Optional[datetime.datetime]:
     return parse_time((job.get("metadata") or {}).get("creationTimestamp"))
 
@@ -300,7 +319,7 @@ class Recovery:
                 errors, record = fresh_errors(errors, since), _fresh_record(record, since)
         cause = preemption_cause(pods, errors, record is not None)
         if cause is None:
-            return answer
+            return self._undecided(job, pods, errors, record, answer)
         count = recoveries(job)
         if count < self.bound:
             # the job as the API server holds it: the watch cache keeps a slimmed copy (pod templates down to their
@@ -327,6 +346,24 @@ class Recovery:
         else:
             step = "waiting for the failed job to be deleted; it is then created again under the same name"
         return self._running(pending, f"{step} and {pending.resume}", answer)
+
+    def _undecided(self, job: dict, pods: list[dict], errors: Any, record: Any, answer: Answer) -> Answer:
+        """`answer`, unless nothing yet tells a preemption from a failure: no failed pod is left to read (a pod deleted
+        with its grace is gone once it ends, and the operator fails the job at its end), the task wrote neither an error
+        document nor its preemption record, and a pod still runs (its ranks stopping at the agreed step, which writes
+        them). Then RUNNING for up to `EVIDENCE_WAIT_S` after the job failed, so that the next poll decides."""
+        if replica_failures(pods) or (errors is not None and errors.errors) or record is not None:
+            return answer
+        if not any(_still_running(p) for p in pods):
+            return answer
+        since = _failed_since(job) or _created(job)
+        waited = (self.now() - since).total_seconds() if since is not None else EVIDENCE_WAIT_S
+        if waited >= EVIDENCE_WAIT_S:
+            return answer
+        message = (f"the job failed and the pod that failed is gone; waiting for the others to stop ({waited:.0f}s of "
+                   f"at most {EVIDENCE_WAIT_S:g}s) to tell a preemption (its ranks stop at the agreed step) from the "
+                   f"task's failure: {answer.message}")  # fmt: skip
+        return replace(answer, phase=TaskExecution.RUNNING, message=message)
 
     def gone(self, meta: JobMetadata, target: JobTarget, deadline: Deadline) -> Optional[Answer]:
         """A poll found no job of the name: create the one held for this attempt once the old job's pods are gone.

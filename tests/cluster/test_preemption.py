@@ -36,6 +36,7 @@ from tests.cluster.harness import (
     Propeller,
     RealCluster,
     execute,
+    phases_going_back,
 )
 from tests.cluster.test_run import by_replica
 
@@ -169,7 +170,10 @@ def test_a_drained_node_stops_every_rank_and_the_job_resumes_there_without_a_ret
         answers = loss_to_end(run)
         seconds = time.monotonic() - lost
         step = assert_resumed_where_stopped(folder)
-        assert any("DisruptionTarget EvictionByEvictionAPI" in a.message for a in answers), [a.message for a in answers]
+        # the drain waits until the evicted pods are deleted: the pods left to read are the peers that stopped at the
+        # agreed step (exit code 200), or the evicted ones while they end
+        assert any(a.message.startswith("recovering from a preemption of") for a in answers), [a.message for a in
+                                                                                                answers]  # fmt: skip
         assert recoveries(run) == "1"
         moved = {k: p["spec"].get("nodeName") for k, p in by_replica(run).items()}
         assert node not in moved.values(), moved  # the job created again was placed off the cordoned node
@@ -215,14 +219,18 @@ def test_a_spot_loss_of_one_pod_with_the_default_settings_and_no_retries_succeed
         lost = time.monotonic()
         # a spot node's shutdown: the pod is deleted with its grace (SIGTERM, then SIGKILL after 30 s)
         real.kube.delete(f"/api/v1/namespaces/{TASK_NS}/pods/{pod}", {"gracePeriodSeconds": 30})
-        answers = loss_to_end(run)
+        # polled as propeller polls, every phase kept: where a kind's own restart shows a phase going back (RUNNING,
+        # then INITIALIZING), it is printed beside the cost, not failed here (docs/faults.md)
+        end = poll_until(run, "the end", lambda a: a.phase in TERMINAL, JOB_TIMEOUT_S)
+        answers = run.answers
+        assert end.phase == TaskExecution.SUCCEEDED, (end.name, end.message, run.logs())
         seconds = time.monotonic() - lost
         starts = {rank: [s for s, _ in runs_of(folder, rank)] for rank in range(3)}
         assert all(len(s) >= 2 and s[-1] > 0 for s in starts.values()), starts  # resumed, not started over
         said = cost(run)
         run.clock("spot loss, defaults, retries=0")
         print(f"[cluster] spot loss of {LOST[kind]} on {kind}: SUCCEEDED {seconds:.1f} s after the loss; {said}; "
-              f"starts per rank {starts}; phases {run.phases()}")  # fmt: skip
+              f"starts per rank {starts}; phases {run.phases()}; went back: {phases_going_back(answers)}")  # fmt: skip
         if kind == "pytorchjob":
             assert recoveries(run) == "1" and any("recovering from a preemption" in a.message for a in answers)
     finally:

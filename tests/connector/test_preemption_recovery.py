@@ -18,6 +18,7 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from backend_plugin.config import BackendConfig
 from backend_plugin.connector.recovery import (
     ATTEMPT_UID_ANNOTATION,
+    EVIDENCE_WAIT_S,
     RECOVERIES_ANNOTATION,
     copy_for_recovery,
     of_attempt,
@@ -411,3 +412,39 @@ def test_a_deleted_task_is_not_created_again(fake_api, tmp_path):
     connector.delete(meta)  # propeller aborts the task meanwhile
     assert connector.get(meta).phase == TaskExecution.RETRYABLE_FAILED
     assert server.get_job(NS, meta.name) is None
+
+
+def test_a_failed_job_whose_failed_pod_is_gone_waits_for_its_peers_to_tell(fake_api, tmp_path):
+    # a pod deleted with its grace (a spot node's shutdown): the operator fails the job when it ends, and the pod is
+    # gone; its peers are still stopping at the agreed step (seen on the real control plane: reported a retryable
+    # failure before the peers' exit code 200 could be read)
+    server, _ = fake_api
+    kind = Kind(KINDS[0], facts_of(KINDS[0]))
+    connector = connector_for(fake_api, kind)
+    meta = create(connector, tmp_path / "0")
+    job = server.get_job(NS, meta.name)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    server.put_pod(kind.pod(job, 1, "Running"))
+    failed = condition("Failed", message="1 Worker replica(s) failed.", at=at(0, now))
+    server.set_job_status(NS, meta.name, {"conditions": [failed]})
+    waiting = connector.get(meta)
+    assert waiting.phase == TaskExecution.RUNNING, waiting.message
+    assert "the pod that failed is gone; waiting for the others to stop" in waiting.message
+    server.put_pod(kind.pod(job, 1, "Failed", terminated={"exitCode": 200, "finishedAt": at(5, now)}))
+    recovering = connector.get(meta)
+    assert recovering.message.startswith("recovering from a preemption of "), recovering.message
+    assert "worker-1 stopped at the agreed step (exit code 200)" in recovering.message
+
+
+def test_the_wait_for_evidence_is_bounded(fake_api, tmp_path):
+    server, _ = fake_api
+    kind = Kind(KINDS[0], facts_of(KINDS[0]))
+    connector = connector_for(fake_api, kind)
+    meta = create(connector, tmp_path / "0")
+    job = server.get_job(NS, meta.name)
+    server.put_pod(kind.pod(job, 1, "Running"))
+    long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=EVIDENCE_WAIT_S + 5)
+    failed = condition("Failed", message="1 Worker replica(s) failed.", at=at(0, long_ago))
+    server.set_job_status(NS, meta.name, {"conditions": [failed]})
+    answer = connector.get(meta)
+    assert answer.phase == TaskExecution.RETRYABLE_FAILED and "waiting" not in answer.message, answer.message
