@@ -66,6 +66,8 @@ class JobReader:
         self.session = session
         self.now = now
         self.monotonic = monotonic
+        self.pods: Optional[list[dict]] = None
+        """The pods the last `answer` listed for its status (None: not listed), for the recovery to judge."""
 
     def inline(self, job: dict, meta: JobMetadata, target: JobTarget) -> Optional[Answer]:
         """The answer when it needs no I/O: the status needs neither pods, events nor error documents, and the log
@@ -146,6 +148,7 @@ class JobReader:
                 logger.warning("%s", e)
                 events_problem = e.reason
         observed = Observed(pods if reads.pods else None, errors, events, events_problem)
+        self.pods = pods if reads.pods and not note else None
         return self._compose(job, meta, target, observed, pods, note, now)
 
     def _compose(

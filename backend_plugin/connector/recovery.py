@@ -285,7 +285,15 @@ class Recovery:
         """`preemption_recoveries`: the most times one attempt's job is created again."""
         return int(self.session.config.status.preemption_recoveries)
 
-    def failed(self, job: dict, meta: JobMetadata, target: JobTarget, answer: Answer, deadline: Deadline) -> Answer:
+    def failed(
+        self,
+        job: dict,
+        meta: JobMetadata,
+        target: JobTarget,
+        answer: Answer,
+        deadline: Deadline,
+        pods: Optional[list[dict]] = None,
+    ) -> Answer:
         """A poll that read this attempt's job failed (`answer` is `RETRYABLE_FAILED`): recover it when a preemption
         is the whole of its failure and the bound allows, else `answer` (saying the bound was reached).
 
@@ -295,6 +303,7 @@ class Recovery:
             target: its kind.
             answer: the failed job's answer.
             deadline: the poll's deadline.
+            pods: the job's pods, when the answer listed them (else they are listed here).
 
         Returns:
             RUNNING while the job is deleted and created again; else `answer`.
@@ -306,7 +315,7 @@ class Recovery:
         ns, name = meta.namespace, meta.name
         since = _created(job)
         try:
-            pods = self.pod_list(ns, name, target, deadline)
+            pods = pods if pods is not None else self.pod_list(ns, name, target, deadline)
         except KubeApiError as e:  # without the pods a preemption cannot be told from an OOM kill: not recovered
             logger.warning("%s; %s/%s is not recovered from a preemption without its pods", e, ns, name)
             return answer

@@ -312,7 +312,7 @@ class JobService:
         if same_uid(job, meta):
             session.recoveries.settle(meta.namespace, meta.name, job)
             if answer.phase == TaskExecution.RETRYABLE_FAILED:
-                answer = recovery.failed(job, meta, target, answer, deadline)
+                answer = recovery.failed(job, meta, target, answer, deadline, reader.pods)
             elif recoveries(job):
                 answer = recovery.restarted(job, answer)
         return self._with_progress_read(session, answer, meta)
