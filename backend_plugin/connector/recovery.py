@@ -334,12 +334,16 @@ class Recovery:
             # the job as the API server holds it: the watch cache keeps a slimmed copy (pod templates down to their
             # containers' names and images), which created again would run containers without a command
             try:
-                job = self._read(ns, name, target, deadline)
+                whole = self._read(ns, name, target, deadline)
             except NotFound:
-                gone = self.gone(meta, target, deadline)
-                return gone if gone is not None else answer
-            if not of_attempt(job, meta.uid):
-                return answer
+                whole = None
+            if whole is None or str((whole.get("metadata") or {}).get("uid")) != str(job["metadata"].get("uid")):
+                # deleted (or already created again) since it was read: another poll's recovery
+                held = self.session.recoveries.get(ns, name)
+                said = Pending({}, "", "", count + 1, cause, _resume_words(record)) if held is None else held
+                return self._running(said, "the failed job is deleted by another poll; it is then created again under "
+                                           f"the same name and {said.resume}", answer)  # fmt: skip
+            job = whole
         if count >= self.bound:
             said = ("preemption recovery is off (preemption_recoveries=0)" if self.bound == 0 else
                     f"the connector already created this attempt's job again {count} time(s) after a preemption "

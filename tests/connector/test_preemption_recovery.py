@@ -380,6 +380,7 @@ def test_replicas_polling_at_once_create_one_job(fake_api, tmp_path):
     replicas = [connector_for(fake_api, kind) for _ in range(4)]
     meta = create(replicas[0], tmp_path / "0")
     preempt(server, kind, meta.name)
+    write_record(tmp_path / "0", time.time())  # what the ranks that stopped write
     answers, errors = [], []
 
     def poll(connector) -> None:
