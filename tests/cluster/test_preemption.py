@@ -55,11 +55,20 @@ def preempt_templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any
     return package_tasks(("tests.cluster.preempt_tasks",), tmp_path_factory.mktemp("preempt-package"))
 
 
-def notes_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "notes"
-    folder.mkdir()
+@pytest.fixture
+def notes() -> Iterator[Path]:
+    """The ranks' notes folder: a folder of its own under /tmp, not pytest's `tmp_path` (pytest removes all but the
+    newest three of a user's base folders, and another pytest session of the same user on this machine removed the
+    folder while the ranks wrote to it)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="preempt-notes-"))
     folder.chmod(0o777)
-    return folder
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def start(real: RealCluster, propeller: Propeller, kind: str, template: Any, folder: Path, scenario: str) -> Execution:
@@ -123,9 +132,9 @@ def pytorchjob(connectors: Callable[..., Propeller]) -> Propeller:
 
 
 def test_an_evicted_pod_stops_every_rank_and_the_job_resumes_there_without_a_retry(
-    real: RealCluster, pytorchjob: Propeller, preempt_templates: dict, tmp_path: Path
+    real: RealCluster, pytorchjob: Propeller, preempt_templates: dict, notes: Path
 ) -> None:
-    folder = notes_dir(tmp_path)
+    folder = notes
     run = start(real, pytorchjob, "pytorchjob", preempt_templates["preempt_default"], folder, "preempt-evict")
     try:
         wait_running(run, folder)
@@ -150,9 +159,9 @@ def test_an_evicted_pod_stops_every_rank_and_the_job_resumes_there_without_a_ret
 
 
 def test_a_drained_node_stops_every_rank_and_the_job_resumes_there_without_a_retry(
-    real: RealCluster, pytorchjob: Propeller, preempt_templates: dict, tmp_path: Path
+    real: RealCluster, pytorchjob: Propeller, preempt_templates: dict, notes: Path
 ) -> None:
-    folder = notes_dir(tmp_path)
+    folder = notes
     run = start(real, pytorchjob, "pytorchjob", preempt_templates["preempt_default"], folder, "preempt-drain")
     node = ""
     try:
@@ -209,9 +218,9 @@ def cost(run: Execution) -> str:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_spot_loss_of_one_pod_with_the_default_settings_and_no_retries_succeeds(
-    real: RealCluster, connectors: Callable[..., Propeller], preempt_templates: dict, tmp_path: Path, kind: str
+    real: RealCluster, connectors: Callable[..., Propeller], preempt_templates: dict, notes: Path, kind: str
 ) -> None:
-    folder = notes_dir(tmp_path)
+    folder = notes
     run = start(real, connectors(kind), kind, preempt_templates["preempt_default"], folder, "preempt-spot")
     try:
         wait_running(run, folder)
@@ -240,9 +249,9 @@ def test_a_spot_loss_of_one_pod_with_the_default_settings_and_no_retries_succeed
 @pytest.mark.skipif(os.environ.get(ALL_KINDS_ENV) != "all", reason=f"opt-in ({ALL_KINDS_ENV}=all): what the "
                     "PyTorchJob's default cost before the connector's recovery")  # fmt: skip
 def test_without_the_recovery_a_spot_loss_fails_the_default_pytorchjobs_attempt(
-    real: RealCluster, connectors: Callable[..., Propeller], preempt_templates: dict, tmp_path: Path
+    real: RealCluster, connectors: Callable[..., Propeller], preempt_templates: dict, notes: Path
 ) -> None:
-    folder = notes_dir(tmp_path)
+    folder = notes
     propeller = connectors("pytorchjob", {"preemption_recoveries": 0}, "norecovery")
     run = start(real, propeller, "pytorchjob", preempt_templates["preempt_default"], folder, "preempt-before")
     try:
@@ -335,9 +344,9 @@ def poll_until(run: Execution, what: str, done: Callable[[Any], bool], timeout_s
 
 
 def test_kueue_holds_the_job_until_admitted_and_a_higher_priority_preempts_it_then_it_resumes(
-    real: RealCluster, pytorchjob: Propeller, preempt_templates: dict, tmp_path: Path, preempt_queue: None
+    real: RealCluster, pytorchjob: Propeller, preempt_templates: dict, notes: Path, preempt_queue: None
 ) -> None:
-    folder = notes_dir(tmp_path)
+    folder = notes
     run = start(real, pytorchjob, "pytorchjob", preempt_templates["preempt_queued"], folder, "preempt-kueue")
     high = f"preempt-high-{uuid.uuid4().hex[:6]}"
     jobs = f"/apis/batch/v1/namespaces/{TASK_NS}/jobs"
