@@ -1015,6 +1015,16 @@ class StatusSettings(Section):
     record held turns stale before the next one is due, so that "stale" is said of what rank 0 last wrote, not of an
     old read."""
 
+    preemption_recoveries: int = 3
+    """How many times, per task attempt, the connector creates a job again that failed because of a preemption
+    (`backend_plugin.connector.recovery`: a pod disrupted or deleted, every rank stopped at the agreed step, never an
+    OOM kill nor the task's own error) instead of reporting the retryable failure that would cost one of the task's
+    `retries`. It sets no job field: the count is kept on the job created again (an annotation). 3: a spot pool can
+    take a job's nodes more than once in one attempt, and each recovery costs only the steps since the checkpoint;
+    past three, something evicts the job again and again (node-pressure eviction of a pod that uses too much memory
+    is a `DisruptionTarget` too), and Flyte's retries and `interruptible-failure-threshold` decide. 0 turns the
+    recovery off."""
+
     @functools.cached_property
     def checked_log_links(self) -> tuple[LogTemplate, ...]:
         """`log_links` as checked templates, checked once (every poll's links read them)."""
@@ -1031,3 +1041,4 @@ class StatusSettings(Section):
         check_int("error_document_max_bytes", self.error_document_max_bytes, low=1024)
         check_templates(self.log_links)
         check_seconds("progress_read_interval_s", self.progress_read_interval_s, positive=True)
+        check_int("preemption_recoveries", self.preemption_recoveries, low=0, high=100)

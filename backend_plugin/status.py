@@ -40,7 +40,7 @@ from flyteidl.core.execution_pb2 import TaskExecution
 from backend_plugin.config import BackendConfig
 from backend_plugin.kube.timestamps import EPOCH, parse_time
 from backend_plugin.task_errors import ErrorReport, TaskError
-from pytorch_contract.preemption import PREEMPTED_EXIT_CODE
+from pytorch_contract.preemption import ERROR_PREFIX, PREEMPTED_EXIT_CODE
 
 __all__ = [
     "Phase",
@@ -59,6 +59,8 @@ __all__ = [
     "disruption_reason",
     "stopped_for_preemption",
     "disruption_text",
+    "preemption_cause",
+    "fresh_errors",
     "DISRUPTION_CONDITION",
     "DISRUPTION_REASONS",
     "failed_job_status",
@@ -534,6 +536,94 @@ def disruption_text(pods: Sequence[Mapping], namer: ReplicaNamer = pod_name) -> 
         parts.append(f"{', '.join(sorted(stopped))} stopped at the agreed step for a preemption (exit code "
                      f"{PREEMPTED_EXIT_CODE}), not a failure")  # fmt: skip
     return "; ".join(parts)
+
+
+def fresh_errors(errors: Optional[ErrorReport], since: Optional[datetime.datetime]) -> Optional[ErrorReport]:
+    """The error documents of one run of the job: those raised at or after `since` (its creation; a document without
+    a timestamp counts), so that what an earlier run of the same attempt left under the output prefix (a run the
+    connector created again after a preemption) is not taken for this run's error.
+
+    Args:
+        errors: the documents read, or None when they were not read.
+        since: when this run's job was created; None keeps every document.
+
+    Returns:
+        The report with only this run's documents (the same report when nothing is older).
+    """
+    if errors is None or since is None:
+        return errors
+    kept = tuple(e for e in errors.errors if e.timestamp is None
+                 or (e.timestamp - since).total_seconds() >= -_CLOCK_SLACK_S)  # fmt: skip
+    if len(kept) == len(errors.errors):
+        return errors
+    return ErrorReport(kept, errors.problem, errors.skipped)
+
+
+def _oom_or_kill(pod: Mapping[str, Any]) -> Optional[str]:
+    """Why a failed pod rules a preemption out: a container the OOM killer ended (reason `OOMKilled`), or one killed
+    by SIGKILL (exit 137) on a pod that is neither disrupted nor being deleted, which is how a container killed for its
+    memory ends where the runtime writes no reason (with cgroup v2 the whole container is killed). None otherwise."""
+    disrupted = disruption_reason(pod) is not None
+    deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    for c in _containers(pod):
+        for state in (c.get("state"), c.get("lastState")):
+            term = (state or {}).get("terminated") or {}
+            if term.get("reason") == "OOMKilled":
+                return f"{pod_name(pod)} ({c.get('name', '?')}) was OOMKilled"
+            if term.get("exitCode") == 137 and not disrupted and not deleting:
+                return f"{pod_name(pod)} ({c.get('name', '?')}) was killed (exit code 137) without a disruption"
+    return None
+
+
+def preemption_cause(
+    pods: Sequence[Mapping[str, Any]],
+    errors: Optional[ErrorReport],
+    preempted_by_record: bool,
+    namer: ReplicaNamer = pod_name,
+) -> Optional[str]:
+    """Why a failed job failed, when a preemption is the whole of it: the job may then be created again without
+    charging the task (the connector's recovery); None when anything else had a part in it.
+
+    A preemption, as `pytorch_contract.preemption` defines what it leaves: a pod with a true `DisruptionTarget`
+    condition (Kubernetes' eviction, scheduler preemption, taint manager, kubelet, pod GC), a container that exited
+    `PREEMPTED_EXIT_CODE` (its ranks stopped at the agreed step after a SIGTERM, the deleted pod's and its peers'),
+    an error document of this run that says so, or this run's preemption record (`preempted_by_record`). Never a
+    preemption: a container the OOM killer ended, a SIGKILL (137) of a pod nobody disrupted or deleted (an OOM kill
+    where the reason is not written), and a task error raised before the system stopped a replica (the user's own
+    failure; `failed_job_status`'s rule). The earliest failure (`replica_failures`' order) must be the preemption.
+
+    Args:
+        pods: the failed job's pods.
+        errors: this run's error documents (`fresh_errors`), None when not read.
+        preempted_by_record: whether this run's preemption record was found.
+        namer: the kind's name of a pod in messages.
+
+    Returns:
+        e.g. `worker-1 (DisruptionTarget EvictionByEvictionAPI: evicted through the Eviction API ...)`, or
+        `master-0, worker-0, worker-1 stopped at the agreed step (exit code 200)`; None when it was not (only) a
+        preemption.
+    """
+    pods = [p for p in pods if isinstance(p, Mapping)]
+    if any(_oom_or_kill(p) for p in pods):
+        return None
+    failures = replica_failures(pods, namer)
+    error = errors.earliest if errors is not None else None
+    preempted_doc = error is not None and error.recoverable and ERROR_PREFIX in error.message
+    if error is not None and not preempted_doc and _killed_before(failures, error) is None:
+        return None  # the task's own error came first
+    if failures and not failures[0].preemption:
+        return None  # the earliest failure is not a preemption's
+    disrupted = [(namer(p), disruption_reason(p)) for p in pods if disruption_reason(p) is not None]
+    if disrupted:
+        return ", ".join(f"{name} ({_disruption_words(reason or '')})" for name, reason in sorted(disrupted))
+    stopped = sorted(namer(p) for p in pods if stopped_for_preemption(p))
+    if stopped:
+        return f"{', '.join(stopped)} stopped at the agreed step (exit code {PREEMPTED_EXIT_CODE})"
+    if failures:
+        return None
+    if preempted_doc or preempted_by_record:
+        return "a rank got SIGTERM and every rank stopped at the agreed step (the task's preemption record)"
+    return None
 
 
 def _pod_failure(pod: Mapping, namer: ReplicaNamer, last_state: bool) -> Optional[ReplicaFailure]:

@@ -21,11 +21,13 @@ from flyteidl.core.execution_pb2 import TaskExecution, TaskLog
 from backend_plugin.connector import blobs, shapes
 from backend_plugin.connector.log_pods import run_key
 from backend_plugin.connector.metadata import Answer, JobMetadata
+from backend_plugin.connector.recovery import of_attempt, recoveries
 from backend_plugin.connector.session import Session
 from backend_plugin.errors import KubeApiError
 from backend_plugin.kube.api import PAGE, Request
 from backend_plugin.kube.retry import Deadline
-from backend_plugin.status import failed_job_status
+from backend_plugin.kube.timestamps import parse_time
+from backend_plugin.status import failed_job_status, fresh_errors
 from backend_plugin.targets.registry import DEFAULT, JobTarget, Observed
 from backend_plugin.task_errors import ErrorReport
 
@@ -38,17 +40,17 @@ POD_PAGE = PAGE
 
 
 def same_uid(job: dict, meta: JobMetadata) -> bool:
-    """Whether `job` is the one `meta` names (always, when either uid is unknown: old metadata).
+    """Whether `job` is the one `meta` names, or the job the connector created again for the same attempt after a
+    preemption (`recovery.of_attempt`); always, when either uid is unknown (old metadata).
 
     Args:
         job: a job as read.
         meta: what `create` returned.
 
     Returns:
-        True unless both uids are known and differ.
+        True unless both uids are known and differ and `job` was not created again for `meta`'s attempt.
     """
-    uid = str((job.get("metadata") or {}).get("uid", ""))
-    return not (meta.uid and uid and uid != meta.uid)
+    return of_attempt(job, meta.uid)
 
 
 class JobReader:
@@ -64,6 +66,8 @@ class JobReader:
         self.session = session
         self.now = now
         self.monotonic = monotonic
+        self.pods: Optional[list[dict]] = None
+        """The pods the last `answer` listed for its status (None: not listed), for the recovery to judge."""
 
     def inline(self, job: dict, meta: JobMetadata, target: JobTarget) -> Optional[Answer]:
         """The answer when it needs no I/O: the status needs neither pods, events nor error documents, and the log
@@ -108,7 +112,7 @@ class JobReader:
         """
         ns, name = meta.namespace, meta.name
         uid = str((job.get("metadata") or {}).get("uid", ""))
-        if meta.uid and uid and uid != meta.uid:
+        if not same_uid(job, meta):
             return Answer(
                 TaskExecution.RETRYABLE_FAILED,
                 f"{target.kind} {ns}/{name} was deleted outside Flyte and a different job of the same name now exists "
@@ -133,6 +137,8 @@ class JobReader:
         errors: Optional[ErrorReport] = None
         if reads.error_report and meta.output_prefix:
             errors = blobs.read_error_report(meta.output_prefix, config.status.error_document_max_bytes)
+            if recoveries(job):  # a job created again: what the runs before it wrote is not its error
+                errors = fresh_errors(errors, parse_time((job.get("metadata") or {}).get("creationTimestamp")))
         events: Optional[list[dict]] = None
         events_problem = ""
         if reads.events:
@@ -142,6 +148,7 @@ class JobReader:
                 logger.warning("%s", e)
                 events_problem = e.reason
         observed = Observed(pods if reads.pods else None, errors, events, events_problem)
+        self.pods = pods if reads.pods and not note else None
         return self._compose(job, meta, target, observed, pods, note, now)
 
     def _compose(
@@ -224,6 +231,23 @@ class JobReader:
             "its namespace) before it finished, and the task wrote neither outputs nor an error; a retryable failure",
             custom_info=info,
         )
+
+    def list_pods(self, namespace: str, name: str, target: JobTarget, deadline: Deadline) -> list[dict]:
+        """The job's pods, as the answers list them (by the kind's selector, each of core/v1's shape).
+
+        Args:
+            namespace: the job's namespace.
+            name: its name.
+            target: its kind.
+            deadline: the poll's deadline.
+
+        Returns:
+            The pods.
+
+        Raises:
+            KubeApiError: they could not be listed.
+        """
+        return self._list("pods", namespace, name, target, deadline)
 
     def _list(self, what: str, namespace: str, name: str, target: JobTarget, deadline: Deadline) -> list[dict]:
         """The core/v1 pods or events of one job (`what`: "pods" or "events"), by the target's selector, each of

@@ -1,5 +1,5 @@
-"""The connector's blob storage: the task's inputs (`inputs.pb`), its error documents, its outputs (`outputs.pb`) and
-its progress record (`pytorch-progress.json`).
+"""The connector's blob storage: the task's inputs (`inputs.pb`), its error documents, its outputs (`outputs.pb`), its
+progress record (`pytorch-progress.json`) and its preemption record (`pytorch-preemption.json`).
 
 Everything goes through flytekit's file access (fsspec), so s3, gcs, abfs and local prefixes all work. Every read has
 three answers: found, absent (the store said there is no such file), or unknown (the store did not answer, or failed):
@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 
 from backend_plugin.errors import StorageUnavailable
 from backend_plugin.task_errors import MAX_ERROR_FILES, ErrorReport, is_error_file, report_of
+from pytorch_contract import preemption
 from pytorch_contract.progress import MAX_RECORD_BYTES, record_path
 
 logger = logging.getLogger(__name__)
@@ -155,3 +156,27 @@ def read_progress_record(output_prefix: str) -> RecordRead:
             return RecordRead()
     except Exception as e:  # noqa: BLE001 - any failure of the store's client: unknown
         raise StorageUnavailable("the progress record", output_prefix, e) from None
+
+
+def read_preemption_record(output_prefix: str) -> RecordRead:
+    """Read the preemption record a preempted run writes under `output_prefix`
+    (`pytorch_contract.preemption.record_path`), bounded to one byte more than a record may hold.
+
+    Args:
+        output_prefix: the task attempt's output prefix.
+
+    Returns:
+        The bytes read, or None when the file does not exist (no rank of the attempt got a SIGTERM).
+
+    Raises:
+        StorageUnavailable: the store did not answer: whether the attempt was preempted is unknown.
+    """
+    try:
+        fs, base = _filesystem(output_prefix)
+        try:
+            with fs.open(preemption.record_path(base), "rb") as f:
+                return RecordRead(f.read(preemption.MAX_RECORD_BYTES + 1))
+        except FileNotFoundError:
+            return RecordRead()
+    except Exception as e:  # noqa: BLE001 - any failure of the store's client: unknown
+        raise StorageUnavailable("the preemption record", output_prefix, e) from None

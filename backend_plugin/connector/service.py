@@ -43,6 +43,7 @@ from backend_plugin.connector.answers import JobReader, same_uid
 from backend_plugin.connector.create import InputsWriter, JobCreator
 from backend_plugin.connector.metadata import Answer, JobMetadata
 from backend_plugin.connector.progress import Read
+from backend_plugin.connector.recovery import Recovery, recoveries
 from backend_plugin.connector.session import Session
 from backend_plugin.errors import MalformedAnswer, NotFound, StorageUnavailable, TemplateError
 from backend_plugin.execution import execution_metadata, identity_of
@@ -251,7 +252,9 @@ class JobService:
         """
         if meta.error:
             return  # create recorded why the job could never run: nothing was created
-        api = self.session().api
+        session = self.session()
+        session.recoveries.settle(meta.namespace, meta.name)  # a job held to be created again never is
+        api = session.api
         deadline = self.deadline("delete")
         from kubernetes import client
 
@@ -295,14 +298,24 @@ class JobService:
         if job is not None and not same_uid(job, meta):
             job = None  # the cache holds another job of this name: the API says which one is there now
         reader = JobReader(session, self.now, self._monotonic)
+        recovery = Recovery(session, reader.list_pods, self.now)
         if job is None:
             try:
                 job = _read_job(session, meta, target, deadline)
             except NotFound:
-                return self._with_progress_read(session, reader.gone(meta), meta)
+                recovering = recovery.gone(meta, target, deadline)
+                answer = recovering if recovering is not None else reader.gone(meta)
+                return self._with_progress_read(session, answer, meta)
             if cache is not None:
                 cache.feed(job)
-        return self._with_progress_read(session, reader.answer(job, meta, target, deadline), meta)
+        answer = reader.answer(job, meta, target, deadline)
+        if same_uid(job, meta):
+            session.recoveries.settle(meta.namespace, meta.name, job)
+            if answer.phase == TaskExecution.RETRYABLE_FAILED:
+                answer = recovery.failed(job, meta, target, answer, deadline, reader.pods)
+            elif recoveries(job):
+                answer = recovery.restarted(job, answer)
+        return self._with_progress_read(session, answer, meta)
 
     def answer_from_cache(self, meta: JobMetadata, session: Optional[Session] = None) -> Optional[Answer]:
         """The answer when it needs no I/O (`answers.JobReader.inline`), before its live progress is added. Safe to
@@ -323,7 +336,12 @@ class JobService:
         job = cache.get(meta.namespace, meta.name) if cache is not None else None
         if job is None or not same_uid(job, meta):
             return None
-        return JobReader(session, self.now, self._monotonic).inline(job, meta, target)
+        answer = JobReader(session, self.now, self._monotonic).inline(job, meta, target)
+        if answer is None or answer.phase == TaskExecution.RETRYABLE_FAILED:
+            return None  # a failed job may be a preemption to recover from: `get` reads what decides it
+        if recoveries(job):
+            answer = Recovery(session, _no_pods, self.now).restarted(job, answer)
+        return answer
 
     async def get_async(self, meta: JobMetadata) -> Answer:
         """`get` for an event loop: answered inline when the cache can, else on the session's pool (the first call,
@@ -428,6 +446,11 @@ class JobService:
         if not line:
             return answer
         return replace(answer, message=f"{answer.message}; {line}" if answer.message else line)
+
+
+def _no_pods(namespace: str, name: str, target: JobTarget, deadline: Deadline) -> list[dict]:
+    """The pod list of a `Recovery` that reads nothing (the event loop's: `restarted` lists no pods)."""
+    raise AssertionError("the inline answer lists no pods")  # pragma: no cover
 
 
 def _read_job(session: Session, meta: JobMetadata, target: JobTarget, deadline: Deadline) -> dict:

@@ -1,10 +1,10 @@
 """What the connector builds once per API client and then only reads: `Session`.
 
 The API client (urllib3's retries off, a connection per thread), the watch cache of every registered kind, what each
-kind's installed CRD declares, the server's clock, the pools `get` and the progress reads run on, the progress records
-and the log-link pods held. `JobService.session` builds one (importing the kubernetes client, seconds on a busy
-machine) and publishes it; every later call reads the published one without a lock. `close` shuts the pools and stops
-every watch.
+kind's installed CRD declares, the server's clock, the pools `get` and the progress reads run on, the progress
+records, the log-link pods and the jobs to create again after a preemption held. `JobService.session` builds one
+(importing the kubernetes client, seconds on a busy machine) and publishes it; every later call reads the published
+one without a lock. `close` shuts the pools and stops every watch.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from backend_plugin.connector import shapes
 from backend_plugin.connector.cluster_crds import ClusterCrds
 from backend_plugin.connector.log_pods import LogPods
 from backend_plugin.connector.progress import LiveProgress
+from backend_plugin.connector.recovery import Recoveries
 from backend_plugin.kube.api import Api, ApiClientFactory, ServerClock, with_pool_size, without_client_retries
 from backend_plugin.kube.retry import Backoff
 from backend_plugin.kube.watch import JobWatchCache
@@ -67,6 +68,7 @@ class Session:
         progress: the progress records held.
         log_pods: the log-link pods held.
         auto_target: the kind `target: auto` found (asked once per session).
+        recoveries: the jobs held to be created again after a preemption (`connector.recovery`).
     """
 
     factory: ApiClientFactory
@@ -80,6 +82,7 @@ class Session:
     progress: LiveProgress
     log_pods: LogPods
     auto_target: Optional[JobTarget] = field(default=None)
+    recoveries: Recoveries = field(default_factory=Recoveries)
 
     @classmethod
     def build(

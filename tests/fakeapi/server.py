@@ -1,13 +1,13 @@
 """A local HTTP server that answers like the Kubernetes API server for the calls our backend makes.
 
-Covered: the jobs of every registered kind (`backend_plugin.kinds.DECLARED`: PyTorchJobs, TrainJobs, ...): create,
-get, list, watch, delete with `propagationPolicy`; API discovery of their groups (`GET /apis/<group>/<version>`,
-only for the kinds in `served`); pods (list and watch with a label selector, get) and events (list). LIST answers a
-`<Kind>List` with `metadata.resourceVersion`, honours `labelSelector` and pages with `limit`/`continue`; WATCH
-(`?watch=true`) streams JSON lines of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events with chunked transfer encoding
-from a bounded event history (an older `resourceVersion` gets an ERROR event with a 410 Expired Status, as from the
-API server's watch cache). Error responses carry the API server's `Status` bodies (NotFound, AlreadyExists,
-Forbidden with the RBAC message, InternalError, ServiceUnavailable, Invalid).
+Covered: the jobs of every registered kind (`backend_plugin.kinds.DECLARED`: PyTorchJobs, TrainJobs, ...): create, get,
+list, watch, delete with `propagationPolicy` and a uid precondition; API discovery of their groups (`GET
+/apis/<group>/<version>`, only for the kinds in `served`); pods (list and watch with a label selector, get) and events
+(list). LIST answers a `<Kind>List` with `metadata.resourceVersion`, honours `labelSelector` and pages with
+`limit`/`continue`; WATCH (`?watch=true`) streams JSON lines of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR events with
+chunked transfer encoding from a bounded event history (an older `resourceVersion` gets an ERROR event with a 410
+Expired Status, as from the API server's watch cache). Error responses carry the API server's `Status` bodies (NotFound,
+AlreadyExists, Forbidden with the RBAC message, InternalError, ServiceUnavailable, Invalid).
 
 A create is decoded as kube-apiserver decodes a custom resource (`tests/fakeapi/pruning.py`, from the installed
 CRD's schema, by default the vendored one): with `fieldValidation=Strict` a field the schema does not declare is a
@@ -141,6 +141,8 @@ class RequestRecord:
     """The `Warning` headers of the answer (a dropped unknown field each)."""
     propagation: str = ""
     """A job's delete: the propagation policy it asked for (its body's, else its query's, else `Background`)."""
+    precondition_uid: str = ""
+    """A job's delete: the uid its `preconditions` named ("" for none)."""
 
 
 @dataclass
@@ -1091,9 +1093,20 @@ class FakeKubeApi:
         rec.propagation = policy
         group, _, _, pod_label = JOB_KINDS[rec.resource]
         with self._lock:
-            job = self._store(rec.resource).pop((rec.namespace, rec.name or ""), None)
+            job = self._store(rec.resource).get((rec.namespace, rec.name or ""))
             if job is None:
                 return self._not_found(rec, group)
+            wanted = ((body or {}).get("preconditions") or {}).get("uid")
+            rec.precondition_uid = wanted or ""
+            if wanted and wanted != job["metadata"].get("uid"):
+                # the API server's answer to a precondition that fails (apiserver's registry, `Delete`)
+                message = (
+                    f'Operation cannot be fulfilled on {rec.resource}.{group} "{rec.name}": Precondition '
+                    f"failed: UID in precondition: {wanted}, UID in object meta: {job['metadata'].get('uid')}"
+                )
+                details = {"name": rec.name, "group": group, "kind": rec.resource}
+                return 409, status_body(409, "Conflict", message, details)
+            self._store(rec.resource).pop((rec.namespace, rec.name or ""))
             if policy != "Orphan":
                 selector = _Selector.parse(f"{pod_label}={rec.name}")
                 for key, pod in list(self._pods.items()):
