@@ -47,13 +47,19 @@ def _zombie(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "Z"
 
 
+_STARTED: dict[int, subprocess.Popen] = {}
+"""Every process this Python process started, kept for its life: the cluster's processes outlive `up`, and a Popen
+collected while its process runs warns (ResourceWarning), which a test session that starts the cluster itself turns
+into an error of the first test's setup."""
+
+
 class Processes:
     """The record of one cluster's processes."""
 
     def __init__(self, state: Path) -> None:
         self.file = state / "processes.jsonl"
         self.logs = state / "logs"
-        self._children: dict[int, subprocess.Popen] = {}
+        self._children = _STARTED
 
     def start(
         self,

@@ -82,6 +82,7 @@ class Accounts:
 
         full = self.PREFIX + name
         labels = {"app.kubernetes.io/part-of": "rbac-probe"}
+        ensure_namespace(self.kube, CONNECTOR_NS)  # a test run first in a session finds no connector deployed yet
         sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": full, "namespace": CONNECTOR_NS}}
         _ensure(self.kube, f"/api/v1/namespaces/{CONNECTOR_NS}/serviceaccounts", sa)
         role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
