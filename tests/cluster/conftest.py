@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.harness import TIMES, ClusterInfo, Propeller, RealCluster, ensure_bucket
+from tests.cluster.harness import KINDS, TIMES, ClusterInfo, Propeller, RealCluster, ensure_bucket
 
 REQUIRED = os.environ.get("DEVCLUSTER_REQUIRED") == "1"
 CLUSTER_TEST_TIMEOUT_S = 900
@@ -129,3 +129,16 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from tests.e2e.harness import package_tasks
 
     return package_tasks(PACKAGED, tmp_path_factory.mktemp("package"))
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    """The job kind a scenario runs on: every kind, unless the test parametrizes `kind` itself (indirectly, through
+    `kind_params`, or directly)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def propeller(connectors: Callable[..., Propeller], kind: str) -> Propeller:
+    """A propeller client to the connector of the scenario's kind."""
+    return connectors(kind)

@@ -15,7 +15,6 @@ import pytest
 from flyteidl.core.execution_pb2 import TaskExecution
 
 from tests.cluster.harness import (
-    KINDS,
     TASK_NS,
     THROUGH_PROPELLER,
     Execution,
@@ -29,16 +28,6 @@ from tests.cluster.harness import (
 from tests.cluster.test_run import assert_cpu_only, by_replica, terminated
 
 JOB_TIMEOUT_S = 300.0
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def propeller(connectors: Callable[..., Propeller], kind: str) -> Propeller:
-    return connectors(kind)
 
 
 def dump(run: Execution) -> str:

@@ -12,14 +12,12 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from devcluster.kube import wait_for
 from tests.cluster.harness import (
-    KINDS,
     TASK_NS,
     THROUGH_PROPELLER,
     Execution,
@@ -44,16 +42,6 @@ OWNED = {
     "jobset": ("/apis/batch/v1/namespaces/{ns}/jobs", "/api/v1/namespaces/{ns}/pods",
                "/api/v1/namespaces/{ns}/services"),
 }  # fmt: skip
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def propeller(connectors: Callable[..., Propeller], kind: str) -> Propeller:
-    return connectors(kind)
 
 
 @pytest.fixture

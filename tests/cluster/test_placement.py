@@ -10,24 +10,12 @@ task's pods landing only on the GPU nodes, with the GPU tolerations, is checked 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from tests.cluster.harness import Propeller, RealCluster, execute, kind_params
 from tests.cluster.workflows import MISSING_PRODUCT, POOL_LABEL
 
 PENDING_TIMEOUT_S = 120.0
-
-
-@pytest.fixture
-def propeller(connectors: Callable[..., Propeller], kind: str) -> Propeller:
-    return connectors(kind)
-
-
-@pytest.fixture
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 CASES = {

@@ -19,7 +19,6 @@ from tests.cluster.harness import (
     CPU_NODES,
     GPU_NODES,
     GPU_TAINT_KEYS,
-    KINDS,
     TASK_NS,
     THROUGH_PROPELLER,
     Execution,
@@ -190,16 +189,6 @@ def _every(obj: Any, key: str) -> list[Any]:
         for v in obj:
             found += _every(v, key)
     return found
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def propeller(connectors: Callable[..., Propeller], kind: str) -> Propeller:
-    return connectors(kind)
 
 
 @pytest.mark.parametrize("kind", kind_params(ci=(), elsewhere=THROUGH_PROPELLER.format("the README example")),
