@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,16 @@ from typing import Any
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
 """FallbackToLogsOnError: the kubelet keeps the last 80 lines of a failed container's log, at most 2048 bytes."""
+
+
+def all_at_once(calls: list[Callable[[], object]]) -> None:
+    """Run `calls` each in a thread of its own and wait for all of them: stops whose grace periods run together, as
+    the kubelet's do."""
+    threads = [threading.Thread(target=call, daemon=True) for call in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def now_rfc3339() -> str:

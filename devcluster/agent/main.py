@@ -12,6 +12,7 @@ pod's namespace.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devcluster import network
+from devcluster.agent.containers import all_at_once
 from devcluster.agent.node import NodeAgent
 from devcluster.agent.proxy import ServiceProxy
 from devcluster.kube import Kube
@@ -103,11 +105,7 @@ class Agent:
         log.info("node agent: %d nodes up", len(self.nodes))
 
     def stop(self) -> None:
-        threads = [threading.Thread(target=n.stop, args=(2.0,)) for n in self.nodes]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        all_at_once([functools.partial(n.stop, 2.0) for n in self.nodes])
 
 
 def main(argv: list[str]) -> None:

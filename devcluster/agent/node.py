@@ -7,13 +7,14 @@ and the Secrets, ConfigMaps and tokens of the pods bound to it, nothing else.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from devcluster.agent.containers import now_rfc3339
+from devcluster.agent.containers import all_at_once, now_rfc3339
 from devcluster.kube import ApiError, Kube, Reflector
 
 if TYPE_CHECKING:
@@ -249,11 +250,7 @@ class NodeAgent:
         self.reflector.stop()
         with self.lock:
             runtimes = list(self.pods.values())
-        threads = [threading.Thread(target=r._stop_all, args=(grace_s,), daemon=True) for r in runtimes]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        all_at_once([functools.partial(r._stop_all, grace_s) for r in runtimes])
         for r in runtimes:
             r._teardown_sandbox()
 

@@ -12,6 +12,7 @@ reports the final status, and deletes the pod for good with grace 0, as the kube
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import logging
 import shlex
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devcluster import network
-from devcluster.agent.containers import Container, now_rfc3339
+from devcluster.agent.containers import Container, all_at_once, now_rfc3339
 from devcluster.agent.envvars import EnvError, make_env
 from devcluster.agent.probes import Prober
 from devcluster.agent.volumes import PodVolumes, VolumeError, ensure_mount_point, mount_targets
@@ -614,11 +615,7 @@ class PodRuntime:
     def _stop_all(self, grace: float) -> None:
         """Stop every running container: the regular ones together, then the sidecars in reverse order."""
         regular = [c for c in self.containers.values() if c.kind in ("regular", "init") and c.running()]
-        threads = [threading.Thread(target=c.stop, args=(grace,), daemon=True) for c in regular]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        all_at_once([functools.partial(c.stop, grace) for c in regular])
         for c in regular:
             c.finished()
         self._stop_sidecars(grace)
