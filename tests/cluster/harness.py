@@ -22,13 +22,6 @@ from typing import Any
 import yaml
 from flyteidl.admin.agent_pb2 import CreateTaskRequest, DeleteTaskRequest, GetTaskRequest, TaskCategory
 from flyteidl.core.execution_pb2 import TaskExecution
-from flytekit.models.core.identifier import (
-    Identifier,
-    NodeExecutionIdentifier,
-    ResourceType,
-    TaskExecutionIdentifier,
-    WorkflowExecutionIdentifier,
-)
 from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
@@ -120,19 +113,11 @@ def connector_objects(kind: str, config: dict[str, Any], info: ClusterInfo, vari
 
 def execution_metadata(execution: str, env: dict[str, str], attempt: int = 0, node: str = "n0",
                        namespace: str = TASK_NS) -> TaskExecutionMetadata:  # fmt: skip
-    """What propeller sends for one attempt of one node of an execution in project flytesnacks, domain development."""
-    wf = WorkflowExecutionIdentifier("flytesnacks", "development", execution)
-    task_id = Identifier(ResourceType.TASK, "flytesnacks", "development", "train", "v1")
-    tid = TaskExecutionIdentifier(task_id, NodeExecutionIdentifier(node, wf), attempt)
-    return TaskExecutionMetadata(
-        task_execution_id=tid,
-        namespace=namespace,
-        labels={"execution-id": execution},
-        annotations={},
-        k8s_service_account="default",
-        environment_variables=env,
-        identity=None,
-    )
+    """What propeller sends for one attempt of one node of an execution in project flytesnacks, domain development
+    (with no annotations)."""
+    from tests.connector.helpers import execution_metadata as metadata
+
+    return metadata(execution, node=node, attempt=attempt, namespace=namespace, environment=env, annotations={})
 
 
 @dataclass

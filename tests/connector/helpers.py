@@ -47,8 +47,10 @@ def execution_metadata(
     attempt: int = 0,
     namespace: str = "flytesnacks-development",
     environment: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> TaskExecutionMetadata:
-    """Flyte's execution metadata for one attempt of one node (environment `{"FOO": "bar"}` unless given)."""
+    """Flyte's execution metadata for one attempt of one node (environment `{"FOO": "bar"}` and annotations
+    `{"team": "ml"}` unless given)."""
     wf = WorkflowExecutionIdentifier("flytesnacks", "development", execution)
     task_id = Identifier(ResourceType.TASK, "flytesnacks", "development", "train", "v1")
     tid = TaskExecutionIdentifier(task_id, NodeExecutionIdentifier(node, wf), attempt)
@@ -56,7 +58,7 @@ def execution_metadata(
         task_execution_id=tid,
         namespace=namespace,
         labels={"execution-id": execution},
-        annotations={"team": "ml"},
+        annotations={"team": "ml"} if annotations is None else annotations,
         k8s_service_account="default",
         environment_variables={"FOO": "bar"} if environment is None else environment,
         identity=None,
