@@ -127,7 +127,11 @@ def test_installed_wheel_runs_the_example_render_and_the_connector(wheel: Path, 
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH") and "FLYTE" not in k}
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True, env=env, timeout=120)
+    # uv's own cache is kept (HOME moves, the cache does not): a cache under HOME would download and unpack torch's
+    # 3 GB of CUDA packages again for this one test
+    cache = subprocess.run([uv, "cache", "dir"], env=env, capture_output=True, text=True, check=True, timeout=60)
     env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}", HOME=str(tmp_path))
+    env.setdefault("UV_CACHE_DIR", cache.stdout.strip())
     constraints = ["-c", str(ROOT / "constraints.txt")]
 
     def install(*requirements: str) -> None:
