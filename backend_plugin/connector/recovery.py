@@ -36,6 +36,7 @@ import copy
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Optional
@@ -182,9 +183,33 @@ class Pending:
 class Recoveries:
     """The jobs held to be created again, by (namespace, name): one session's memory, safe across threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], Pending] = {}
+        self._deleted: dict[tuple[str, str, str], float] = {}  # (namespace, name, the attempt's uid) -> when
+        self._clock = clock
+
+    def deleted(self, namespace: str, name: str, uid: str) -> None:
+        """Remember that the task's DeleteTask deleted the attempt's job: its pods' SIGTERM makes the ranks write a
+        preemption record, which is not one (`Recovery.gone` must not wait for another replica to create it again).
+        Kept for `GONE_WAIT_S`, the longest a record is believed.
+
+        Args:
+            namespace: the job's namespace.
+            name: its name.
+            uid: the uid Flyte's metadata names ("" when none).
+        """
+        with self._lock:
+            now = self._clock()
+            self._deleted = {k: t for k, t in self._deleted.items() if now - t <= GONE_WAIT_S}
+            self._deleted[(namespace, name, uid)] = now
+            self._pending.pop((namespace, name), None)  # a job held to be created again never is
+
+    def was_deleted(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether this replica's DeleteTask deleted the attempt's job within `GONE_WAIT_S` (`deleted`)."""
+        with self._lock:
+            at = self._deleted.get((namespace, name, uid))
+            return at is not None and self._clock() - at <= GONE_WAIT_S
 
     def hold(self, namespace: str, name: str, pending: Pending) -> None:
         """Hold `pending`, unless a later recovery of the same attempt is held.
@@ -412,8 +437,8 @@ class Recovery:
         """Nothing held here for a job that is gone: when the attempt's preemption record is younger than
         `GONE_WAIT_S`, another replica of the connector (one that saw the failed job) is creating it again, and this
         poll waits for it; else None (the job is gone)."""
-        if not meta.output_prefix:
-            return None
+        if not meta.output_prefix or self.session.recoveries.was_deleted(meta.namespace, meta.name, meta.uid or ""):
+            return None  # a record the task's own DeleteTask made the ranks write is no preemption
         record = record_from_file(blobs.read_preemption_record(meta.output_prefix).data)
         if record is None:
             return None

@@ -253,7 +253,7 @@ class JobService:
         if meta.error:
             return  # create recorded why the job could never run: nothing was created
         session = self.session()
-        session.recoveries.settle(meta.namespace, meta.name)  # a job held to be created again never is
+        session.recoveries.deleted(meta.namespace, meta.name, meta.uid or "")  # a job held to be created again never is
         api = session.api
         deadline = self.deadline("delete")
         from kubernetes import client
@@ -305,7 +305,7 @@ class JobService:
             except NotFound:
                 recovering = recovery.gone(meta, target, deadline)
                 answer = recovering if recovering is not None else reader.gone(meta)
-                return self._with_progress_read(session, answer, meta)
+                return self._with_progress_read(session, session.started.hold(meta, answer), meta)
             if cache is not None:
                 cache.feed(job)
         answer = reader.answer(job, meta, target, deadline)
@@ -315,7 +315,7 @@ class JobService:
                 answer = recovery.failed(job, meta, target, answer, deadline, reader.pods)
             elif recoveries(job):
                 answer = recovery.restarted(job, answer)
-        return self._with_progress_read(session, answer, meta)
+        return self._with_progress_read(session, session.started.hold(meta, answer), meta)
 
     def answer_from_cache(self, meta: JobMetadata, session: Optional[Session] = None) -> Optional[Answer]:
         """The answer when it needs no I/O (`answers.JobReader.inline`), before its live progress is added. Safe to
@@ -341,7 +341,7 @@ class JobService:
             return None  # a failed job may be a preemption to recover from: `get` reads what decides it
         if recoveries(job):
             answer = Recovery(session, _no_pods, self.now).restarted(job, answer)
-        return answer
+        return session.started.hold(meta, answer)
 
     async def get_async(self, meta: JobMetadata) -> Answer:
         """`get` for an event loop: answered inline when the cache can, else on the session's pool (the first call,

@@ -19,6 +19,7 @@ from backend_plugin.config import BackendConfig
 from backend_plugin.connector import shapes
 from backend_plugin.connector.cluster_crds import ClusterCrds
 from backend_plugin.connector.log_pods import LogPods
+from backend_plugin.connector.phases import Started
 from backend_plugin.connector.progress import LiveProgress
 from backend_plugin.connector.recovery import Recoveries
 from backend_plugin.kube.api import Api, ApiClientFactory, ServerClock, with_pool_size, without_client_retries
@@ -69,6 +70,7 @@ class Session:
         log_pods: the log-link pods held.
         auto_target: the kind `target: auto` found (asked once per session).
         recoveries: the jobs held to be created again after a preemption (`connector.recovery`).
+        started: the attempts answered RUNNING (`connector.phases`: the phase never goes back).
     """
 
     factory: ApiClientFactory
@@ -83,6 +85,7 @@ class Session:
     log_pods: LogPods
     auto_target: Optional[JobTarget] = field(default=None)
     recoveries: Recoveries = field(default_factory=Recoveries)
+    started: Started = field(default_factory=Started)
 
     @classmethod
     def build(

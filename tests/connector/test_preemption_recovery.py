@@ -415,6 +415,29 @@ def test_a_deleted_task_is_not_created_again(fake_api, tmp_path):
     assert server.get_job(NS, meta.name) is None
 
 
+def test_the_record_a_deletes_sigterm_makes_the_ranks_write_is_no_preemption(fake_api, tmp_path):
+    # DeleteTask on a running job: the node agent or kubelet sends each rank SIGTERM, and the ranks write a
+    # preemption record as they stop (seen on the real control plane: GetTask then answered RUNNING, "recovering
+    # from a preemption ... another replica of the connector creates it again", for 120 s)
+    server, _ = fake_api
+    kind = Kind(KINDS[0], facts_of(KINDS[0]))
+    connector = connector_for(fake_api, kind)
+    prefix = tmp_path / "0"
+    meta = create(connector, prefix)
+    job = server.get_job(NS, meta.name, plural=kind.target.plural)
+    server.set_job_status(NS, meta.name, kind.running(job), kind.target.plural)
+    assert connector.get(meta).phase == TaskExecution.RUNNING
+    connector.delete(meta)
+    write_record(prefix, time.time())
+    server.remove_job(NS, meta.name)
+    after = connector.get(meta)
+    assert after.phase == TaskExecution.RETRYABLE_FAILED, after.message
+    # the same record with no delete of ours (another replica preempted and deleted it) is still waited on
+    other = connector_for(fake_api, kind)
+    waiting = other.get(meta)
+    assert waiting.phase == TaskExecution.RUNNING and "another replica" in waiting.message, waiting.message
+
+
 def test_a_failed_job_whose_failed_pod_is_gone_waits_for_its_peers_to_tell(fake_api, tmp_path):
     # a pod deleted with its grace (a spot node's shutdown): the operator fails the job when it ends, and the pod is
     # gone; its peers are still stopping at the agreed step (seen on the real control plane: reported a retryable
