@@ -315,7 +315,7 @@ class JobService:
                 answer = recovery.failed(job, meta, target, answer, deadline, reader.pods)
             elif recoveries(job):
                 answer = recovery.restarted(job, answer)
-        return self._with_progress_read(session, session.started.hold(meta, answer), meta)
+        return self._with_progress_read(session, session.started.hold(meta, answer, job), meta)
 
     def answer_from_cache(self, meta: JobMetadata, session: Optional[Session] = None) -> Optional[Answer]:
         """The answer when it needs no I/O (`answers.JobReader.inline`), before its live progress is added. Safe to
@@ -341,7 +341,7 @@ class JobService:
             return None  # a failed job may be a preemption to recover from: `get` reads what decides it
         if recoveries(job):
             answer = Recovery(session, _no_pods, self.now).restarted(job, answer)
-        return session.started.hold(meta, answer)
+        return session.started.hold(meta, answer, job)
 
     async def get_async(self, meta: JobMetadata) -> Answer:
         """`get` for an event loop: answered inline when the cache can, else on the session's pool (the first call,

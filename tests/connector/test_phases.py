@@ -61,3 +61,17 @@ def test_a_trainjob_whose_nodes_went_before_the_failure_was_counted_stays_runnin
     again = connector.get(job_meta)
     assert again.phase == TaskExecution.RUNNING, again.message
     assert again.message.startswith("was running; now waiting for nodes (3 nodes, none started yet)"), again.message
+    # a job suspended again (Kueue's preemption) waits for admission: QUEUED, as docs/faults.md says
+    held = server.get_job(NS, job_meta.name, plural=plural)
+    held["spec"]["suspend"] = True
+    server.put_job(held, plural)
+    suspended = connector.get(job_meta)
+    assert suspended.phase == TaskExecution.QUEUED, suspended.message
+    assert suspended.message.startswith("suspended, waiting for admission"), suspended.message
+
+
+def test_a_suspended_pytorchjob_is_held_by_its_spec():
+    from backend_plugin.connector.phases import held_by_spec
+
+    assert held_by_spec({"spec": {"runPolicy": {"suspend": True}}}) and held_by_spec({"spec": {"suspend": True}})
+    assert not held_by_spec({"spec": {"runPolicy": {"suspend": False}}}) and not held_by_spec(None)
