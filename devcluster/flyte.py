@@ -233,6 +233,18 @@ def digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def code_digest() -> str:
+    """A digest of the checkout's Python packages that a connector pod runs (what its image would hold): a pod
+    annotated with it restarts when the code changed, not only its config (a cluster kept up across test sessions
+    otherwise serves the code of the session that started the pod)."""
+    sha = hashlib.sha256()
+    for package in ("backend_plugin", "pytorch_contract", "pytorch_core", "flytekitplugins_pytorch"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            sha.update(str(path.relative_to(REPO)).encode())
+            sha.update(path.read_bytes())
+    return sha.hexdigest()[:16]
+
+
 def propeller_rbac() -> list[dict]:
     """Propeller's ServiceAccount, ClusterRole and binding: one rule per thing it does, nothing more."""
     labels = {"app.kubernetes.io/name": PROPELLER, "app.kubernetes.io/part-of": "flyte"}
@@ -390,7 +402,9 @@ def connector_objects(setup: FlyteSetup, blob_endpoint: str) -> list[dict]:
         if doc["kind"] == "Deployment":
             doc["spec"]["replicas"] = 1  # two cores: one replica (the shipped two are for availability)
             template = doc["spec"]["template"]
-            template["metadata"].setdefault("annotations", {})["devcluster/config-digest"] = digest(config)
+            annotations = template["metadata"].setdefault("annotations", {})
+            annotations["devcluster/config-digest"] = digest(config)
+            annotations["devcluster/code-digest"] = code_digest()
             container = template["spec"]["containers"][0]
             container["env"] += [{"name": k, "value": v} for k, v in blob_env(blob_endpoint).items()]
         elif doc["kind"] == "ConfigMap":

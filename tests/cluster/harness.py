@@ -238,22 +238,19 @@ class RealCluster:
         """Deploy (or update) the connector of `kind` (`variant`: a second one with other settings) and return a
         propeller client to its pod."""
         from devcluster.addons import apply_all, wait_deployments
+        from devcluster.flyte import code_digest
 
         objects = connector_objects(kind, config or {}, self.info, variant)
         self.ensure_namespace(CONNECTOR_NS)  # Flyte's namespace, where a Flyte install puts it
         apply_all(self.kube, objects)
         name = connector_name(kind, variant)
         deployments = [o for o in objects if o["kind"] == "Deployment"]
-        # a new config is read at start: restart the pod when the ConfigMap changed
+        # a new config is read at start, and the pod runs the checkout's code as it was when it started: restart the
+        # pod when the ConfigMap or the code changed (a cluster kept up across test sessions kept the old code)
+        annotations = {"devcluster/config": json.dumps(config or {}, sort_keys=True), "devcluster/code": code_digest()}
         self.kube.strategic_patch(
             f"/apis/apps/v1/namespaces/{CONNECTOR_NS}/deployments/{name}",
-            {
-                "spec": {
-                    "template": {
-                        "metadata": {"annotations": {"devcluster/config": json.dumps(config or {}, sort_keys=True)}}
-                    }
-                }
-            },
+            {"spec": {"template": {"metadata": {"annotations": annotations}}}},
         )
         wait_deployments(self.kube, deployments, 180)
 
