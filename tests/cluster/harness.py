@@ -11,6 +11,7 @@ run `pyflyte-execute` from this checkout and its venv: the "image" is ignored.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import time
@@ -237,8 +238,8 @@ class RealCluster:
     def deploy_connector(self, kind: str, config: dict[str, Any] | None = None, variant: str = "") -> Propeller:
         """Deploy (or update) the connector of `kind` (`variant`: a second one with other settings) and return a
         propeller client to its pod."""
-        from devcluster.addons import apply_all, wait_deployments
-        from devcluster.flyte import code_digest
+        from devcluster.addons import apply_all
+        from devcluster.flyte import code_digest, rolled_out
 
         objects = connector_objects(kind, config or {}, self.info, variant)
         self.ensure_namespace(CONNECTOR_NS)  # Flyte's namespace, where a Flyte install puts it
@@ -252,7 +253,10 @@ class RealCluster:
             f"/apis/apps/v1/namespaces/{CONNECTOR_NS}/deployments/{name}",
             {"spec": {"template": {"metadata": {"annotations": annotations}}}},
         )
-        wait_deployments(self.kube, deployments, 180)
+        for d in deployments:  # the patched template rolled out, the old pod gone (not only "available")
+            wait_for(f"Deployment {CONNECTOR_NS}/{d['metadata']['name']} rolled out",
+                     functools.partial(rolled_out, self.kube, CONNECTOR_NS, d["metadata"]["name"]),
+                     180, 1.0)  # fmt: skip
 
         def ready_pod() -> dict | None:
             pods = [

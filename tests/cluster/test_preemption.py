@@ -145,7 +145,10 @@ def test_an_evicted_pod_stops_every_rank_and_the_job_resumes_there_without_a_ret
         seconds = time.monotonic() - lost
         step = assert_resumed_where_stopped(folder)
         recovering = [a.message for a in answers if a.message.startswith("recovering from a preemption of")]
-        assert recovering and "EvictionByEvictionAPI" in recovering[0], [a.message for a in answers]
+        # the cause: the evicted pod's DisruptionTarget while it is still there; once the kubelet deleted it (before
+        # the operator failed the job, on a loaded machine), the ranks' record of the stop at the agreed step
+        assert recovering and ("EvictionByEvictionAPI" in recovering[0] or "every rank stopped at the agreed step"
+                               in recovering[0]), [a.message for a in answers]  # fmt: skip
         assert "not charged to the task's retries" in recovering[0]
         assert recoveries(run) == "1"
         run.clock("eviction (Eviction API)")
