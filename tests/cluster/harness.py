@@ -93,9 +93,14 @@ def connector_objects(kind: str, config: dict[str, Any], info: ClusterInfo, vari
         if doc["kind"] == "Deployment":
             doc["metadata"]["name"] = name
             doc["spec"]["replicas"] = 1
-            doc["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] = name
+            # a name of its own too: the shipped Service (the one propeller calls in test_flyte.py, in the same
+            # namespace) selects `app.kubernetes.io/name: pytorch-connector`, and took this pod for one of its own
+            doc["spec"]["selector"]["matchLabels"] = {
+                "app.kubernetes.io/name": name,
+                "app.kubernetes.io/instance": name,
+            }
             tpl = doc["spec"]["template"]
-            tpl["metadata"]["labels"]["app.kubernetes.io/instance"] = name
+            tpl["metadata"]["labels"].update({"app.kubernetes.io/name": name, "app.kubernetes.io/instance": name})
             for vol in tpl["spec"]["volumes"]:
                 if "configMap" in vol:
                     vol["configMap"]["name"] = name
@@ -107,7 +112,7 @@ def connector_objects(kind: str, config: dict[str, Any], info: ClusterInfo, vari
                                                          "target": kind, **config})  # fmt: skip
         elif doc["kind"] == "Service":
             doc["metadata"]["name"] = name
-            doc["spec"]["selector"] = {"app.kubernetes.io/instance": name}
+            doc["spec"]["selector"] = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": name}
         objects.append(doc)
     return objects
 

@@ -123,17 +123,15 @@ EVENT_ORDER = ("UNDEFINED", "QUEUED", "WAITING_FOR_RESOURCES", "INITIALIZING", "
 """The task phases of a run that succeeds, in Flyte's order."""
 
 
-def check_phases(done: Run, node: str = "n0", running: bool = True) -> None:
-    """The task's events never go back and end SUCCEEDED, and so does its node (what the console shows); with
-    `running`, a RUNNING event came first (a job of a few seconds can end between two of propeller's polls, and
-    propeller sends an event per phase it saw: QUEUED, then SUCCEEDED)."""
+def check_phases(done: Run, node: str = "n0") -> None:
+    """The task's events never go back and end SUCCEEDED, and so does its node (what the console shows). A RUNNING
+    event is not asked for: propeller sends one event per phase it saw, and a job of a few seconds (the README example,
+    the MNIST slice on path b) can run between two of its looks: QUEUED, QUEUED, SUCCEEDED (seen on both paths)."""
     phases = [e.get("phase", "UNDEFINED") for e in done.execution.task_events(node)]
     assert phases, done.execution.describe()
     assert phases[-1] == "SUCCEEDED", phases
     ranks = [EVENT_ORDER.index(p) for p in phases]
     assert ranks == sorted(ranks), phases
-    if running:
-        assert "RUNNING" in phases, phases
     assert done.execution.node_phase(node) == "Succeeded"
     node_phases = [e.get("phase") for e in done.execution.events("node") if e["id"]["nodeId"] == node]
     assert node_phases[-1] == "SUCCEEDED", node_phases
@@ -144,7 +142,7 @@ def check_log_links(done: Run, node: str = "n0") -> None:
     pods = ranks_of(done.pods, node)
     assert len(pods) == 3, sorted(done.pods)
     events = [e for e in done.execution.task_events(node) if e.get("logs")]
-    assert events, "no task event carried log links"
+    assert events, json.dumps(done.execution.task_events(node))[:3000]
     links = sorted(log["uri"] for log in events[-1]["logs"])
     expected = sorted(
         dcflyte.LOG_TEMPLATE.replace("{{ .namespace }}", dcflyte.EXECUTION_NAMESPACE).replace("{{ .podName }}", p)
@@ -168,7 +166,7 @@ def test_readme_example_returns_world_size_and_total(stack: FlyteStack, flyte_wo
     assert done.phase == "Succeeded", done.execution.describe()
     outputs = done.execution.outputs({"world_size": int, "total": float})
     assert outputs == {"world_size": 3, "total": 6.0}  # 2.0 summed over the master and 2 workers
-    check_phases(done, running=False)  # the all-reduce takes a second or two: propeller may not poll meanwhile
+    check_phases(done)
     check_log_links(done)
 
 
