@@ -34,6 +34,11 @@ class Proc:
     pid: int
     ticks: int
     log: str
+    argv: tuple[str, ...] = ()
+    """What was run (with `ip netns exec <ns>` before it), for `Processes.restart`; () in an older record."""
+    cwd: str = ""
+    restartable: bool = False
+    """Whether `argv` and `cwd` alone start it again (no environment of its own was given)."""
 
     def alive(self) -> bool:
         return start_ticks(self.pid) == self.ticks and not _zombie(self.pid)
@@ -88,10 +93,44 @@ class Processes:
             )
         self._children[child.pid] = child
         ticks = start_ticks(child.pid) or 0
-        proc = Proc(name, child.pid, ticks, str(log))
+        proc = Proc(name, child.pid, ticks, str(log), tuple(full), str(cwd or ""), env is None)
         with self.file.open("a") as f:
             f.write(json.dumps(proc.__dict__) + "\n")
         return proc
+
+    def restart(self, name: str, grace_s: float = 10.0) -> Proc:
+        """Stop the newest running process called `name` (SIGTERM, SIGKILL after `grace_s`) and start it again as it
+        was started (what the test tier does to the API server: a watch broken by a restart).
+
+        Args:
+            name: the recorded name, e.g. `kube-apiserver`.
+            grace_s: how long it may take to stop.
+
+        Returns:
+            The new process (recorded, so that `down` stops it).
+
+        Raises:
+            RuntimeError: nothing of that name runs, or it cannot be started again from its record.
+        """
+        running = [p for p in self.recorded() if p.name == name and p.alive()]
+        if not running:
+            raise RuntimeError(f"no running process {name!r} in {self.file}")
+        old = running[-1]
+        if not old.restartable or not old.argv:
+            raise RuntimeError(f"{name!r} was started with an environment of its own or by an older devcluster")
+        _signal_group(old.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and old.alive():
+            self._reap()
+            time.sleep(0.05)
+        if old.alive():
+            _signal_group(old.pid, signal.SIGKILL)
+            while old.alive():
+                self._reap()
+                time.sleep(0.05)
+        argv = list(old.argv)
+        netns = argv[3] if argv[:3] == ["ip", "netns", "exec"] else None
+        return self.start(name, argv[4:] if netns else argv, cwd=Path(old.cwd) if old.cwd else None, netns=netns)
 
     def recorded(self) -> list[Proc]:
         if not self.file.exists():
@@ -99,7 +138,8 @@ class Processes:
         out = []
         for line in self.file.read_text().splitlines():
             if line.strip():
-                out.append(Proc(**json.loads(line)))
+                record = json.loads(line)
+                out.append(Proc(**{**record, "argv": tuple(record.get("argv") or ())}))
         return out
 
     def exited(self, proc: Proc) -> int | None:
