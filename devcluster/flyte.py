@@ -455,12 +455,16 @@ def deploy(kube: Kube, setup: FlyteSetup, blob_endpoint: str, state: Path, out: 
     for ns in (NAMESPACE, EXECUTION_NAMESPACE):
         account = f"/api/v1/namespaces/{ns}/serviceaccounts/default"
         wait_for(f"namespace {ns}'s default ServiceAccount", functools.partial(kube.get_or_none, account), 60)
-    objects = events_objects() + propeller_objects(setup, blob_endpoint)
     if setup.plugin == "connector":
-        objects += connector_objects(setup, blob_endpoint)
-    apply_all(kube, objects)
-    names = [PROPELLER, EVENTS] + ([CONNECTOR] if setup.plugin == "connector" else [])
-    for name in names:
+        # the connector serves before propeller starts: propeller's connector plugin takes the task types it
+        # registers for from the connectors' ListAgents answer when it starts (flyteplugins v1.16.8,
+        # webapi/connector/plugin.go newConnectorPlugin). Started the other way round on a cluster's first deploy, the
+        # first execution failed in 6 s: "CorruptedPluginState: Failed to unmarshal custom state" (seen in CI)
+        apply_all(kube, connector_objects(setup, blob_endpoint))
+        wait_for(f"Deployment {NAMESPACE}/{CONNECTOR} rolled out",
+                 functools.partial(rolled_out, kube, NAMESPACE, CONNECTOR), 240, 1.0)  # fmt: skip
+    apply_all(kube, events_objects() + propeller_objects(setup, blob_endpoint))
+    for name in (PROPELLER, EVENTS):
         wait_for(f"Deployment {NAMESPACE}/{name} rolled out", functools.partial(rolled_out, kube, NAMESPACE, name), 240,
                  1.0)  # fmt: skip
     wait_for(

@@ -52,6 +52,11 @@ class Started:
     """The attempts this replica answered RUNNING, by (namespace, name, uid); safe across threads."""
 
     def __init__(self, max_held: int = MAX_HELD) -> None:
+        """An empty memory.
+
+        Args:
+            max_held: the most attempts remembered (`MAX_HELD`); the oldest is let go first.
+        """
         self._lock = threading.Lock()
         self._held: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._max = max_held

@@ -184,6 +184,11 @@ class Recoveries:
     """The jobs held to be created again, by (namespace, name): one session's memory, safe across threads."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """An empty memory.
+
+        Args:
+            clock: a monotonic clock, seconds (what `deleted` entries age on; tests move it).
+        """
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], Pending] = {}
         self._deleted: dict[tuple[str, str, str], float] = {}  # (namespace, name, the attempt's uid) -> when
@@ -206,7 +211,16 @@ class Recoveries:
             self._pending.pop((namespace, name), None)  # a job held to be created again never is
 
     def was_deleted(self, namespace: str, name: str, uid: str) -> bool:
-        """Whether this replica's DeleteTask deleted the attempt's job within `GONE_WAIT_S` (`deleted`)."""
+        """Whether this replica's DeleteTask deleted the attempt's job within `GONE_WAIT_S` (`deleted`).
+
+        Args:
+            namespace: the job's namespace.
+            name: its name.
+            uid: the uid Flyte's metadata names ("" when none).
+
+        Returns:
+            True when it did.
+        """
         with self._lock:
             at = self._deleted.get((namespace, name, uid))
             return at is not None and self._clock() - at <= GONE_WAIT_S

@@ -181,7 +181,11 @@ def test_served_connector_answers_from_the_cache_inline_and_falls_back_on_its_po
     try:
         meta = create(served, tmp_path)
         server.set_job_status(NS, meta.name, RUNNING)
-        assert served.service.answer_from_cache(meta) is None  # no cache built yet: never built in the event loop
+        # a connector that has built nothing yet answers nothing inline, and builds nothing in the event loop (this
+        # one's own create built its session, and its cache may already hold the job)
+        fresh = ServedJobConnector(config=config, api_client_factory=lambda: client)
+        assert fresh.service.answer_from_cache(meta) is None and fresh.service.published() is None
+        fresh.close()
         first = asyncio.run(served.get(meta))  # on the pool: builds the cache, a GET
         assert first.phase == TaskExecution.RUNNING
         wait_for(lambda: served.service.answer_from_cache(meta) is not None)
