@@ -118,16 +118,7 @@ class Processes:
         old = running[-1]
         if not old.restartable or not old.argv:
             raise RuntimeError(f"{name!r} was started with an environment of its own or by an older devcluster")
-        _signal_group(old.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and old.alive():
-            self._reap()
-            time.sleep(0.05)
-        if old.alive():
-            _signal_group(old.pid, signal.SIGKILL)
-            while old.alive():
-                self._reap()
-                time.sleep(0.05)
+        self._stop(old, grace_s)
         argv = list(old.argv)
         netns = argv[3] if argv[:3] == ["ip", "netns", "exec"] else None
         return self.start(name, argv[4:] if netns else argv, cwd=Path(old.cwd) if old.cwd else None, netns=netns)
@@ -153,24 +144,26 @@ class Processes:
         """Stop every recorded process group, newest first and one at a time (the node agent and the controllers
         before the API server, the API server before etcd, which it still writes to while it shuts down): SIGTERM,
         then SIGKILL after `grace_s`. Returns the names of those that had to be killed."""
-        killed = []
-        for p in reversed(self.recorded()):
-            if not p.alive():
-                continue
-            _signal_group(p.pid, signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            while time.monotonic() < deadline and p.alive():
-                self._reap()
-                time.sleep(0.05)
-            if p.alive():
-                killed.append(p.name)
-                _signal_group(p.pid, signal.SIGKILL)
-                end = time.monotonic() + 5
-                while time.monotonic() < end and p.alive():
-                    self._reap()
-                    time.sleep(0.05)
+        killed = [p.name for p in reversed(self.recorded()) if p.alive() and self._stop(p, grace_s)]
         self._reap()
         return killed
+
+    def _stop(self, proc: Proc, grace_s: float) -> bool:
+        """SIGTERM to the process group, SIGKILL after `grace_s` (then up to 5 s for it to go); whether it was
+        killed."""
+        _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and proc.alive():
+            self._reap()
+            time.sleep(0.05)
+        if not proc.alive():
+            return False
+        _signal_group(proc.pid, signal.SIGKILL)
+        end = time.monotonic() + 5
+        while time.monotonic() < end and proc.alive():
+            self._reap()
+            time.sleep(0.05)
+        return True
 
     def _reap(self) -> None:
         for child in list(self._children.values()):
