@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import urllib3
 
 from backend_plugin.kube.watch import JobWatchCache, WatchSettings, slim
 from devcluster.kube import ApiError, wait_for
@@ -153,9 +154,10 @@ DISRUPTIVE_ENV = "DEVCLUSTER_DISRUPTIVE"
 
 @pytest.mark.skipif(
     os.environ.get(DISRUPTIVE_ENV) != "1",
-    reason=f"opt-in ({DISRUPTIVE_ENV}=1), on a cluster of its own: it restarts the API server, and Kueue's controller "
-    "exits when its lease lapses meanwhile; until it is back, its webhook, which fails closed on every Deployment, "
-    "refuses the tier's later deploys (seen)",
+    reason=f"opt-in ({DISRUPTIVE_ENV}=1), on a cluster of its own, and not yet passing: the restarted API server "
+    "served again within 17 s, but its calls to the controllers' webhooks (which fail closed on Deployments and "
+    "PyTorchJobs) failed with 'no route to host' for 300 s and more, so no write reached the job; the node agent's "
+    "Service proxy may not follow the webhook pods' endpoints across the restart (unchecked)",
 )
 def test_a_restart_of_the_api_server_under_an_open_watch(
     real: RealCluster, namespace: str, make_cache: Callable[[], JobWatchCache]
@@ -182,14 +184,23 @@ def test_a_restart_of_the_api_server_under_an_open_watch(
         if stopped_answering is None and cache.get(namespace, "steady") is None:
             stopped_answering = time.monotonic() - began
         try:
-            real.kube.get("/readyz")
+            # the job itself: `/version` answers before the custom resources' paths are installed (503 on them)
+            real.kube.get(f"{jobs_path(namespace)}/steady")
             break
-        except Exception:  # noqa: BLE001 - refused, reset, not ready: every way a server that is down answers
+        except (ApiError, OSError, urllib3.exceptions.HTTPError):  # refused, reset, not ready yet
             pass
         assert time.monotonic() < deadline, "the API server did not come back in 180 s"
         time.sleep(0.2)
     down_s = time.monotonic() - began
-    real.kube.merge_patch(f"{jobs_path(namespace)}/steady", {"metadata": {"annotations": {"after": "restart"}}})
+
+    def patched() -> bool:  # the controllers' webhooks refuse writes until they have found the new server again
+        try:
+            real.kube.merge_patch(f"{jobs_path(namespace)}/steady", {"metadata": {"annotations": {"after": "restart"}}})
+        except ApiError:
+            return False
+        return True
+
+    wait_for("a write after the restart (the webhooks back)", patched, 300, 2.0)
     wait_for("the change after the restart, in the cache", synced_copy(cache, real, namespace, "steady"), 120, 0.5)
     after = cache.stats(namespace)
     relisted = after["lists"] - before["lists"]
