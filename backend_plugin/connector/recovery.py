@@ -251,20 +251,18 @@ class Recoveries:
         with self._lock:
             return self._pending.get((namespace, name))
 
-    def settle(self, namespace: str, name: str, job: Optional[Mapping[str, Any]] = None) -> None:
-        """Let go what is held for (namespace, name): all of it (`job` None: the task is deleted), or what `job`, a
-        job of the attempt read from the API, shows done (its count is at least the one held).
+    def settle(self, namespace: str, name: str, job: Mapping[str, Any]) -> None:
+        """Let go what is held for (namespace, name) when `job`, a job of the attempt read from the API, shows it done
+        (its count is at least the one held). A task's delete lets go of all of it (`deleted`).
 
         Args:
             namespace: the job's namespace.
             name: its name.
-            job: a job of the name as read, or None.
+            job: a job of the name as read.
         """
         with self._lock:
             held = self._pending.get((namespace, name))
-            if held is None:
-                return
-            if job is None or (attempt_uid(job) == held.first_uid and recoveries(job) >= held.count):
+            if held is not None and attempt_uid(job) == held.first_uid and recoveries(job) >= held.count:
                 del self._pending[(namespace, name)]
 
 
