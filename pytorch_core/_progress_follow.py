@@ -27,6 +27,10 @@ terminal), so a rank's print never lands in the middle of it. The page, the reco
 this thread with the task's context (``contextvars``), never from the training loop; a sink that fails is logged
 once and training goes on.
 
+The thread does its work only between forks of this process (``_FORK_GUARD``): ``start_method="fork"`` forks the
+ranks from the launcher while the thread runs, and a fork taken while it held a lock (a module it was importing, a
+stream it was writing) would leave that lock held forever in every rank, which then hangs at its first use.
+
 Neither torch nor a Flyte SDK is imported here.
 """
 
@@ -76,6 +80,17 @@ INTERVAL_ENV = "FLYTE_PYTORCH_PROGRESS_INTERVAL_S"
 
 TICK_S = 0.25
 """How often the follower looks for a new snapshot."""
+
+_FORK_GUARD = threading.RLock()
+"""Held by a follower's thread while it works, and by a thread that forks this process until the fork is made (in
+the parent and in the child): a rank forked from the launcher never inherits a lock the thread held mid-work.
+Reentrant: a sink that forks from the thread itself (a subprocess through ``multiprocessing``) does not wait on
+itself."""
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_FORK_GUARD.acquire, after_in_parent=_FORK_GUARD.release, after_in_child=_FORK_GUARD.release
+    )
 REDRAW_S = 1.0
 """Redraw period of the line on a terminal (the ETA and elapsed time move between snapshots)."""
 LOCAL_LOG_S = 5.0
@@ -498,7 +513,8 @@ class ProgressFollower:
             self._wake.clear()
             if self._stopped.is_set():
                 return
-            self._drain(final=False, failed=False)
+            with _FORK_GUARD:
+                self._drain(final=False, failed=False)
 
     def _drain(self, *, final: bool, failed: bool) -> None:
         snapshot = self._take()

@@ -388,3 +388,46 @@ def test_the_curves_get_a_point_per_reported_step() -> None:
     assert [step for step, _ in tracker.history] == list(range(1, 26))
     tracker.add({**snapshot(26, start + 4, loss=0.1), "points": []})  # nothing reported since: no new point
     assert len(tracker.history) == 25
+
+
+def test_a_fork_waits_until_the_thread_is_between_two_snapshots(tmp_path: Path) -> None:
+    """``start_method="fork"`` forks the ranks from the launcher while this thread runs: a fork taken while it held a
+    lock mid-work (a module being imported, a stream being written) would leave the rank with that lock held forever.
+    A fork made while a sink works waits until the sink returned; the child starts with nothing held."""
+    import threading
+
+    in_update, released = threading.Event(), threading.Event()
+    ended_at: list[float] = []
+
+    class SlowSink:
+        def update(self, tracker: Any, now: float, new: bool) -> None:
+            if new and not in_update.is_set():
+                in_update.set()
+                released.wait(5)
+                time.sleep(0.3)
+                ended_at.append(time.monotonic())
+
+        def close(self, tracker: Any, now: float, final: bool) -> None:
+            pass
+
+    path = tmp_path / "progress.json"
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    follower = _follower(RecordingFrontEnd(), devnull)
+    follower.sinks = [SlowSink()]
+    follower.start(path)
+    try:
+        path.write_text(json.dumps(snapshot(1, time.time())))
+        assert in_update.wait(10), "the sink never ran"
+        released.set()
+        pid = os.fork()
+        if pid == 0:  # the child: the guard is free here, as a rank's imports need it to be
+            from pytorch_core import _progress_follow
+
+            os._exit(0 if _progress_follow._FORK_GUARD.acquire(timeout=5) else 1)
+        forked_at = time.monotonic()
+        _, status = os.waitpid(pid, 0)
+    finally:
+        follower.stop()
+        os.close(devnull)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ended_at and forked_at >= ended_at[0], (forked_at, ended_at)

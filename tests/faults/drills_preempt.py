@@ -126,6 +126,7 @@ def launch(
         Launch: what happened; its whole group is SIGKILLed before this returns.
     """
     log = Path(env["PREEMPT_DRILL_DIR"]) / f"log-{env['PREEMPT_DRILL_RUN']}-{time.monotonic_ns()}.txt"
+    env = {**env, "PYTHONFAULTHANDLER": "1"}  # a run stopped for its time limit shows where each process was
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, cwd=str(REPO_ROOT), env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -147,6 +148,8 @@ def launch(
                     signalled_at = when
             time.sleep(0.02)
         wall = time.monotonic() - started
+        if killed_for.startswith("still running"):
+            _dump_stacks(group_members(proc.pid))
         left = group_members(proc.pid)
         deadline = time.monotonic() + 5.0
         while left and time.monotonic() < deadline:
@@ -166,6 +169,17 @@ def launch(
         except ProcessLookupError:
             pass
         proc.wait()
+
+
+def _dump_stacks(pids: list[int]) -> None:
+    """Have every process of a run that ran out of time write its Python stacks to the run's log (faulthandler,
+    enabled by ``PYTHONFAULTHANDLER``, dumps them on SIGABRT), so that its failure says where it hung."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGABRT)
+        except ProcessLookupError:
+            pass
+    time.sleep(2.0)
 
 
 def run_local(directory: Path, run: str, *, inputs: Optional[dict[str, Any]] = None, **kw: Any) -> Launch:

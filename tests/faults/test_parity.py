@@ -279,7 +279,7 @@ def _sigterm_launcher(
         return None
 
     run = drills.launch(cmd, env, ready=drills._ready_after(tmp_path, "plain"), act=act, max_procs=MAX_PROCS)
-    assert not run.killed_for and run.leftover == [], run.output[-3000:]
+    assert not run.killed_for and run.leftover == [], run.output[-12000:]
     if said is not None:
         said.append(run.output)
     pids = drills._pids(tmp_path, "plain")
