@@ -3,9 +3,11 @@
 
 1. ``git clone`` the repository's HEAD into ``WORKDIR/repo``, with nothing beside it;
 2. the README's run command (``<!-- command:run -->``), verbatim, in that clone: a fresh ``.venv``, the install, and
-   the distributed MNIST workflow, which must print its evaluation report. The data comes only from
-   ``MNIST_DATA_DIR`` in the environment (CI's own copy; required): the cache is an empty folder of the work
-   directory and the download mirrors are an unanswered loopback port, so a download cannot stand in for it;
+   the distributed MNIST workflow, which must print its evaluation report, at 99% test accuracy or more, write
+   nothing beside the clone, and leave no process running. The data comes only from ``MNIST_DATA_DIR`` in the
+   environment (CI's own copy; required): the cache is an empty folder of the work directory, which must end up
+   holding the four files, and the download mirrors are an unanswered loopback port, so a download cannot stand in
+   for it;
 3. ``pytorchjob render`` of the README's example in the run command's environment: a PyTorchJob with one Master and
    the example's two Workers;
 4. the README's test command (``<!-- command:test -->``), verbatim, in the same clone and ``.venv`` (one after the
@@ -31,6 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_BUDGET_S = 120.0
+#: The test accuracy the MNIST workflow passes with its defaults (docs/quickstart.md: 99% in one epoch).
+MIN_ACCURACY = 99.0
 #: bash prints each command it runs, prefixed with this (expanded): '+' repeated by nesting depth, then the time.
 PS4 = "+@@ ${EPOCHREALTIME} "
 
@@ -81,16 +85,21 @@ def run_traced(cmd: str, cwd: Path, env: dict[str, str], log: Path) -> tuple[int
     with log.open("w") as trace:
         # bash ignores a PS4 from the environment when run as root, so the trace is switched on in the script;
         # the command itself follows verbatim.
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             ["bash", "-c", f"PS4='{PS4}'\nset -x\n{cmd}"],
             cwd=cwd,
             env=env,
             stdout=subprocess.PIPE,
             stderr=trace,
             text=True,
+            start_new_session=True,  # what it starts stays in its process group, where `left_running` looks
         )
+        stdout, _ = proc.communicate()
     ended = time.time()
-    print(proc.stdout[-4000:], end="", flush=True)
+    left = left_running(proc.pid)
+    if left:
+        sys.exit(f"processes left running after `{cmd}`: {left}")
+    print(stdout[-4000:], end="", flush=True)
     steps: list[tuple[str, float]] = []
     for line in log.read_text(errors="replace").splitlines():
         m = re.match(r"^(\++)@@ (\d+\.\d+) (.*)$", line)
@@ -98,7 +107,28 @@ def run_traced(cmd: str, cwd: Path, env: dict[str, str], log: Path) -> tuple[int
             steps.append((m.group(3), float(m.group(2))))
     timed = [(c, (steps[i + 1][1] if i + 1 < len(steps) else ended) - t) for i, (c, t) in enumerate(steps)]
     print(f"[{time.monotonic() - started:.0f} s in all]", flush=True)
-    return proc.returncode, proc.stdout, timed
+    return proc.returncode, stdout, timed
+
+
+def left_running(group: int) -> list[str]:
+    """The processes still in process group `group` (a command run in a session of its own), a few seconds after it
+    ended: what it started must end with it."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        left = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[2]) == group and fields[0] != "Z":  # pgrp; a zombie runs nothing
+                left.append(f"{entry.name} {stat[stat.index('(') + 1 : stat.rindex(')')]}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def report_installs(name: str, timed: list[tuple[str, float]]) -> list[str]:
@@ -173,8 +203,18 @@ def main() -> int:
     if rc != 0:
         print((work / "run-command.trace").read_text(errors="replace")[-4000:], file=sys.stderr)
         sys.exit(f"the README's run command failed with exit code {rc}")
-    if not re.search(r"test accuracy \d+\.\d+% on \d+ images", out):
+    accuracies = [float(a) for a in re.findall(r"test accuracy (\d+\.\d+)% on \d+ images", out)]
+    if not accuracies:
         sys.exit("the README's run command printed no evaluation report")
+    if accuracies[-1] < MIN_ACCURACY:
+        sys.exit(f"the README's run command reached only {accuracies[-1]}% test accuracy (< {MIN_ACCURACY}%)")
+    beside = sorted(p.name for p in work.iterdir())
+    if beside != sorted(["repo", "mnist-cache", "run-command.trace"]):
+        sys.exit(f"the README's run command wrote beside the clone: {beside}")
+    cached = sorted(p.name for p in (work / "mnist-cache").iterdir() if not p.name.startswith("."))
+    if cached != sorted(MNIST_FILES):  # the data came through MNIST_DATA_DIR, verified: no mirror answers
+        sys.exit(f"the MNIST cache holds {cached}, not the four files from MNIST_DATA_DIR")
+    print(f"test accuracy {accuracies[-1]}% (>= {MIN_ACCURACY}%); MNIST only from MNIST_DATA_DIR", flush=True)
 
     print("=== pytorchjob render of the README example, in the run command's environment", flush=True)
     check_render(repo, env, example)

@@ -143,8 +143,17 @@ def test_generated_benchmark_commands_name_no_folder_outside_the_repository():
     assert "../shared" not in release_figures.MNIST_CMD
 
 
+#: Set by CI's readme job for its later tiers: `.ci/readme_install.py` ran the README's run command verbatim in a fresh
+#: clone of HEAD, with MNIST only from MNIST_DATA_DIR, and checked what the test below checks.
+README_RUN_CHECKED_ENV = "README_RUN_COMMAND_CHECKED"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.skipif(
+    os.environ.get(README_RUN_CHECKED_ENV) == "1",
+    reason=".ci/readme_install.py ran the README's run command in a fresh clone earlier in this job, with these checks",
+)
 def test_run_command_in_a_fresh_clone_with_data_only_from_mnist_data_dir(tmp_path):
     """The first README command, verbatim, in a fresh copy of the repository with nothing beside it: a new .venv
     from the system python3, the installs, the MNIST workflow. The data comes only through MNIST_DATA_DIR (as CI
@@ -165,7 +174,7 @@ def test_run_command_in_a_fresh_clone_with_data_only_from_mnist_data_dir(tmp_pat
     )
     accuracies = [float(a) for a in re.findall(r"test accuracy (\d+\.\d+)% on \d+ images", result.output)]
     assert accuracies, f"no evaluation report in the output:\n{result.output[-3000:]}"
-    assert accuracies[-1] >= 99.0, f"default run reached only {accuracies[-1]}% test accuracy"
+    assert accuracies[-1] >= installer.MIN_ACCURACY, f"default run reached only {accuracies[-1]}% test accuracy"
 
 
 @pytest.mark.slow
