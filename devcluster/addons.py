@@ -112,6 +112,32 @@ RELEASES: dict[str, Release] = {
 
 ORDER = ("jobset", "training-operator", "trainer", "kueue")
 
+KUEUE_FRAMEWORKS = ("kubeflow.org/pytorchjob",)
+"""Kueue integrations enabled beyond the release's defaults. Kueue's shipped configuration (v0.19) leaves the training
+operator's PyTorchJob commented out; a cluster that queues PyTorchJobs enables it there, as this one does. Without it
+Kueue's PyTorchJob webhook answers without suspending the job, and its `pod` integration gates each of the job's pods
+as a Workload of its own (they carry the queue label): no gang admission."""
+
+
+def enable_kueue_frameworks(objects: list[dict], frameworks: tuple[str, ...] = KUEUE_FRAMEWORKS) -> None:
+    """Add `frameworks` to `integrations.frameworks` of Kueue's configuration (the `kueue-manager-config` ConfigMap
+    of its release manifests), in place.
+
+    Raises:
+        RuntimeError: the manifests hold no such ConfigMap, or it names no integrations.
+    """
+    for o in objects:
+        if o.get("kind") == "ConfigMap" and o["metadata"]["name"].endswith("kueue-manager-config"):
+            key = "controller_manager_config.yaml"
+            config = yaml.safe_load(o["data"][key])
+            enabled = (config.get("integrations") or {}).get("frameworks")
+            if not isinstance(enabled, list):
+                raise RuntimeError(f"Kueue's configuration names no integrations.frameworks: {o['data'][key][:200]}")
+            enabled += [f for f in frameworks if f not in enabled]
+            o["data"][key] = yaml.safe_dump(config, sort_keys=False)
+            return
+    raise RuntimeError("Kueue's release manifests hold no kueue-manager-config ConfigMap")
+
 
 def images_of(objects: list[dict]) -> list[str]:
     """The images of the Deployments among `objects` (the release image the agent runs as the built binary)."""

@@ -129,6 +129,8 @@ def up(
 
     rendered = {name: f.result() for name, f in renders.items()}
     renderer.shutdown()
+    if "kueue" in rendered:
+        addons.enable_kueue_frameworks(rendered["kueue"])
     images = []
     for name, objects in rendered.items():
         binary = bins[BY_NAME[name].binaries[0][0]]
