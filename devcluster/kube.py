@@ -14,10 +14,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 log = logging.getLogger("devcluster")
+
+UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
+"""What a request raises when the API server cannot be reached (refused, reset, timed out: a restart): the caller
+keeps what it has and tries again later, as the kubelet does."""
 
 
 class ApiError(Exception):

@@ -27,7 +27,7 @@ from devcluster.agent.containers import Container, all_at_once, now_rfc3339
 from devcluster.agent.envvars import EnvError, make_env
 from devcluster.agent.probes import Prober
 from devcluster.agent.volumes import PodVolumes, VolumeError, ensure_mount_point, mount_targets
-from devcluster.kube import ApiError
+from devcluster.kube import UNREACHABLE, ApiError
 
 if TYPE_CHECKING:
     from devcluster.agent.node import NodeAgent
@@ -284,6 +284,8 @@ class PodRuntime:
                 self.gone.set()
             else:
                 log.warning("pod %s/%s: status update: %s", self.ns, self.name, e)
+        except UNREACHABLE as e:  # the API server is away (a restart): the next report sends this state again
+            log.warning("pod %s/%s: status update: the API server cannot be reached: %s", self.ns, self.name, e)
 
     # --- containers
 
@@ -493,7 +495,7 @@ class PodRuntime:
             try:
                 self.volumes.setup()
                 break
-            except VolumeError as e:
+            except (VolumeError, ApiError, *UNREACHABLE) as e:
                 self._event("FailedMount", str(e), "Warning")
                 for c in self.containers.values():
                     c.state = {"waiting": {"reason": "ContainerCreating"}}

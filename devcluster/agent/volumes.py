@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from devcluster.agent.envvars import field_value, resource_value
+from devcluster.kube import UNREACHABLE, ApiError
 
 
 class VolumeError(Exception):
@@ -121,8 +122,10 @@ class PodVolumes:
             if volume["name"] in self.paths and "hostPath" not in volume:
                 try:
                     self._fill(volume, self.paths[volume["name"]])
-                except VolumeError:
-                    pass  # keep the files last written, as the kubelet does when a source goes away
+                except (VolumeError, ApiError, *UNREACHABLE):
+                    # keep the files last written, as the kubelet does when a source goes away or the API server
+                    # cannot be reached (a restart): the next sync writes them again
+                    pass
 
     def teardown(self) -> None:
         for path in self._tmpfs:

@@ -9,9 +9,11 @@ import stat
 from pathlib import Path
 
 import pytest
+import urllib3
 
 from devcluster.agent import volumes as vol
 from devcluster.agent.volumes import PodVolumes, VolumeError, mount_targets
+from devcluster.kube import ApiError
 
 POD = {
     "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"app": "x"}},
@@ -90,6 +92,35 @@ def test_a_refresh_brings_a_changed_secret_and_keeps_a_fresh_token(tmp_path: Pat
     v.refresh()
     assert (v.paths["sec"] / "key").read_bytes() == b"v2"
     assert len(store.tokens) == 1  # far from 80% of its life: not asked again
+
+
+@pytest.mark.parametrize(
+    "away",
+    [
+        urllib3.exceptions.MaxRetryError(None, "/api/v1/namespaces/ns/secrets/s", "connection refused"),  # type: ignore[arg-type]
+        ApiError(503, "Service Unavailable", '{"message": "the server is starting"}'),
+    ],
+    ids=["unreachable", "503"],
+)
+def test_a_refresh_while_the_api_server_is_away_keeps_the_files_and_the_next_one_writes_them(
+    tmp_path: Path, away: Exception
+) -> None:
+    """An API server restart must not fail a running pod (the kubelet keeps the files it wrote and syncs again)."""
+    store = Store()
+    v = _volumes(tmp_path, store)
+    v.setup()
+    reachable = store.read
+
+    def read(kind: str, ns: str, name: str) -> dict | None:
+        raise away
+
+    v._read = read
+    v.refresh()
+    assert (v.paths["sec"] / "key").read_bytes() == b"v1" and (v.paths["cfg"] / "sub" / "a.txt").read_text() == "alpha"
+    store.objects[("Secret", "ns", "s")] = {"data": {"key": base64.b64encode(b"v2").decode()}}
+    v._read = reachable
+    v.refresh()
+    assert (v.paths["sec"] / "key").read_bytes() == b"v2"
 
 
 def test_a_token_is_asked_again_at_80_percent_of_its_life(monkeypatch: pytest.MonkeyPatch) -> None:
