@@ -102,6 +102,24 @@ def test_lists_in_pages_then_answers_only_managed_jobs_slimmed(server, make_cach
     assert 15 <= int(watch["timeoutSeconds"][0]) <= 20  # about silence_s: a healthy watch ends, or speaks, by then
 
 
+def test_a_list_keeps_each_page_before_it_asks_for_the_next(server, make_cache):
+    """What is kept of a job is a small part of it: a LIST keeps each page's jobs as the page comes in, so one page of
+    whole jobs is held at a time, not the whole list (held to the end, 2,000 JobSets' left the connector's memory
+    larger by 35 MiB per 1,000 jobs once they were let go)."""
+    for i in range(7):
+        server.put_job(job(f"j{i}"))
+    pages_asked = []
+
+    def transform(whole: dict) -> dict:
+        pages_asked.append(len(server.calls(verb="list", resource=PLURAL)))
+        return slim(whole)
+
+    cache = make_cache(transform=transform)
+    cache.get(NS, "j0")
+    assert cache.wait_synced(NS, 5) and cache.stats(NS)["jobs"] == 7
+    assert pages_asked[:7] == [1, 1, 1, 2, 2, 2, 3]  # pages of 3
+
+
 def test_add_modify_delete_arrive_through_the_watch(server, make_cache):
     cache = make_cache()
     assert cache.wait_synced(NS, 5)

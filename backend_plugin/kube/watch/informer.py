@@ -217,19 +217,21 @@ class Informer:
             self.cache.forget(self)
 
     def _list(self) -> None:
-        jobs, rv = list_jobs(self.cache.custom_api(), self.scope, self.cache.settings.page_size,
-                             self.cache.settings.request_timeout_s, self._page, self.cache.stopping.is_set)  # fmt: skip
         listed: dict[tuple[str, str], Held] = {}
-        for job in jobs:
+
+        def each(job: dict) -> None:  # as its page comes in: what is kept of it, not the whole job
             meta = job["metadata"]
             namespace = str(meta.get("namespace") or self.scope.namespace or "")
             if not self.covers(namespace):
-                continue
+                return
             wrong = self.cache.check(job) if self.cache.check is not None else None
             if wrong:
                 self._ignore(f"a job of a shape no API server writes ({wrong}); it is left to GETs")
-                continue
+                return
             listed[(namespace, meta["name"])] = Held(self.cache.transform(job))
+
+        rv = list_jobs(self.cache.custom_api(), self.scope, self.cache.settings.page_size,
+                       self.cache.settings.request_timeout_s, self._page, self.cache.stopping.is_set, each)  # fmt: skip
         self.store.replace(listed, rv)
         self.resource_version = rv
         self.synced = True

@@ -77,8 +77,11 @@ def list_jobs(
     request_timeout_s: float,
     on_page: Callable[[Any], None],
     stopping: Callable[[], bool],
-) -> tuple[list[dict], str]:
-    """Every job of the scope, `page_size` at a time (one snapshot: the first page's resourceVersion).
+    each: Callable[[dict], None],
+) -> str:
+    """Every job of the scope, `page_size` at a time (one snapshot: the first page's resourceVersion), each handed to
+    `each` as its page comes in: one page of whole jobs is held at a time, never the whole list (whole jobs are many
+    times what the cache keeps of them, and the memory a list of them took stays the process's).
 
     Args:
         custom_api: a `kubernetes.client.CustomObjectsApi`.
@@ -87,15 +90,15 @@ def list_jobs(
         request_timeout_s: connect and read timeout of each page.
         on_page: called with each page's answer as it arrives (the server's clock is learnt from it).
         stopping: whether to stop between pages.
+        each: called with each job of a page, once the page's shape is checked.
 
     Returns:
-        (the jobs, the list's resourceVersion).
+        The list's resourceVersion.
 
     Raises:
-        Broken: an answer that is not a list of named objects.
+        Broken: an answer that is not a list of named objects (jobs of earlier pages were handed over).
         kubernetes ApiException, urllib3 HTTPError, OSError: the request failed.
     """
-    jobs: list[dict] = []
     token: Optional[str] = None
     rv = ""
     while True:
@@ -110,17 +113,19 @@ def list_jobs(
             raise Broken("the LIST answered with something that is not JSON") from None
         if not isinstance(page, dict) or not isinstance(page.get("items") or [], list):
             raise Broken(f"the LIST answered with a {type(page).__name__} that is not a list of jobs")
-        for item in page.get("items") or []:
+        items = page.get("items") or []
+        for item in items:
             item_meta = item.get("metadata") if isinstance(item, dict) else None
             if not isinstance(item_meta, dict) or not isinstance(item_meta.get("name"), str):
                 raise Broken("the LIST answered with an item that is not a named object")
-            jobs.append(item)
+        for item in items:
+            each(item)
         listed = page.get("metadata")
         meta: dict[str, Any] = listed if isinstance(listed, dict) else {}
         rv = rv or str(meta.get("resourceVersion") or "")
         token = meta.get("continue")
         if not token or stopping():
-            return jobs, rv
+            return rv
 
 
 def open_watch(custom_api: Any, scope: Scope, rv: Optional[str], timeout_seconds: int,
