@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 from flyteidl.core.execution_pb2 import TaskExecution, TaskLog
 
 from backend_plugin.connector import blobs, shapes
-from backend_plugin.connector.log_pods import run_key
+from backend_plugin.connector.log_pods import HeldPods, run_key
 from backend_plugin.connector.metadata import Answer, JobMetadata
 from backend_plugin.connector.recovery import of_attempt, recoveries
 from backend_plugin.connector.session import Session
@@ -86,7 +86,7 @@ class JobReader:
         reads = target.reads(job, config, now)
         if reads.pods or reads.events or (reads.error_report and meta.output_prefix):
             return None
-        pods = None
+        pods: Optional[HeldPods] = None
         if reads.link_pods:
             pods = self.session.log_pods.get(_uid(job), run_key(job), self.monotonic())
             if pods is None:
@@ -121,7 +121,8 @@ class JobReader:
             )
         config, now = self.session.config, self.now()
         reads = target.reads(job, config, now)
-        pods: Optional[list[dict]] = None
+        pods: Optional[Sequence[Mapping[str, Any]]] = None
+        listed: Optional[list[dict]] = None
         note = ""
         if reads.pods or reads.link_pods:
             held = None if reads.pods else self.session.log_pods.get(_uid(job), run_key(job), self.monotonic())
@@ -129,8 +130,8 @@ class JobReader:
                 pods = held
             else:
                 try:
-                    pods = self._list("pods", ns, name, target, deadline)
-                    self.session.log_pods.put(_uid(job), run_key(job), pods, self.monotonic())
+                    pods = listed = self._list("pods", ns, name, target, deadline)
+                    self.session.log_pods.put(_uid(job), run_key(job), listed, target.link_pod_keys, self.monotonic())
                 except KubeApiError as e:  # the job's own conditions still decide the phase
                     logger.warning("%s", e)
                     note = f" (replica details unavailable: {e.reason})"
@@ -147,8 +148,8 @@ class JobReader:
             except KubeApiError as e:
                 logger.warning("%s", e)
                 events_problem = e.reason
-        observed = Observed(pods if reads.pods else None, errors, events, events_problem)
-        self.pods = pods if reads.pods and not note else None
+        observed = Observed(listed if reads.pods else None, errors, events, events_problem)
+        self.pods = listed if reads.pods and not note else None
         return self._compose(job, meta, target, observed, pods, note, now)
 
     def _compose(
@@ -157,7 +158,7 @@ class JobReader:
         meta: JobMetadata,
         target: JobTarget,
         observed: Observed,
-        pods: Optional[list[dict]],
+        pods: Optional[Sequence[Mapping[str, Any]]],
         note: str,
         now: datetime.datetime,
     ) -> Answer:
@@ -178,7 +179,7 @@ class JobReader:
         job: dict,
         meta: JobMetadata,
         target: JobTarget,
-        pods: Optional[list[dict]],
+        pods: Optional[Sequence[Mapping[str, Any]]],
         now: datetime.datetime,
         fresh: bool,
     ) -> tuple[TaskLog, ...]:

@@ -10,9 +10,12 @@ resourceVersion, and the next poll that needs links lists again (a finished job'
 A steady poll then costs no request, and makes no link again. A pod replaced and ready again between two polls, with
 the job as it was before, keeps the old pod's link until the job next changes.
 
-Memory: per job, a few hundred bytes per pod and per link. A job is forgotten when its answer is terminal, when no
-poll asked for it for `idle_s`, and, oldest first, past `max_jobs`. Thread-safe: the event loop reads, pool threads
-store.
+Memory: of each pod, only what the links read (of its labels and annotations, the kind's `link_pod_keys`), as compact
+JSON text read back when links are made, and the links as serialized messages: a JobSet's three pods as an API server
+lists them (3.6 KB of JSON each) and one link are about 2.5 KiB held (the pods' dicts with every label and annotation
+were 12 KiB, and each link's protobuf message 0.6 KiB more outside Python's heap). A job is forgotten when its answer
+is terminal, when no poll asked for it for `idle_s`, and, oldest first, past `max_jobs`. Thread-safe: the event loop
+reads, pool threads store.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Collection, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Optional, Union, overload
 
-__all__ = ["LogPods", "MAX_JOBS", "run_key", "slim_pod"]
+from flyteidl.core.execution_pb2 import TaskLog
+
+__all__ = ["HeldPods", "LogPods", "MAX_JOBS", "run_key", "slim_pod"]
 
 MAX_JOBS = 100_000
 """The most jobs whose pods are held (the least recently polled go first), as `progress.MAX_ATTEMPTS`."""
@@ -48,38 +53,89 @@ def run_key(job: Mapping[str, Any]) -> str:
     return hashlib.blake2b(status.encode(), digest_size=12).hexdigest()
 
 
-def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """What a log link reads of a pod: its name, uid, creation time, labels and annotations (the kinds read their
-    replica and restart from them), node, start time and its containers' states (a finish time).
+def slim_pod(pod: Mapping[str, Any], keys: Collection[str]) -> dict[str, Any]:
+    """What a log link reads of a pod: its name, uid and creation time, of its labels and annotations those named
+    `keys` (the kind's `JobTarget.link_pod_keys`: its replica, index, restart), its node, its start time and its
+    containers' names and finish times.
 
     Args:
         pod: a pod as listed.
+        keys: the labels (or annotations) the kind's links read.
 
     Returns:
-        A new dict.
+        A new dict of the pod's shape, with what is absent left out.
     """
     meta = pod.get("metadata") or {}
+    slim_meta = {k: meta[k] for k in ("name", "uid", "creationTimestamp") if k in meta}
+    for part in ("labels", "annotations"):
+        values = meta.get(part)
+        kept = {k: values[k] for k in keys if k in values} if isinstance(values, Mapping) else {}
+        if kept:
+            slim_meta[part] = kept
+    out: dict[str, Any] = {"metadata": slim_meta}
+    spec = pod.get("spec") or {}
+    if "nodeName" in spec:
+        out["spec"] = {"nodeName": spec["nodeName"]}
     status = pod.get("status") or {}
-    return {
-        "metadata": {k: meta[k] for k in ("name", "uid", "creationTimestamp", "labels", "annotations") if k in meta},
-        "spec": {k: v for k, v in (pod.get("spec") or {}).items() if k == "nodeName"},
-        "status": {
-            "startTime": status.get("startTime"),
-            "containerStatuses": [
-                {"name": c.get("name"), "state": c.get("state") or {}}
-                for c in status.get("containerStatuses") or []
-                if isinstance(c, Mapping)
-            ],
-        },
-    }
+    slim_status: dict[str, Any] = {k: status[k] for k in ("startTime",) if k in status}
+    containers = []
+    for c in status.get("containerStatuses") or []:
+        if not isinstance(c, Mapping):
+            continue
+        slim_c = {k: c[k] for k in ("name",) if k in c}
+        finished = ((c.get("state") or {}).get("terminated") or {}).get("finishedAt")
+        if finished is not None:
+            slim_c["state"] = {"terminated": {"finishedAt": finished}}
+        containers.append(slim_c)
+    if containers:
+        slim_status["containerStatuses"] = containers
+    if slim_status:
+        out["status"] = slim_status
+    return out
+
+
+class HeldPods(Sequence[Mapping[str, Any]]):
+    """The pods held for a job, read back from their text when a link reads them (a poll whose links are held reads
+    none of them).
+
+    Args:
+        text: the slim pods as compact JSON.
+        count: how many.
+    """
+
+    __slots__ = ("_text", "_count", "_pods")
+
+    def __init__(self, text: str, count: int) -> None:
+        self._text, self._count = text, count
+        self._pods: Optional[list[dict[str, Any]]] = None
+
+    def _read(self) -> list[dict[str, Any]]:
+        if self._pods is None:
+            self._pods = json.loads(self._text)
+        return self._pods
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: Union[int, slice]) -> Union[dict[str, Any], list[dict[str, Any]]]:
+        return self._read()[index]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._read())
 
 
 class _Held:
-    __slots__ = ("key", "pods", "links", "used_at")
+    __slots__ = ("key", "pods", "count", "links", "used_at")
 
-    def __init__(self, key: str, pods: Optional[tuple[dict[str, Any], ...]], used_at: float) -> None:
-        self.key, self.pods, self.used_at = key, pods, used_at
-        self.links: dict[Hashable, tuple[Any, ...]] = {}
+    def __init__(self, key: str, pods: Optional[str], count: int, used_at: float) -> None:
+        self.key, self.pods, self.count, self.used_at = key, pods, count, used_at
+        self.links: dict[Hashable, tuple[bytes, ...]] = {}
 
 
 class LogPods:
@@ -112,7 +168,7 @@ class LogPods:
         self._jobs.move_to_end(uid)
         return held
 
-    def get(self, uid: str, key: str, now: float) -> Optional[list[dict[str, Any]]]:
+    def get(self, uid: str, key: str, now: float) -> Optional[HeldPods]:
         """The pods held for the job, when they were listed under `key`.
 
         Args:
@@ -121,27 +177,30 @@ class LogPods:
             now: a monotonic clock, seconds.
 
         Returns:
-            The pods (shared: the links only read them), or None: list them.
+            The pods (`slim_pod`'s, read when a link reads them), or None: list them.
         """
         with self._lock:
             held = self._current(uid, key, now)
-            return list(held.pods) if held is not None and held.pods is not None else None
+            return HeldPods(held.pods, held.count) if held is not None and held.pods is not None else None
 
-    def put(self, uid: str, key: str, pods: Sequence[Mapping[str, Any]], now: float) -> None:
+    def put(self, uid: str, key: str, pods: Sequence[Mapping[str, Any]], keys: Collection[str], now: float) -> None:
         """Hold what the links read of the job's pods, under `key` (links made before are let go).
 
         Args:
             uid: the job's uid ("" holds nothing).
             key: `run_key` of the job the pods were listed for.
             pods: the job's pods as listed.
+            keys: the labels (or annotations) the kind's links read (`JobTarget.link_pod_keys`).
             now: a monotonic clock, seconds.
         """
         if uid:
+            slim = [slim_pod(p, keys) for p in pods if isinstance(p, Mapping)]
+            text = json.dumps(slim, separators=(",", ":"))
             with self._lock:
                 self.lists += 1
-                self._hold(uid, _Held(key, tuple(slim_pod(p) for p in pods if isinstance(p, Mapping)), now), now)
+                self._hold(uid, _Held(key, text, len(slim), now), now)
 
-    def links(self, uid: str, key: str, variant: Hashable, now: float) -> Optional[tuple[Any, ...]]:
+    def links(self, uid: str, key: str, variant: Hashable, now: float) -> Optional[tuple[TaskLog, ...]]:
         """The links made for the job under `key` and `variant` (what else they depend on: the task's config).
 
         Args:
@@ -151,13 +210,14 @@ class LogPods:
             now: a monotonic clock, seconds.
 
         Returns:
-            The links, or None: make them.
+            The links (new objects, read from what is held), or None: make them.
         """
         with self._lock:
             held = self._current(uid, key, now)
-            return held.links.get(variant) if held is not None else None
+            kept = held.links.get(variant) if held is not None else None
+        return None if kept is None else tuple(TaskLog.FromString(link) for link in kept)
 
-    def put_links(self, uid: str, key: str, variant: Hashable, links: tuple[Any, ...], now: float) -> None:
+    def put_links(self, uid: str, key: str, variant: Hashable, links: Sequence[TaskLog], now: float) -> None:
         """Keep the links made for the job under `key` and `variant`.
 
         Args:
@@ -169,12 +229,13 @@ class LogPods:
         """
         if not uid:
             return
+        kept = tuple(link.SerializeToString() for link in links)
         with self._lock:
             held = self._current(uid, key, now)
             if held is None:
-                held = _Held(key, None, now)
+                held = _Held(key, None, 0, now)
                 self._hold(uid, held, now)
-            held.links[variant] = links
+            held.links[variant] = kept
 
     def _hold(self, uid: str, held: _Held, now: float) -> None:
         self._jobs[uid] = held

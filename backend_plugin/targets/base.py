@@ -86,9 +86,12 @@ class JobTarget(abc.ABC):
     Attributes:
         declaration: the kind's facts (`Declaration`); `kind`, `group`, `version`, `plural`, `config_name`,
             `description`, `pod_label` and `status_keys` read them.
+        link_pod_keys: the pod labels (or annotations) `links` reads: of a pod held for the links, the connector
+            keeps only these (`connector.log_pods.slim_pod`).
     """
 
     declaration: Declaration
+    link_pod_keys: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:

@@ -13,11 +13,16 @@ from flyteidl.core.execution_pb2 import TaskLog
 from backend_plugin.config import BackendConfig
 from backend_plugin.logs import link_templates, link_values, render_template
 from backend_plugin.targets.jobset.status import current_pods, pod_role_index
+from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL, JOBSET_REPLICATED_JOB_LABEL, JOBSET_RESTART_ATTEMPT_LABEL
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
-__all__ = ["pod_log_links", "ROLE_ORDER"]
+__all__ = ["pod_log_links", "POD_KEYS", "ROLE_ORDER"]
 
 ROLE_ORDER = ("master", "worker")
+
+POD_KEYS = (JOBSET_REPLICATED_JOB_LABEL, COMPLETION_INDEX_LABEL, JOBSET_RESTART_ATTEMPT_LABEL)
+"""The labels (or annotations) these links read of a pod: its role and index (`pod_role_index`) and the run it belongs
+to (`current_pods`)."""
 
 
 def pod_log_links(

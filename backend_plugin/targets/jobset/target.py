@@ -36,6 +36,7 @@ class JobSetTarget(JobTarget):
     """A `pytorch` task as a JobSet: one replicated job per role."""
 
     declaration = DECLARATION
+    link_pod_keys = links.POD_KEYS
 
     def plan(self, spec: TaskSpec, metadata: ExecutionMetadata, config: BackendConfig) -> PodPlan:
         return writer.plan_jobset(spec, metadata, config)

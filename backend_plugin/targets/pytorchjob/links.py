@@ -13,9 +13,12 @@ from backend_plugin.config import BackendConfig
 from backend_plugin.logs import link_templates, link_values, render_template
 from pytorch_contract.template_keys import PRIMARY_CONTAINER
 
-__all__ = ["log_links", "replica_names", "REPLICA_ORDER"]
+__all__ = ["log_links", "replica_names", "POD_KEYS", "REPLICA_ORDER"]
 
 REPLICA_ORDER = ("Master", "Worker")
+
+POD_KEYS: tuple[str, ...] = ()
+"""The labels these links read of a pod: none (a pod is found by the name its replica gives it)."""
 
 
 def replica_names(job: Mapping[str, Any]) -> list[tuple[str, int]]:

@@ -25,6 +25,7 @@ class PyTorchJobTarget(JobTarget):
     """A `pytorch` task as a Kubeflow PyTorchJob."""
 
     declaration = DECLARATION
+    link_pod_keys = links.POD_KEYS
 
     def write(self, plan: PodPlan) -> dict[str, Any]:
         return writer.write(plan)

@@ -12,8 +12,12 @@ from flyteidl.core.execution_pb2 import TaskLog
 from backend_plugin.config import BackendConfig
 from backend_plugin.logs import link_templates, link_values, render_template
 from backend_plugin.targets.trainjob.status import node_index
+from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL
 
-__all__ = ["node_log_links", "NODE_CONTAINER"]
+__all__ = ["node_log_links", "NODE_CONTAINER", "POD_KEYS"]
+
+POD_KEYS = (COMPLETION_INDEX_LABEL,)
+"""The label (or annotation) these links read of a pod: its node's index (`node_index`)."""
 
 NODE_CONTAINER = "node"
 """The torch runtime's training container, where a node's logs are."""

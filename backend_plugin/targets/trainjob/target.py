@@ -25,6 +25,7 @@ class TrainJobTarget(JobTarget):
     """A `pytorch` task as a Kubeflow Trainer v2 TrainJob."""
 
     declaration = DECLARATION
+    link_pod_keys = links.POD_KEYS
 
     def plan(self, spec: TaskSpec, metadata: ExecutionMetadata, config: BackendConfig) -> PodPlan:
         return writer.plan_trainjob(spec, metadata, config)
