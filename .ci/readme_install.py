@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.sdk.guarded_run import group_members  # noqa: E402 - standard library only, as this script is
+
 INSTALL_BUDGET_S = 120.0
 #: The test accuracy the MNIST workflow passes with its defaults (docs/quickstart.md: 99% in one epoch).
 MIN_ACCURACY = 99.0
@@ -110,24 +113,21 @@ def run_traced(cmd: str, cwd: Path, env: dict[str, str], log: Path) -> tuple[int
     return proc.returncode, stdout, timed
 
 
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "(gone)"
+
+
 def left_running(group: int) -> list[str]:
     """The processes still in process group `group` (a command run in a session of its own), a few seconds after it
     ended: what it started must end with it."""
     deadline = time.monotonic() + 5.0
     while True:
-        left = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[2]) == group and fields[0] != "Z":  # pgrp; a zombie runs nothing
-                left.append(f"{entry.name} {stat[stat.index('(') + 1 : stat.rindex(')')]}")
+        left = group_members(group)
         if not left or time.monotonic() > deadline:
-            return left
+            return [f"{pid} {_name(pid)}" for pid in left]
         time.sleep(0.2)
 
 
