@@ -80,17 +80,6 @@ INTERVAL_ENV = "FLYTE_PYTORCH_PROGRESS_INTERVAL_S"
 
 TICK_S = 0.25
 """How often the follower looks for a new snapshot."""
-
-_FORK_GUARD = threading.RLock()
-"""Held by a follower's thread while it works, and by a thread that forks this process until the fork is made (in
-the parent and in the child): a rank forked from the launcher never inherits a lock the thread held mid-work.
-Reentrant: a sink that forks from the thread itself (a subprocess through ``multiprocessing``) does not wait on
-itself."""
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_FORK_GUARD.acquire, after_in_parent=_FORK_GUARD.release, after_in_child=_FORK_GUARD.release
-    )
 REDRAW_S = 1.0
 """Redraw period of the line on a terminal (the ETA and elapsed time move between snapshots)."""
 LOCAL_LOG_S = 5.0
@@ -102,6 +91,17 @@ RATE_WINDOW_S = 30.0
 MAX_POINTS = 500
 """Points kept for the curves; past that, every other one is dropped (the curve keeps its shape)."""
 LINE_PREFIX = "progress: "
+
+_FORK_GUARD = threading.RLock()
+"""Held by a follower's thread while it works, and by a thread that forks this process until the fork is made (in
+the parent and in the child): a rank forked from the launcher never inherits a lock the thread held mid-work.
+Reentrant: a sink that forks from the thread itself (a subprocess through ``multiprocessing``) does not wait on
+itself."""
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_FORK_GUARD.acquire, after_in_parent=_FORK_GUARD.release, after_in_child=_FORK_GUARD.release
+    )
 
 
 def _enabled(value: Optional[str]) -> bool:
