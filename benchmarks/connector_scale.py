@@ -18,6 +18,8 @@ Reported (``--json`` writes the same figures by name):
   watch answered with a LIST body (not an event), and after a silent stall (the watch's connection open, nothing
   delivered), with the job reads per second the stall cost (GET, LIST and WATCH of the jobs; the pod lists the
   staleness job's status needs on every poll are apart);
+- with ``--watch-faults off``, only the first staleness (no 410, drop, non-event or stall: the tests that judge
+  something else skip the half minute the stall takes);
 - each figure against its goal (``GOALS``): met or MISSED;
 - the GetTask time of the Created job with 1,000 workers;
 - live progress: every job's metadata names an output prefix (a folder of a temporary blob store), as propeller's
@@ -33,7 +35,8 @@ Usage::
     python benchmarks/connector_scale.py [--jobs 2000] [--pollers 32] [--latency-ms 20] [--seconds 35]
                                          [--executor-threads N] [--get-threads N] [--cache off|on]
                                          [--progress off|on|both] [--log-links off|on|both]
-                                         [--kind pytorchjob|trainjob|jobset] [--json PATH]
+                                         [--kind pytorchjob|trainjob|jobset] [--watch-faults on|off]
+                                         [--json PATH]
 
 ``--kind`` picks the job kind the connector tracks (PyTorchJobs by default): JobSets are our golden CPU JobSet, Running
 as the JobSet controller reports it (every child Job ready, no condition), and the Created job a JobSet whose worker
@@ -543,39 +546,8 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
         figures["rss_end_mib"] = round(_rss_mib(pid), 1)
 
         figures["staleness_s"] = await _staleness(stub, api)
-        # With a watch cache: after a forced 410 (the cache relists) and after a dropped watch (it resumes). Without
-        # one there is no watch to break and these equal the figure above.
-        figures["watches_expired"] = api.ask("expire_watches")["expired"]
-        figures["staleness_after_410_s"] = await _staleness(stub, api)
-        figures["watches_dropped"] = api.ask("drop_watches")["dropped"]
-        figures["staleness_after_drop_s"] = await _staleness(stub, api)
-        # A watch answered with something that is not an event (a proxy's LIST body): the cache relists after a
-        # backoff and answers with GETs meanwhile.
-        api.ask("watch_answers_a_list")
-        figures["staleness_after_non_event_s"] = await _staleness(stub, api)
-        # A silent stall: the watch's connection stays open and delivers nothing (a half-open connection). Only the
-        # first change after the stall is slow (until the watch is presumed dead and reopened); the goal is 30 s.
-        await _staleness(stub, api, flips=2)  # the watch is back and delivering before the stall
-        await asyncio.sleep(2.0)
-        api.ask("reset")
-        stall_started = time.monotonic()
-        figures["watches_stalled"] = api.ask("stall_watches")["stalled"]
-        figures["staleness_after_stall_s"] = await _staleness(stub, api, flips=1)
-        stall_s = time.monotonic() - stall_started
-        stall_counts = api.ask("counts")
-        api.ask("unstall_watches")
-        # The job reads the cache itself makes (GET, LIST, WATCH of the jobs); the staleness job's pod lists are what
-        # its status needs on every poll, stall or not.
-        plural = KIND_NAMES[args.kind][1]
-        job_reads = sum(n for key, n in stall_counts.items() if key.endswith(f" {plural}"))
-        figures["api_requests_per_s_during_stall"] = round(job_reads / max(stall_s, 1.0), 3)
-        figures["api_requests_during_stall"] = stall_counts
-        figures["staleness_after_stall_again_s"] = await _staleness(stub, api)
-        # Every job once more after the 410 and the dropped watch: each must still answer, and answer RUNNING.
-        _, after_errors = await _poll(stub, [n for n in names if n != STALE_JOB], args.pollers, None)
-        figures["errors_after_410_and_drop"] = after_errors
-        errors += after_errors
-
+        if args.watch_faults == "on":
+            errors += await _watch_faults(args, stub, api, names, figures)
         if args.big_workers:
             big = []
             for _ in range(5):
@@ -586,6 +558,47 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
                                             "max": round(max(big), 3)}  # fmt: skip
         figures["errors"] = errors
     return figures
+
+
+async def _watch_faults(args: argparse.Namespace, stub: Any, api: _Child, names: list[str],
+                        figures: dict[str, Any]) -> int:  # fmt: skip
+    """The watch's faults, one after the other, each followed by the staleness of one job (`--watch-faults on`).
+
+    Returns:
+        The errors of the poll of every job after them.
+    """
+    # With a watch cache: after a forced 410 (the cache relists) and after a dropped watch (it resumes). Without
+    # one there is no watch to break and these equal the figure above.
+    figures["watches_expired"] = api.ask("expire_watches")["expired"]
+    figures["staleness_after_410_s"] = await _staleness(stub, api)
+    figures["watches_dropped"] = api.ask("drop_watches")["dropped"]
+    figures["staleness_after_drop_s"] = await _staleness(stub, api)
+    # A watch answered with something that is not an event (a proxy's LIST body): the cache relists after a
+    # backoff and answers with GETs meanwhile.
+    api.ask("watch_answers_a_list")
+    figures["staleness_after_non_event_s"] = await _staleness(stub, api)
+    # A silent stall: the watch's connection stays open and delivers nothing (a half-open connection). Only the
+    # first change after the stall is slow (until the watch is presumed dead and reopened); the goal is 30 s.
+    await _staleness(stub, api, flips=2)  # the watch is back and delivering before the stall
+    await asyncio.sleep(2.0)
+    api.ask("reset")
+    stall_started = time.monotonic()
+    figures["watches_stalled"] = api.ask("stall_watches")["stalled"]
+    figures["staleness_after_stall_s"] = await _staleness(stub, api, flips=1)
+    stall_s = time.monotonic() - stall_started
+    stall_counts = api.ask("counts")
+    api.ask("unstall_watches")
+    # The job reads the cache itself makes (GET, LIST, WATCH of the jobs); the staleness job's pod lists are what
+    # its status needs on every poll, stall or not.
+    plural = KIND_NAMES[args.kind][1]
+    job_reads = sum(n for key, n in stall_counts.items() if key.endswith(f" {plural}"))
+    figures["api_requests_per_s_during_stall"] = round(job_reads / max(stall_s, 1.0), 3)
+    figures["api_requests_during_stall"] = stall_counts
+    figures["staleness_after_stall_again_s"] = await _staleness(stub, api)
+    # Every job once more after the 410 and the dropped watch: each must still answer, and answer RUNNING.
+    _, after_errors = await _poll(stub, [n for n in names if n != STALE_JOB], args.pollers, None)
+    figures["errors_after_410_and_drop"] = after_errors
+    return after_errors
 
 
 GOALS = {
@@ -670,6 +683,11 @@ def main(argv: list[str] | None = None) -> int:
         help="one log link configured and every job's pods on the API (on), none (off), or one run of each (both)",
     )  # fmt: skip
     parser.add_argument("--kind", choices=KINDS, default="pytorchjob", help="the job kind tracked (default pytorchjob)")
+    parser.add_argument(
+        "--watch-faults", choices=("on", "off"), default="on",
+        help="after the window, break the watch (a 410, a drop, a non-event, a stall) and time the staleness after "
+             "each (on, the default); off: the window and the first staleness only",
+    )  # fmt: skip
     parser.add_argument(
         "--json", metavar="PATH", help="also write the figures to PATH as JSON (--progress both: {off: ..., on: ...})"
     )

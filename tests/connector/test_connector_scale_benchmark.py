@@ -64,13 +64,16 @@ def test_cache_on_needs_the_setting(tmp_path):
 
 def test_small_run_with_a_record_beside_every_job_answers_with_its_line(tmp_path):
     out = tmp_path / "figures.json"
-    result = run(tmp_path, "--cache", "on", "--progress", "on", "--json", str(out))
+    result = run(tmp_path, "--cache", "on", "--progress", "on", "--watch-faults", "off", "--json", str(out))
     assert result.returncode == 0, result.output[-3000:]
     figures = json.loads(out.read_text())
     assert figures["progress"] == "on" and figures["errors"] == 0
     # Every answer of the window carried the record's line, and still no API request: the cache and the record held.
     assert figures["answers_with_progress"] == 1.0 and figures["goals"]["answers_with_progress"].startswith("met")
     assert figures["api_requests_per_gettask"] == 0.0, figures["api_requests_by_verb"]
+    # --watch-faults off: the window and one staleness, no broken watch and no goal judged on one
+    assert figures["staleness_s"]["max"] > 0 and "watches_expired" not in figures
+    assert not any(key.startswith("staleness_after") for key in figures["goals"]), figures["goals"]
     reads = figures["progress_reads"]
     assert reads["found"] >= 20 + 64 and reads["missing"] == reads["malformed"] == reads["failed"] == 0, reads
 
@@ -91,7 +94,8 @@ def test_small_run_with_a_log_link_costs_no_request_per_steady_poll(tmp_path, ki
     """`--log-links on`: one log link configured and every job's pods on the API; a steady poll of a TrainJob or a
     JobSet is answered from memory (its pods listed once, for their names), as without the link."""
     out = tmp_path / "figures.json"
-    result = run(tmp_path, "--kind", kind, "--cache", "on", "--log-links", "on", "--json", str(out))
+    result = run(tmp_path, "--kind", kind, "--cache", "on", "--log-links", "on", "--watch-faults", "off",
+                 "--json", str(out))  # fmt: skip
     assert result.returncode == 0, result.output[-3000:]
     figures = json.loads(out.read_text())
     assert figures["kind"] == kind and figures["log_links"] == "on" and figures["errors"] == 0
