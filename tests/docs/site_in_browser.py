@@ -173,7 +173,7 @@ def measure(site: Path, page: str, width: int, browser: str, scratch: Path, time
     source = page_html(site, page)
     probe = PROBE.replace("%(indented)s", json.dumps(list(INDENTED)))
     text = source.read_text(encoding="utf-8")
-    probed = source.with_name("probed.html")
+    probed = source.with_name(f"probed-{width}.html")  # one per width: pages are measured side by side
     script = f"<script>window.addEventListener('load', () => setTimeout(() => {{{probe}}}, 0));</script>"
     probed.write_text(text.replace("</body>", f"{script}</body>"), encoding="utf-8")
     profile = Path(tempfile.mkdtemp(prefix="chromium-", dir=scratch))
@@ -209,7 +209,7 @@ def measure(site: Path, page: str, width: int, browser: str, scratch: Path, time
         raise RuntimeError(f"{page} at {width}px: no report from the browser:\n{out.stderr[-2000:]}")
     report = json.loads(html.unescape(found[1]))
     report["links"] = sorted(
-        {link.replace("probed.html", "index.html") for link in report["links"] if link.startswith("file://")}
+        {link.replace(probed.name, "index.html") for link in report["links"] if link.startswith("file://")}
     )
     return report
 

@@ -12,6 +12,7 @@ installs Debian's ``chromium`` for it).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,12 @@ def reports(site: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[
     """Every page at every width, measured once for the tests below."""
     assert CHROMIUM is not None
     scratch = tmp_path_factory.mktemp("chromium")
-    return {
-        (page, width): browser.measure(site, page, width, CHROMIUM, scratch)
-        for page in PAGES
-        for width in browser.WIDTHS
-    }
+    chromium = CHROMIUM
+    keys = [(page, width) for page in PAGES for width in browser.WIDTHS]
+    # Three browsers at a time: a browser spends much of its start waiting, and each has its own profile and page copy.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        measured = pool.map(lambda key: browser.measure(site, key[0], key[1], chromium, scratch), keys)
+        return dict(zip(keys, measured, strict=True))
 
 
 def _found(reports: dict[tuple[str, int], dict[str, Any]], key: str) -> list[str]:
