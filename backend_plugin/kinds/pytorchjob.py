@@ -70,14 +70,16 @@ class PyTorchJobSettings(Section):
     five minutes tolerates an operator restart. Key: `operator_pickup_timeout_s`."""
 
     start_timeout_s: Optional[float] = 600.0
-    """A job the operator has seen (it has a condition) but not started (no `status.startTime`) this long after
-    creation is failed, with the job's warning events (e.g. `FailedCreatePod: ... is invalid`) as the reason. The
-    operator sets `startTime` on its first reconcile that creates the pods; it stays unset while the API server
-    rejects them (an invalid pod spec, an exhausted ResourceQuota, an admission webhook's denial). The operator
-    retries with backoff and a webhook or quota blip heals within minutes, so ten minutes; a suspended job is never
-    counted, and a gang-scheduled one only when its events show a failure (it may wait for its PodGroup). None
-    turns the check off. Flyte's Go plugin has the same check (`kf-operator.timeout`, one minute). Key:
-    `job_start_timeout_s`."""
+    """A job the operator has seen (it has a condition) but not started this long after creation is failed, with
+    the job's warning events (e.g. `FailedCreatePod: ... is invalid`) as the reason. Not started: the API server
+    rejects its pods (an invalid pod spec, an exhausted ResourceQuota, an admission webhook's denial). Operators
+    before v1.9 set `status.startTime` once the pods are created, so a job without one has not started;
+    training-operator v1.9 sets it at its first reconcile either way, so with one the job has not started when
+    fewer pods than its replicas exist and the operator recorded a refused create (a `FailedCreate` event). Its
+    events are read only for a job still `Created` past this timeout. The operator retries with backoff and a webhook or
+    quota blip heals within minutes, so ten minutes; a suspended job is never counted, and a gang-scheduled one only
+    when its events show a failure (it may wait for its PodGroup). None turns the check off. Flyte's Go plugin has the
+    same check (`kf-operator.timeout`, one minute). Key: `job_start_timeout_s`."""
 
     def __post_init__(self) -> None:
         check_seconds(self.key("pickup_timeout_s"), self.pickup_timeout_s, positive=False)

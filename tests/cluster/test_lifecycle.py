@@ -13,6 +13,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -197,3 +198,40 @@ def test_gettask_carries_the_live_progress_while_the_job_runs(real: RealCluster,
     finally:
         (marker_dir / "release").touch()
         run.finish()
+
+
+# --- a job whose pods the API server refuses: the start timeout, as training-operator v1.9 shows it ---------------
+
+QUOTA = "refuse-deadline-pods"
+START_TIMEOUT_S = 20
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob"], indirect=True)
+def test_a_job_whose_pods_a_quota_refuses_fails_after_the_start_timeout_naming_the_quota(
+    real: RealCluster, connectors: Any, kind: str, templates: dict
+) -> None:
+    """training-operator v1.9 sets `status.startTime` at its first reconcile, before its pod creates are refused; the
+    connector still times the job out: fewer pods than replicas, and the operator's `FailedCreate` event."""
+    propeller = connectors(kind, {"job_start_timeout_s": START_TIMEOUT_S}, "starttimeout")
+    quotas = f"/api/v1/namespaces/{TASK_NS}/resourcequotas"
+    real.kube.create(quotas, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": QUOTA},
+                              "spec": {"hard": {"pods": "0"}, "scopes": ["Terminating"]}})  # fmt: skip
+    run = None
+    try:
+        wait_for("the quota's status", lambda: (real.kube.get(f"{quotas}/{QUOTA}").get("status") or {}).get("hard"),
+                 30)  # fmt: skip
+        run = execute(real, propeller, kind, templates["refused_by_a_quota"], {"x": 1}, {"x": int}, "quota")
+        answers = run.poll(START_TIMEOUT_S + 120)
+        end = answers[-1]
+        job = run.job_object() or {}
+        print(f"\n[cluster] quota-refused pods on {kind}: {[(a.name, a.message[:200]) for a in answers]}; "
+              f"startTime {job.get('status', {}).get('startTime')}")  # fmt: skip
+        assert end.name == "FAILED", end
+        assert end.message.startswith(f"PyTorchJob {TASK_NS}/{run.job.job_name} has not started"), end.message
+        assert f"job_start_timeout_s={START_TIMEOUT_S}" in end.message and "exceeded quota" in end.message, end.message
+        assert not run.pods()
+        run.clock("pods refused by a quota: start timeout")
+    finally:
+        real.kube.delete(f"{quotas}/{QUOTA}")
+        if run is not None:
+            run.finish()

@@ -178,3 +178,20 @@ def cpu_task_on_the_gpu_pool(x: int) -> int:
     """A CPU-only task whose pod template selects the GPU pool: it carries no GPU toleration (a CPU-only task never
     does), so the pool's taint keeps it off."""
     return x
+
+
+#: How long the pods of `refused_by_a_quota` may run: a deadline puts them in a ResourceQuota's `Terminating` scope.
+QUOTA_SCOPED_DEADLINE_S = 3600
+
+
+@pytorch_task(
+    workers_count=1,
+    pod_template=PodTemplate(
+        primary_container_name="pytorch",
+        pod_spec=V1PodSpec(containers=[V1Container(name="pytorch")], active_deadline_seconds=QUOTA_SCOPED_DEADLINE_S),
+    ),
+)
+def refused_by_a_quota(x: int) -> int:
+    """A task whose pods have a deadline, so that a ResourceQuota of the `Terminating` scope (pods with one) refuses
+    them while every other scenario's pods (none has a deadline) stay outside it."""
+    return x

@@ -195,7 +195,7 @@ def created(start_time: str = "", scheduling: bool = False, suspended: bool = Fa
     [
         (created(), 599, CONFIG, False),
         (created(), 600, CONFIG, True),
-        (created(start_time=at(5)), 6000, CONFIG, False),  # pods were created: Pending is explained by the pods
+        (created(start_time=at(5)), 6000, CONFIG, True),  # v1.9 sets it at once: the pods and events decide
         (created(suspended=True), 6000, CONFIG, False),  # waiting for admission on purpose
         (created(), 6000, BackendConfig.from_dict(dict(job_start_timeout_s=None)), False),
     ],
@@ -203,6 +203,32 @@ def created(start_time: str = "", scheduling: bool = False, suspended: bool = Fa
 )
 def test_when_a_job_counts_as_never_started(job, seconds, config, expected):
     assert needs_events(job, config, T0 + datetime.timedelta(seconds=seconds)) is expected
+
+
+def test_an_operator_that_sets_the_start_time_at_once_still_times_out_on_refused_pods():
+    """training-operator v1.9 sets `status.startTime` at its first reconcile, before its pod creates are refused: the
+    missing pods and its `FailedCreate` event say the job never started."""
+    now = T0 + datetime.timedelta(seconds=700)
+    v19 = created(start_time=at(1))
+    assert needs_events(v19, CONFIG, now)
+    status = job_status(v19, [], CONFIG, now, events=[REJECTED])
+    assert (status.phase, status.condition) == (TE.FAILED, "Created")
+    assert status.message.startswith("PyTorchJob ns/job has not started 700s after creation (job_start_timeout_s=600)")
+    assert 'Invalid value: "A=B"' in status.message
+
+
+@pytest.mark.parametrize("why", ["pods-created", "no-refusal-recorded", "events-unread"])
+def test_a_started_job_waiting_for_nodes_is_never_failed_by_the_start_timeout(why):
+    """Its pods exist (Pending: no node fits yet, which may change), or the operator recorded no refused create (a pod
+    missing for the moment it takes to create it again; events that could not be read): it waits, for any time."""
+    now = T0 + datetime.timedelta(seconds=6000)
+    v19 = created(start_time=at(1))
+    pending = [replica_pod(v19, "Master", 0, phase="Pending", start_time=None),
+               *(replica_pod(v19, "Worker", i, phase="Pending", start_time=None) for i in range(2))]  # fmt: skip
+    pods, events = {"pods-created": (pending, [REJECTED]), "no-refusal-recorded": (pending[:1], []),
+                    "events-unread": (pending[:1], None)}[why]  # fmt: skip
+    status = job_status(v19, pods, CONFIG, now, events=events)
+    assert status.phase != TE.FAILED and "has not started" not in status.message, status.message
 
 
 def test_never_started_job_fails_permanently_with_the_operators_event():

@@ -168,17 +168,48 @@ def needs_events(job: Mapping[str, Any], config: BackendConfig, now: datetime.da
         now: the current time (timezone-aware).
 
     Returns:
-        True for a job whose deciding condition is Created, without `status.startTime`, created at least
-        `job_start_timeout_s` ago (a suspended job never is: it waits for admission on purpose).
+        True for a job whose deciding condition is Created, created at least `job_start_timeout_s` ago (a suspended
+        job never is: it waits for admission on purpose). With or without `status.startTime`: training-operator
+        v1.9 sets it at its first reconcile, before any pod is created, so only the pods and the events tell
+        (`started`).
     """
     timeout = config.kind(PyTorchJobSettings).start_timeout_s
     if timeout is None or suspended(job):
         return False
     if deciding_type(job, TERMINAL_CONDITIONS) != "Created":
         return False
-    if (job.get("status") or {}).get("startTime"):
-        return False
     return job_age(job, now) >= timeout
+
+
+def started(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], events: Optional[Sequence[Mapping]]) -> bool:
+    """Whether the operator got the job's pods created (they may still wait for a node: that is not this check's).
+
+    Not started: no `status.startTime` (operators before v1.9 set it once the pods are created); or, with one,
+    fewer pods than the spec's replicas and a `FailedCreate` warning event (training-operator v1.9 sets `startTime`
+    at its first reconcile whether its pod creates succeed or not, and records each refused create as that event:
+    an invalid pod, an exhausted ResourceQuota, a webhook's denial). Without that event (events not readable, or a
+    pod missing for a moment while the operator creates it again) the job counts as started: this check fails a job
+    for good, so it needs the operator's own word.
+
+    Args:
+        job: the PyTorchJob as read from the API.
+        pods: its pods.
+        events: its events (None: not read).
+
+    Returns:
+        True when it started.
+    """
+    if not (job.get("status") or {}).get("startTime"):
+        return False
+    live = [p for p in pods if isinstance(p, Mapping) and not (p.get("metadata") or {}).get("deletionTimestamp")]
+    if len(live) >= expected_replicas(job):
+        return True
+    return not _create_refused(events)
+
+
+def _create_refused(events: Optional[Sequence[Mapping]]) -> bool:
+    """Whether the operator recorded a refused pod create (a `FailedCreate...` warning event)."""
+    return any(str(e.get("reason", "")).startswith("FailedCreate") for e in warning_events(events or ()))
 
 
 class _Read(NamedTuple):
@@ -230,7 +261,7 @@ def _restarting(read: _Read) -> JobStatus:
 
 
 def _created(read: _Read) -> JobStatus:
-    if needs_events(read.job, read.config, read.now):
+    if needs_events(read.job, read.config, read.now) and not started(read.job, read.pods, read.events):
         return _not_started(read)
     pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config))
     message = f"waiting for replicas to start: {pending}" if pending else "pods created"
@@ -315,8 +346,7 @@ def job_status(
 
 
 def _has_failure_evidence(events: Optional[Sequence[Mapping]], pods: Sequence[Mapping]) -> bool:
-    warnings = warning_events(events or ())
-    return any(str(e.get("reason", "")).startswith("FailedCreate") for e in warnings) or bool(replica_failures(pods))
+    return _create_refused(events) or bool(replica_failures(pods))
 
 
 def _not_picked_up(job: Mapping[str, Any], name: str, config: BackendConfig, now: datetime.datetime) -> JobStatus:
