@@ -42,7 +42,10 @@ __all__ = ["link_templates", "pod_times", "link_values", "check_templates", "ren
 
 
 def pod_times(
-    pod: Mapping[str, Any] | None, job: Mapping[str, Any], now: datetime.datetime
+    pod: Mapping[str, Any] | None,
+    job: Mapping[str, Any],
+    now: datetime.datetime,
+    container: str = PRIMARY_CONTAINER,
 ) -> tuple[datetime.datetime, datetime.datetime]:
     """A replica's start and finish for its links: the pod's, else the job's, else now (finish >= start).
 
@@ -50,6 +53,7 @@ def pod_times(
         pod: the replica's pod, None when it was not listed (or does not exist yet).
         job: the job.
         now: the finish of a replica still running.
+        container: the training container, whose end is the replica's finish (a TrainJob's is `node`).
 
     Returns:
         (start, finish).
@@ -65,7 +69,7 @@ def pod_times(
     finished = [
         parse_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
         for c in status.get("containerStatuses") or []
-        if c.get("name") == PRIMARY_CONTAINER
+        if c.get("name") == container
     ]
     finish = next((f for f in finished if f), None) or parse_time(job_status.get("completionTime")) or now
     return start, max(start, finish)
@@ -120,7 +124,7 @@ def link_values(
 
     def start() -> datetime.datetime:
         if not times:
-            times.append(pod_times(pod, job, now))
+            times.append(pod_times(pod, job, now, container))
         return times[0][0]
 
     def finish() -> datetime.datetime:

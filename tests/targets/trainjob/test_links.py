@@ -43,3 +43,15 @@ def test_a_pod_without_a_completion_index_gets_no_link():
     pod = node_pod(JOB, 0)
     del pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
     assert node_log_links(JOB, [pod], CONFIG, NOW) == []
+
+
+def test_a_finished_nodes_link_ends_when_its_node_container_ended():
+    """A TrainJob's training container is `node` (not the PyTorchJob's `pytorch`): its end is the link's finish, not
+    the job's completion or now."""
+    config = BackendConfig.from_dict(
+        {"log_links": [{"name": "Logs", "template": "{{ .podUnixStartTime }}-{{ .podUnixFinishTime }}"}]}
+    )
+    done = node_pod(JOB, 0, phase="Succeeded", terminated={"exitCode": 0, "finishedAt": "2025-01-01T00:11:05Z"})
+    (link,) = node_log_links(JOB, [done], config, NOW)
+    start = int(datetime.datetime(2025, 1, 1, 0, 1, 5, tzinfo=datetime.timezone.utc).timestamp())
+    assert link.uri == f"{start}-{start + 600}"
