@@ -851,6 +851,26 @@ def _asks_of_a_node(pod: Mapping, accelerators: frozenset[str]) -> str:
     return "the pod asks for " + "; ".join(parts) if wants else parts[-1]
 
 
+KUEUE_POD_GATE = "kueue.x-k8s.io/admission"
+"""The scheduling gate Kueue's `pod` integration puts on a pod it admits as a Workload of its own."""
+
+
+def _gates(pod: Mapping) -> str:
+    """The scheduling gates of a gated pod, and what Kueue's means for a job's pod."""
+    gates = [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or [] if isinstance(g, Mapping)]
+    if not gates:
+        return ""
+    said = f"gates: {', '.join(gates)}"
+    if KUEUE_POD_GATE in gates:
+        said += (
+            "; Kueue holds this pod as a Workload of its own (its pod integration, for a pod with a queue label), "
+            "so it does not manage the job's kind: a cluster that queues these jobs lists the kind in Kueue's "
+            "integrations.frameworks (kubeflow.org/pytorchjob, trainer.kubeflow.org/trainjob, jobset.x-k8s.io/jobset), "
+            "and Kueue then admits the job whole"
+        )
+    return said
+
+
 def pending_reason(
     pods: Sequence[Mapping], namer: ReplicaNamer = pod_name, accelerators: frozenset[str] = frozenset()
 ) -> str:
@@ -873,6 +893,7 @@ def pending_reason(
         for cond in (pod.get("status") or {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
                 asks = _asks_of_a_node(pod, accelerators) if cond.get("reason") == "Unschedulable" else ""
+                asks = _gates(pod) if cond.get("reason") == "SchedulingGated" else asks
                 reasons.append(
                     f"{namer(pod)} {cond.get('reason') or 'unschedulable'}: {cond.get('message', '')}"
                     + (f" ({asks})" if asks else "")

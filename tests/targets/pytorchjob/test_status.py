@@ -141,3 +141,20 @@ def test_a_suspended_job_the_operator_shows_as_created_is_queued_and_never_timed
     status = job_status(held, None, config, at(7200))
     assert status.phase == TE.QUEUED and status.message.startswith("suspended, waiting for admission")
     assert not needs_pods(held)
+
+
+def test_a_pod_kueue_gates_as_a_workload_of_its_own_says_what_kueue_lacks():
+    """A job's pods carry the queue label; where Kueue does not manage the job's kind, its `pod` integration gates each
+    pod as a Workload of its own (no gang admission). GetTask names the gate and the integration to enable."""
+    gated = replica_pod(J, "Master", 0, phase="Pending", start_time=None, conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+         "message": "Scheduling is blocked due to non-empty scheduling gates"}])  # fmt: skip
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    status = job_status(job([condition("Created")]), [gated], CONFIG, at(30))
+    assert status.phase == TE.QUEUED
+    gate = "master-0 SchedulingGated: Scheduling is blocked due to non-empty scheduling gates (gates: "
+    assert gate in status.message
+    assert "kubeflow.org/pytorchjob" in status.message and "Workload of its own" in status.message
+    other = {**gated, "spec": {**gated["spec"], "schedulingGates": [{"name": "example.com/quota"}]}}
+    said = job_status(job([condition("Created")]), [other], CONFIG, at(30)).message
+    assert "(gates: example.com/quota)" in said and "Kueue" not in said
