@@ -12,6 +12,7 @@ timeout (`tests/sdk/guarded_run.py`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -64,8 +65,10 @@ def _outcomes(output: str) -> list[dict[str, Any]]:
     return [json.loads(line.split("PARITY ", 1)[1]) for line in output.splitlines() if "PARITY {" in line]
 
 
+@functools.cache
 def plugin(case: str) -> tuple[dict[str, Any], Guarded]:
-    """The case as a local pytorch_task: its one outcome."""
+    """The case as a local pytorch_task: its one outcome (one run per case: the parity test and the timeout tests
+    read the same run of `default_timeout` and `explicit_timeout`; no test changes what it reads)."""
     run = _guarded([PY, "-m", "tests.faults.parity_run", "plugin", case], _env())
     (outcome,) = _outcomes(run.output)
     return outcome, run
