@@ -9,7 +9,9 @@ cannot be used (larger than allowed, not an error document) is found: `ErrorRepo
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -30,6 +32,24 @@ def _filesystem(prefix: str) -> tuple[Any, str]:
 
     file_access = FlyteContextManager.current_context().file_access
     return file_access.get_filesystem_for_path(prefix), prefix.rstrip("/")
+
+
+@contextlib.contextmanager
+def _fresh(prefix: str) -> Iterator[tuple[Any, str]]:
+    """`_filesystem`, with the client's listing of the prefix dropped before the reads and after them.
+
+    s3fs, gcsfs and adlfs keep every `ls` in the filesystem's `dircache` (`use_listings_cache` is on, with no expiry,
+    by default), answer `open`, `info` and `exists` of a file under a folder they listed from that listing, and fsspec
+    keeps one filesystem per store for the process: a document a task wrote after any earlier poll listed its prefix
+    would read as absent for the connector's lifetime (a preemption record read as none, the failure charged to the
+    task's retries), and the listings of every task would stay in memory. Each read here asks the store.
+    """
+    fs, base = _filesystem(prefix)
+    fs.invalidate_cache(base)
+    try:
+        yield fs, base
+    finally:
+        fs.invalidate_cache(base)
 
 
 def write_inputs(inputs: Optional[LiteralMap], path: str) -> None:
@@ -76,24 +96,24 @@ def read_error_report(output_prefix: str, max_bytes: int) -> ErrorReport:
         StorageUnavailable: the store did not answer: whether the task reported an error is unknown.
     """
     try:
-        fs, base = _filesystem(output_prefix)
-        try:
-            entries = fs.ls(base, detail=False)
-        except FileNotFoundError:
-            return ErrorReport()  # absent: the task wrote nothing under its prefix
-        names = sorted(str(e) for e in entries if is_error_file(str(e).rstrip("/").rsplit("/", 1)[-1]))
-        documents, problems = [], []
-        for path in names[:MAX_ERROR_FILES]:
+        with _fresh(output_prefix) as (fs, base):
             try:
-                with fs.open(path, "rb") as f:
-                    data = f.read(max_bytes + 1)
+                entries = fs.ls(base, detail=False)
             except FileNotFoundError:
-                continue  # removed since it was listed (a retried task's cleanup): absent
-            source = path.rsplit("/", 1)[-1]
-            if len(data) > max_bytes:
-                problems.append(f"{source} is larger than error_document_max_bytes={max_bytes}")
-                continue
-            documents.append((source, data))
+                return ErrorReport()  # absent: the task wrote nothing under its prefix
+            names = sorted(str(e) for e in entries if is_error_file(str(e).rstrip("/").rsplit("/", 1)[-1]))
+            documents, problems = [], []
+            for path in names[:MAX_ERROR_FILES]:
+                try:
+                    with fs.open(path, "rb") as f:
+                        data = f.read(max_bytes + 1)
+                except FileNotFoundError:
+                    continue  # removed since it was listed (a retried task's cleanup): absent
+                source = path.rsplit("/", 1)[-1]
+                if len(data) > max_bytes:
+                    problems.append(f"{source} is larger than error_document_max_bytes={max_bytes}")
+                    continue
+                documents.append((source, data))
     except Exception as e:  # noqa: BLE001 - any failure of the store's client: unknown
         logger.warning("reading error documents under %s failed: %s", output_prefix, e)
         raise StorageUnavailable("the task's error documents", output_prefix, e) from None
@@ -113,8 +133,8 @@ def outputs_written(output_prefix: str) -> bool:
         StorageUnavailable: the store did not answer: whether the task wrote its outputs is unknown.
     """
     try:
-        fs, base = _filesystem(output_prefix)
-        return bool(fs.exists(f"{base}/outputs.pb"))
+        with _fresh(output_prefix) as (fs, base):
+            return bool(fs.exists(f"{base}/outputs.pb"))
     except Exception as e:  # noqa: BLE001 - any failure of the store's client: unknown
         logger.warning("checking outputs.pb under %s failed: %s", output_prefix, e)
         raise StorageUnavailable("outputs.pb", output_prefix, e) from None
@@ -148,12 +168,12 @@ def read_progress_record(output_prefix: str) -> RecordRead:
         StorageUnavailable: the store did not answer (the caller keeps the record it holds).
     """
     try:
-        fs, base = _filesystem(output_prefix)
-        try:
-            with fs.open(record_path(base), "rb") as f:
-                return RecordRead(f.read(MAX_RECORD_BYTES + 1))
-        except FileNotFoundError:
-            return RecordRead()
+        with _fresh(output_prefix) as (fs, base):
+            try:
+                with fs.open(record_path(base), "rb") as f:
+                    return RecordRead(f.read(MAX_RECORD_BYTES + 1))
+            except FileNotFoundError:
+                return RecordRead()
     except Exception as e:  # noqa: BLE001 - any failure of the store's client: unknown
         raise StorageUnavailable("the progress record", output_prefix, e) from None
 
@@ -172,11 +192,11 @@ def read_preemption_record(output_prefix: str) -> RecordRead:
         StorageUnavailable: the store did not answer: whether the attempt was preempted is unknown.
     """
     try:
-        fs, base = _filesystem(output_prefix)
-        try:
-            with fs.open(preemption.record_path(base), "rb") as f:
-                return RecordRead(f.read(preemption.MAX_RECORD_BYTES + 1))
-        except FileNotFoundError:
-            return RecordRead()
+        with _fresh(output_prefix) as (fs, base):
+            try:
+                with fs.open(preemption.record_path(base), "rb") as f:
+                    return RecordRead(f.read(preemption.MAX_RECORD_BYTES + 1))
+            except FileNotFoundError:
+                return RecordRead()
     except Exception as e:  # noqa: BLE001 - any failure of the store's client: unknown
         raise StorageUnavailable("the preemption record", output_prefix, e) from None

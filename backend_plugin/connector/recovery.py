@@ -399,9 +399,11 @@ class Recovery:
 
     def _undecided(self, job: dict, pods: list[dict], errors: Any, record: Any, answer: Answer) -> Answer:
         """`answer`, unless nothing yet tells a preemption from a failure: no failed pod is left to read (a pod deleted
-        with its grace is gone once it ends, and the operator fails the job at its end), the task wrote neither an error
+        with its grace is gone once it ends; training-operator v1.9 counts a running pod being deleted as failed, fails
+        the job at once and deletes the running peers, `cleanPodPolicy: Running`), the task wrote neither an error
         document nor its preemption record, and a pod still runs (its ranks stopping at the agreed step, which writes
-        them). Then RUNNING for up to `EVIDENCE_WAIT_S` after the job failed, so that the next poll decides."""
+        them). Then RUNNING for up to `EVIDENCE_WAIT_S` after the job failed, so that the next poll decides: it reads
+        the store again (`blobs`), never a listing an earlier poll made: the record, once the ranks wrote it."""
         if replica_failures(pods) or (errors is not None and errors.errors) or record is not None:
             return answer
         if not any(_still_running(p) for p in pods):

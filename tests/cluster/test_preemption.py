@@ -158,7 +158,7 @@ def test_an_evicted_pod_stops_every_rank_and_the_job_resumes_there_without_a_ret
 
 
 UNPROVEN_ENV = "DEVCLUSTER_UNPROVEN"
-"""Set to 1 to run the scenarios below that have not passed on the real control plane yet."""
+"""Set to 1 to run the scenarios marked `unproven` (none at present): not yet passing on the real control plane."""
 
 
 def unproven(why: str) -> Any:
@@ -228,18 +228,7 @@ def cost(run: Execution) -> str:
     return f"{restarts} in-place container restart(s), {len(run.seen_pods)} pods in all"
 
 
-SPOT_KINDS = [
-    pytest.param(
-        "pytorchjob",
-        marks=unproven(
-            "passed 1 run of 2 (1 recovery, resumed at step 8); in the other, RETRYABLE_FAILED 38 s after the "
-            "loss: the operator failed the job ('1 Worker replica(s) failed') and the connector found no preemption "
-            "in it (no error document, no record, no peer's exit code 200 left to read); TrainJob and JobSet pass"
-        ),
-    ),
-    "trainjob",
-    "jobset",
-]
+SPOT_KINDS = ["pytorchjob", "trainjob", "jobset"]
 
 
 @pytest.mark.parametrize("kind", SPOT_KINDS)

@@ -1,5 +1,6 @@
 """The connector's watch cache (`backend_plugin/kube/watch/`) against the real API server: its LIST and WATCH, its
-label selector, the BOOKMARKs the server sends, and a restart of the API server under an open watch.
+label selector, the BOOKMARKs the server sends, a watch held past the server's window and an etcd compaction (a real
+410, and one LIST), and a restart of the API server under an open watch.
 
 `tests/connector/test_watch_cache.py` drives the same cache through the fake API server, which can produce any fault
 on demand; this file checks that what the fake does is what a real kube-apiserver does, where a real one can be made
@@ -10,6 +11,7 @@ namespace of their own.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -208,3 +210,87 @@ def test_a_restart_of_the_api_server_under_an_open_watch(
     print(f"\n[cluster] watch cache across an API server restart: down {down_s:.1f} s; stopped answering after "
           f"{stopped_answering if stopped_answering is None else round(stopped_answering, 1)} s; "
           f"{relisted} LIST(s) after it, {after['watches'] - before['watches']} watch(es)")  # fmt: skip
+
+
+class HeldOnce:
+    """The cache's server clock (`JobWatchCache(server_clock=...)`, told each LIST page's and WATCH's answer): once
+    armed, it holds the watch thread at the next answer until released, as a connector's process stalled (a long
+    pause, a host suspended) holds its watch at the resourceVersion it reached."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def observe(self, headers: Any) -> None:
+        if self.armed.is_set() and not self.holding.is_set():
+            self.holding.set()
+            self.release.wait(300)
+
+
+EVENT_FRESH_S = 75.0
+"""How long kube-apiserver's watch cache keeps an event at least (`eventFreshDuration` in k8s.io/apiserver's
+cacher): a watch from an older resourceVersion gets 410 only once the cache, full, dropped the events after it."""
+
+
+def test_a_watch_held_past_the_servers_window_and_an_etcd_compaction_gets_410_and_lists_again(
+    real: RealCluster, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The cache's watch is held at its resourceVersion while the server moves on (writes past its watch cache's
+    window, then an etcd compaction at the newest revision); released, it resumes from the old resourceVersion, the
+    real server answers 410 (`Expired`), the cache lists once and then holds a change made after the compaction."""
+    import base64
+    import json
+    import logging
+    import urllib.parse
+    import urllib.request
+
+    from kubernetes import config
+
+    from devcluster.controlplane import ETCD_CLIENT_PORT
+
+    caplog.set_level(logging.INFO, logger="backend_plugin.kube.watch.informer")
+    server = json.loads((real.info.state / "cluster.json").read_text())["server"]
+    etcd = f"http://{urllib.parse.urlsplit(server).hostname}:{ETCD_CLIENT_PORT}"  # the control plane's address
+
+    def etcd_call(path: str, body: dict) -> dict:
+        request = urllib.request.Request(
+            f"{etcd}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return json.loads(answer.read())
+
+    real.kube.create(jobs_path(namespace), held_job("mine", namespace))
+    real.kube.create(jobs_path(namespace), held_job("busy", namespace, managed=False))
+    held = HeldOnce()
+    client = config.new_client_from_config(str(real.info.kubeconfig))
+    cache = JobWatchCache(client, GROUP, VERSION, PLURAL, MANAGED, SETTINGS, slim, server_clock=held)
+    try:
+        cache.get(namespace, "mine")
+        assert cache.wait_synced(namespace, 30)
+        wait_for("mine as the server has it", synced_copy(cache, real, namespace, "mine"), 30, 0.2)
+        held.armed.set()
+        wait_for("the watch thread held at its next answer", held.holding.is_set, 60, 0.2)
+        lists, old = cache.stats(namespace)["lists"], cache.stats(namespace)["resource_version"]
+        began = time.monotonic()
+        while time.monotonic() - began < EVENT_FRESH_S + 5.0:  # polled meanwhile, as the connector polls
+            cache.get(namespace, "mine")
+            time.sleep(1.0)
+        for i in range(300):  # past the window of the server's watch cache (it grows while its events are fresh)
+            real.kube.merge_patch(f"{jobs_path(namespace)}/busy", {"metadata": {"annotations": {"n": str(i)}}})
+        real.kube.merge_patch(f"{jobs_path(namespace)}/mine", {"metadata": {"annotations": {"after": "compaction"}}})
+        revision = etcd_call("/v3/kv/range", {"key": base64.b64encode(b"/").decode(), "limit": 1})["header"]["revision"]
+        etcd_call("/v3/kv/compaction", {"revision": revision, "physical": True})
+        held.release.set()
+        wait_for("the change after the compaction, in the cache", synced_copy(cache, real, namespace, "mine"), 60, 0.5)
+        assert cache.get(namespace, "mine")["metadata"]["annotations"]["after"] == "compaction"
+        expired = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]
+        assert expired and "too old resource version" in expired[0], [r.getMessage() for r in caplog.records]
+        relisted = cache.stats(namespace)["lists"] - lists
+        assert relisted == 1, cache.stats(namespace)  # one LIST of one page (two jobs, pages of two)
+        print(f"\n[cluster] watch held at resourceVersion {old} for {time.monotonic() - began:.0f} s, 301 writes, etcd "
+              f"compacted at {revision}: {expired[0]}; {relisted} LIST after it")  # fmt: skip
+    finally:
+        held.release.set()
+        cache.stop(timeout=SETTINGS.request_timeout_s + 5.0)
+        client.close()

@@ -240,3 +240,32 @@ def test_error_documents_read_are_bounded_in_number(fake_api, connector, tmp_pat
     report = blobs.read_error_report(str(prefix), connector.config.status.error_document_max_bytes)
     assert (len(report.errors), report.skipped, report.problem) == (64, 6, "")
     assert blobs.read_error_report(str(tmp_path / "missing"), 1024).errors == ()
+
+
+def test_every_read_asks_the_store_not_a_listing_kept_by_its_client(tmp_path, flytekit_errors):
+    # s3fs, gcsfs and adlfs keep every listing and answer `open`/`exists` under a listed folder from it: a document
+    # written after a poll listed the prefix read as absent (a preemption record, on the real control plane)
+    from pytorch_contract.preemption import FILE_NAME as PREEMPTION_FILE
+    from pytorch_contract.progress import FILE_NAME as PROGRESS_FILE
+    from tests.connector.listing_store import ListingStore, listed_prefix
+
+    (tmp_path / "run").mkdir()
+    with listed_prefix(tmp_path) as root:
+        prefix = f"{root}/run"
+        assert blobs.read_error_report(prefix, 4096).errors == ()
+        assert blobs.read_preemption_record(prefix).data is None
+        assert not blobs.outputs_written(prefix)
+        (tmp_path / "run" / "error.pb").write_bytes(flytekit_errors["user"].read_bytes())
+        (tmp_path / "run" / PREEMPTION_FILE).write_bytes(b"{}")
+        (tmp_path / "run" / PROGRESS_FILE).write_bytes(b"{}")
+        (tmp_path / "run" / "outputs.pb").write_bytes(b"")
+        store = ListingStore()
+        (tmp_path / "other").mkdir()  # the store's own check: a folder's listing hides what was written since
+        store.ls(f"{tmp_path}/other", detail=False)
+        (tmp_path / "other" / "late.pb").write_bytes(b"")
+        assert not store.exists(f"{tmp_path}/other/late.pb")
+        assert [e.source for e in blobs.read_error_report(prefix, 4096).errors] == ["error.pb"]
+        assert blobs.read_preemption_record(prefix).data == b"{}"
+        assert blobs.read_progress_record(prefix).data == b"{}"
+        assert blobs.outputs_written(prefix)
+        assert f"{tmp_path}/run" not in store.dircache  # nothing of a task's prefix is kept after a read

@@ -472,3 +472,36 @@ def test_the_wait_for_evidence_is_bounded(fake_api, tmp_path):
     server.set_job_status(NS, meta.name, {"conditions": [failed]})
     answer = connector.get(meta)
     assert answer.phase == TaskExecution.RETRYABLE_FAILED and "waiting" not in answer.message, answer.message
+
+
+def test_a_record_written_after_a_poll_listed_the_prefix_is_read(fake_api, tmp_path):
+    # the spot loss of a PyTorchJob on the real control plane: the operator fails the job as soon as the pod is
+    # deleted (a running pod with a deletionTimestamp counts as failed) and deletes its running peers (cleanPodPolicy
+    # Running); a poll then reads the prefix while every rank is still stopping. Its listing was kept by the store's
+    # client (s3fs keeps every listing), and the next poll, once the pods had ended and gone, read "no record, no
+    # error document" from it: RETRYABLE_FAILED, charged to the task's retries
+    from tests.connector.listing_store import listed_prefix
+
+    server, _ = fake_api
+    kind = Kind(KINDS[0], facts_of(KINDS[0]))
+    connector = connector_for(fake_api, kind)
+    (tmp_path / "store" / "0").mkdir(parents=True)
+    with listed_prefix(tmp_path / "store") as prefix:
+        meta = connector.create(load_template("sdk_seed_gpu"), f"{prefix}/0", None, execution_metadata())
+        job = server.get_job(NS, meta.name)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for index in range(3):
+            pod = kind.pod(job, index, "Running")
+            pod["metadata"]["deletionTimestamp"] = at(30, now)
+            server.put_pod(pod)
+        failed = condition("Failed", message="1 Worker replica(s) failed.", at=at(0, now))
+        server.set_job_status(NS, meta.name, {"conditions": [failed]})
+        waiting = connector.get(meta)
+        assert waiting.phase == TaskExecution.RUNNING, waiting.message
+        assert "waiting for the others to stop" in waiting.message, waiting.message
+        write_record(tmp_path / "store" / "0", time.time())  # the ranks stopped at the agreed step, and wrote it
+        for pod in server.pods(NS):
+            server.remove_pod(NS, pod["metadata"]["name"])  # deleted pods are gone once they end
+        recovering = connector.get(meta)
+        assert recovering.message.startswith("recovering from a preemption of a rank got SIGTERM"), recovering.message
+        assert recovering.phase == TaskExecution.RUNNING
