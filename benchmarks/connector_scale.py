@@ -64,8 +64,9 @@ server:
   starts no pod, and every answer is QUEUED (an answer in another phase is an error). N jobs in a namespace of the
   run's own, 64 more in a warm-up namespace; CreateTask/s and its p50/p99 are reported;
 - the connector is a local process, served as above, that authenticates as its ServiceAccount of
-  ``backend_plugin/deploy/rbac.yaml`` (applied if missing, removed after if it was; a token from the TokenRequest
-  API), or with ``--connector-identity admin`` as the kubeconfig's user;
+  ``backend_plugin/deploy/rbac.yaml`` (its objects created where missing and removed after, Flyte's namespace made
+  where missing and left; a token from the TokenRequest API), or with ``--connector-identity admin`` as the
+  kubeconfig's user;
 - the API requests are the API server's own counters (``apiserver_request_total`` of its /metrics, by verb and
   resource) of the jobs' kind, pods, events and CRDs over the window: every client's, so an upper bound of the
   connector's; the same counters over an equal window without polls, just before, are ``api_requests_without_polls``.
@@ -770,7 +771,9 @@ class _RealCluster:
 
     def connector_token(self) -> str:
         """A token of the connector's ServiceAccount, as `deploy/rbac.yaml` ships it (what is missing of the file is
-        created, and removed by `remove_rbac`; what is there is updated to the file and left)."""
+        created, and removed by `remove_rbac`; what is there is updated to the file and left). Flyte's namespace is
+        made when missing and left: a connector deployed after this run goes there, and a namespace being deleted
+        would refuse it."""
         import yaml
 
         from devcluster.kube import ApiError
@@ -779,7 +782,6 @@ class _RealCluster:
         if self.kube.get_or_none(f"/api/v1/namespaces/{namespace}") is None:
             self.kube.create("/api/v1/namespaces",
                              {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})  # fmt: skip
-            self.made_rbac.append(f"/api/v1/namespaces/{namespace}")
         for doc in yaml.safe_load_all(DEPLOY_RBAC.read_text()):
             if not doc:
                 continue
@@ -787,7 +789,7 @@ class _RealCluster:
             path = f"{collection}/{doc['metadata']['name']}"
             try:
                 self.kube.create(collection, doc)
-                self.made_rbac.insert(0, path)  # removed before the namespace made for it
+                self.made_rbac.append(path)
             except ApiError as e:
                 if e.status != 409:
                     raise
@@ -972,7 +974,7 @@ async def _measure_real(args: argparse.Namespace, cluster: _RealCluster, conn: _
             started = time.monotonic()
             first, errors = await _poll(stub, names, args.pollers, None, namespace, requests, "QUEUED")
             figures["first_pass_s"] = round(time.monotonic() - started, 2)
-            figures["first_pass_answers"] = len(first) - errors
+            figures["first_pass_answers"] = len(first)  # calls answered (an answer not QUEUED is in `errors`)
             figures["rss_before_mib"] = round(rss_before, 1)
             figures["rss_after_all_polled_mib"] = round(_rss_mib(pid), 1)
             figures["rss_per_1000_jobs_mib"] = round((_rss_mib(pid) - rss_before) / args.jobs * 1000, 2)
@@ -1056,6 +1058,9 @@ def run_real(args: argparse.Namespace) -> dict[str, Any]:
                 asyncio.run(_measure_real(args, cluster, conn, namespaces, figures))
             finally:
                 conn.stop()
+    except BaseException:
+        print(f"the real run failed; its figures so far: {figures}", flush=True)
+        raise
     finally:
         figures.update(cluster.clean(namespaces))
         cluster.remove_rbac()
