@@ -1366,6 +1366,8 @@ def side_by_side(off: dict[str, Any], on: dict[str, Any], what: str = "progress"
 
     def shown(result: dict[str, Any], key: str) -> str:
         value = result.get(key)
+        if value is None:  # a figure only one of the two runs has (the real API server's CreateTask)
+            return "-"
         return f"{value[0]:.2f}" if key == "load_before" and isinstance(value, list) else str(value)
 
     first, second = labels or (f"{what} off", f"{what} on")

@@ -75,7 +75,7 @@ def test_request_deltas_keep_the_resources_named_and_what_grew():
 
 
 def test_side_by_side_names_the_two_apis_and_their_missed_goals():
-    real = {"load_before": [1.5, 1.0, 1.0], "gettask_per_s": 800.0, "errors": 0,
+    real = {"load_before": [1.5, 1.0, 1.0], "gettask_per_s": 800.0, "errors": 0, "create_p99_ms": 90.5,
             "goals": {"gettask_per_s": "MISSED (800 >= 1000)"}}  # fmt: skip
     fake = {"load_before": [2.25, 1.0, 1.0], "gettask_per_s": 1500.0, "errors": 0,
             "goals": {"gettask_per_s": "met (1500 >= 1000)"}}  # fmt: skip
@@ -86,6 +86,8 @@ def test_side_by_side_names_the_two_apis_and_their_missed_goals():
     row = next(line for line in lines if line.startswith("GetTask/s"))
     assert row.split()[-2:] == ["800.0", "1500.0"]
     assert next(line for line in lines if line.startswith("1-minute load")).split()[-2:] == ["1.50", "2.25"]
+    assert next(line for line in lines if line.startswith("CreateTask/s")).split()[-2:] == ["-", "-"]  # in neither
+    assert next(line for line in lines if line.startswith("CreateTask p99")).split()[-2:] == ["90.5", "-"]
     assert lines[-1] == "goals: real API server: gettask_per_s MISSED (800 >= 1000)"
 
 
