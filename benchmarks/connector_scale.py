@@ -820,11 +820,13 @@ class _RealCluster:
         from devcluster.kube import ApiError
 
         out: dict[str, Any] = {}
-        jobs_left, pods_left = self.held(namespaces)
-        out["jobs_left_after_deletetask"] = jobs_left
-        for ns in namespaces:
-            for job in self.kube.get(self.jobs_path(ns))["items"]:
-                self.kube.delete(f"{self.jobs_path(ns)}/{job['metadata']['name']}")
+        # A job DeleteTask deleted may still be there, being deleted (foreground: until its dependents are gone); one
+        # with no deletionTimestamp was not deleted
+        kept = [(ns, job["metadata"]["name"]) for ns in namespaces for job in self.kube.get(self.jobs_path(ns))["items"]
+                if not job["metadata"].get("deletionTimestamp")]  # fmt: skip
+        out["jobs_not_deleted_by_deletetask"] = len(kept)
+        for ns, name in kept:
+            self.kube.delete(f"{self.jobs_path(ns)}/{name}")
         deadline = time.monotonic() + CLEANUP_TIMEOUT_S
         while time.monotonic() < deadline and self.held(namespaces) != (0, 0):
             time.sleep(0.5)
