@@ -36,7 +36,8 @@ Usage::
                                          [--executor-threads N] [--get-threads N] [--cache off|on]
                                          [--progress off|on|both] [--log-links off|on|both]
                                          [--kind pytorchjob|trainjob|jobset] [--watch-faults on|off]
-                                         [--json PATH]
+                                         [--api fake|real|both] [--kubeconfig PATH]
+                                         [--connector-identity serviceaccount|admin] [--json PATH]
 
 ``--kind`` picks the job kind the connector tracks (PyTorchJobs by default): JobSets are our golden CPU JobSet, Running
 as the JobSet controller reports it (every child Job ready, no condition), and the Created job a JobSet whose worker
@@ -51,6 +52,35 @@ in, so it measures an earlier commit as well: copy it into a checkout of that co
 
 ``--cache on|off`` sets the connector's watch-cache setting (``PYTORCHJOB_<SETTING>=true|false``, the setting named by
 ``--cache-setting``) in the connector's environment; it stops with an error while the connector has no such setting.
+
+``--api real`` measures on a real API server instead (the devcluster of ``python -m devcluster up``, whose kubeconfig
+``--kubeconfig`` or ``KUBECONFIG`` names, with admin rights), and ``--api both`` runs it, then the fake API's run of the
+same jobs, pollers, kind and cache, and prints the two side by side with the load average before each. On the real
+server:
+
+- the jobs are created through the connector: CreateTask over gRPC as propeller sends it (one execution per job, its
+  metadata as propeller's), of our CPU task (``tests/data/templates/hand_cpu.json``: a master, two workers) held by
+  ``pytorch.suspend`` (the SDK's ``RunPolicy(suspend=True)``): the training operator writes their conditions and
+  starts no pod, and every answer is QUEUED (an answer in another phase is an error). N jobs in a namespace of the
+  run's own, 64 more in a warm-up namespace; CreateTask/s and its p50/p99 are reported;
+- the connector is a local process, served as above, that authenticates as its ServiceAccount of
+  ``backend_plugin/deploy/rbac.yaml`` (its objects created where missing and removed after, Flyte's namespace made
+  where missing and left; a token from the TokenRequest API), or with ``--connector-identity admin`` as the
+  kubeconfig's user;
+- the API requests are the API server's own counters (``apiserver_request_total`` of its /metrics, by verb and
+  resource) of the jobs' kind, pods, events and CRDs over the window: every client's, so an upper bound of the
+  connector's; the same counters over an equal window without polls, just before, are ``api_requests_without_polls``.
+  The server counts a request when it ends, so a watch still open is not in the window's count;
+- no latency is added (the fake adds ``--latency-ms``), and there is no staleness, watch fault or Created job with
+  1,000 workers (the fake's on-demand faults; ``tests/cluster/test_watch_real.py`` runs the cache's watch on the real
+  server);
+- at the end, even after a failure or SIGTERM, every job is deleted through the connector (DeleteTask), what is left
+  is deleted as the admin, the namespaces are deleted, and the run fails unless no job, pod or namespace is left. A
+  run killed outright leaves its namespaces (labelled ``app.kubernetes.io/part-of: connector-scale-benchmark``): the
+  next run removes them first.
+
+``--kind jobset`` works there too; ``--kind trainjob`` does not (the connector writes no ``spec.suspend`` for a
+TrainJob, whose pods would start), nor ``--progress`` or ``--log-links`` other than ``off``.
 
 flytekit runs a sync connector method with ``loop.run_in_executor(None, ...)``: in the event loop's default
 thread pool of min(32, CPUs + 4) threads (the ``--worker`` pool of ``pyflyte serve connector`` is grpc's, not
@@ -73,12 +103,15 @@ import asyncio
 import copy
 import json
 import os
+import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -290,8 +323,12 @@ def _answer(api: Any, kind: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------- the connector process
-def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_threads: int, sync_get: bool) -> None:
-    """Child process: serve the registered connector over gRPC like `pyflyte serve connector`, print the port."""
+def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_threads: int, sync_get: bool,
+                     kubeconfig: str | None = None) -> None:  # fmt: skip
+    """Child process: serve the registered connector over gRPC like `pyflyte serve connector`, print the port.
+
+    The connector's API client talks to `api_host` (the fake API), or, with `kubeconfig`, to the server that kubeconfig
+    names, as its user, or as the bearer token in `CONNECTOR_SCALE_TOKEN` when that is set (a ServiceAccount's)."""
     from concurrent import futures
 
     import grpc
@@ -308,7 +345,17 @@ def _serve_connector(api_host: str, cache: str, cache_setting: str, executor_thr
             "its watch cache. Run with --cache off, or name the setting with --cache-setting."
         )
     configuration = client.Configuration()
-    configuration.host = api_host
+    if kubeconfig:
+        from kubernetes import config
+
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        token = os.environ.get(TOKEN_VARIABLE)
+        if token:  # the connector's ServiceAccount: the kubeconfig's server and CA, the token instead of its user
+            configuration.cert_file = configuration.key_file = None
+            configuration.api_key = {"authorization": f"Bearer {token}"}
+        configuration.retries = False  # as `default_api_client`: the connector's retry loop is the only one
+    else:
+        configuration.host = api_host
     api_client = client.ApiClient(configuration)
     connector_module.set_api_client_factory(lambda: api_client)
     if sync_get:  # the alternative design: the sync `get` on flytekit's default executor (sized by --executor-threads)
@@ -430,13 +477,18 @@ def write_records(names: list[str], namespace: str) -> None:
 
 
 async def _poll(
-    stub: Any, names: list[str], pollers: int, seconds: float | None, namespace: str = NAMESPACE
-) -> tuple[list[float], int]:
-    """`pollers` concurrent loops of GetTask over `names` round-robin, for `seconds` (None: each name once).
+    stub: Any, names: list[str], pollers: int, seconds: float | None, namespace: str = NAMESPACE,
+    requests: dict[str, Any] | None = None, expect: str = "RUNNING",
+) -> tuple[list[float], int]:  # fmt: skip
+    """`pollers` concurrent loops of GetTask over `names` round-robin, for `seconds` (None: each name once); each
+    call's request is `requests[name]` (what CreateTask returned, on a real API server) or `_request(name)`.
 
-    Returns the latencies and the errors: failed calls, and answers whose phase is not RUNNING (every polled job is
-    Running). The answers that carry a progress line are counted in `PROGRESS_SEEN`."""
+    Returns the latencies and the errors: failed calls, and answers whose phase is not `expect` (every polled job is
+    Running on the fake API; QUEUED, held by its suspend, on a real one). The answers that carry a progress line are
+    counted in `PROGRESS_SEEN`."""
     from flyteidl.core import execution_pb2
+
+    expected = execution_pb2.TaskExecution.Phase.Value(expect)
 
     latencies: list[float] = []
     errors = 0
@@ -455,12 +507,13 @@ async def _poll(
             nxt += 1
             started = time.perf_counter()
             try:
-                response = await stub.GetTask(_request(name, namespace), timeout=30)
+                request = requests[name] if requests is not None else _request(name, namespace)
+                response = await stub.GetTask(request, timeout=30)
             except Exception:  # noqa: BLE001 - counted; a benchmark goes on
                 errors += 1
                 continue
             latencies.append(time.perf_counter() - started)
-            if response.resource.phase != execution_pb2.TaskExecution.RUNNING:
+            if response.resource.phase != expected:
                 errors += 1
             if PROGRESS_LINE in response.resource.message:
                 PROGRESS_SEEN[0] += 1
@@ -601,6 +654,455 @@ async def _watch_faults(args: argparse.Namespace, stub: Any, api: _Child, names:
     return after_errors
 
 
+# ----------------------------------------------------------------------------------------- the real API server
+TOKEN_VARIABLE = "CONNECTOR_SCALE_TOKEN"
+"""The connector child's bearer token when it runs as the connector's ServiceAccount (from the TokenRequest API)."""
+REAL_PART_OF = {"app.kubernetes.io/part-of": "connector-scale-benchmark"}
+"""The label of the namespaces a real run makes: a run killed before its cleanup leaves them; the next run removes
+them before it starts."""
+REAL_TEMPLATE = ROOT / "tests" / "data" / "templates" / "hand_cpu.json"
+"""The task every real run creates: the CPU task of the golden job (a master, two workers), held by `pytorch.suspend`
+(the SDK's `RunPolicy(suspend=True)`), so that no pod is ever made."""
+REAL_KINDS = ("pytorchjob", "jobset")
+"""The kinds whose jobs the connector creates held (`runPolicy.suspend`, a JobSet's `spec.suspend`); it writes no
+`spec.suspend` for a TrainJob, whose pods would start."""
+REAL_WARMUP_JOBS = 64
+"""Jobs created in the warm-up namespace, as many as the fake API holds there."""
+DEPLOY_RBAC = ROOT / "backend_plugin" / "deploy" / "rbac.yaml"
+CONNECTOR_ACCOUNT = ("flyte", "pytorch-connector")
+"""The connector's ServiceAccount in `deploy/rbac.yaml` (namespace, name)."""
+RBAC_COLLECTIONS = {
+    "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
+CLEANUP_TIMEOUT_S = 180.0
+"""How long the cleanup waits for the jobs, then the namespaces, to be gone."""
+
+_REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def request_totals(metrics: str) -> dict[str, float]:
+    """`apiserver_request_total` of an API server's /metrics, summed by verb and resource (codes, scopes and groups
+    together), keyed as the fake API's request log is: `"get pytorchjobs"`, `"list pods"`, `"watch pytorchjobs"`; a
+    subresource is named after a slash (`"update pytorchjobs/status"`).
+
+    Args:
+        metrics: the text of /metrics (Prometheus' text format).
+
+    Returns:
+        Counter value by key.
+    """
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        match = _REQUEST_TOTAL.match(line)
+        if match is None:
+            continue
+        labels = dict(_LABEL.findall(match["labels"]))
+        key = f"{labels.get('verb', '').lower()} {labels.get('resource', '')}"
+        if labels.get("subresource"):
+            key += f"/{labels['subresource']}"
+        out[key] = out.get(key, 0.0) + float(match["value"])
+    return out
+
+
+def request_deltas(before: dict[str, float], after: dict[str, float], resources: tuple[str, ...]) -> dict[str, int]:
+    """The requests counted between two `request_totals`, of the given resources (their subresources included).
+
+    Args:
+        before: the totals at the start.
+        after: the totals at the end.
+        resources: the resources kept (plural names).
+
+    Returns:
+        Requests by key, those that grew only.
+    """
+    out = {}
+    for key, value in after.items():
+        resource = key.split(" ", 1)[1].split("/", 1)[0]
+        grown = int(round(value - before.get(key, 0.0)))
+        if resource in resources and grown > 0:
+            out[key] = grown
+    return dict(sorted(out.items()))
+
+
+class _RealCluster:
+    """The admin's side of a real run: namespaces, the connector's identity, the API server's counters, cleanup."""
+
+    def __init__(self, kubeconfig: str, kind: str) -> None:
+        from backend_plugin.targets.registry import target_for_kind
+        from devcluster.kube import Kube
+
+        self.kube = Kube(Path(kubeconfig))
+        target = target_for_kind(KIND_NAMES[kind][0])
+        self.jobs_api = f"/apis/{target.group}/{target.version}"
+        self.plural = target.plural
+        self.made_rbac: list[str] = []
+
+    def jobs_path(self, namespace: str) -> str:
+        return f"{self.jobs_api}/namespaces/{namespace}/{self.plural}"
+
+    def metrics(self) -> dict[str, float]:
+        """The API server's request counters now (`request_totals` of its /metrics, read as the admin)."""
+        _method, url, headers, _body, _post = self.kube.api.param_serialize(
+            "GET", "/metrics", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
+        )
+        response = self.kube.api.rest_client.request("GET", url, headers=headers, _request_timeout=60).response
+        if response.status != 200:
+            raise RuntimeError(f"GET /metrics answered {response.status}: the kubeconfig's user cannot read it")
+        return request_totals(response.data.decode())
+
+    def remove_leftovers(self) -> list[str]:
+        """Delete the namespaces an earlier run left (killed before its cleanup); their names."""
+        selector = ",".join(f"{k}={v}" for k, v in REAL_PART_OF.items())
+        names = [n["metadata"]["name"] for n in self.kube.get("/api/v1/namespaces", labelSelector=selector)["items"]]
+        for name in names:
+            self.kube.delete(f"/api/v1/namespaces/{name}")
+        return names
+
+    def make_namespace(self, name: str) -> None:
+        from devcluster.kube import wait_for
+
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": REAL_PART_OF}}
+        self.kube.create("/api/v1/namespaces", body)
+        account = f"/api/v1/namespaces/{name}/serviceaccounts/default"  # the pods' account the jobs name
+        wait_for(f"namespace {name}'s default ServiceAccount", lambda: self.kube.get_or_none(account), 60)
+
+    def connector_token(self) -> str:
+        """A token of the connector's ServiceAccount, as `deploy/rbac.yaml` ships it (what is missing of the file is
+        created, and removed by `remove_rbac`; what is there is updated to the file and left). Flyte's namespace is
+        made when missing and left: a connector deployed after this run goes there, and a namespace being deleted
+        would refuse it."""
+        import yaml
+
+        from devcluster.kube import ApiError
+
+        namespace, account = CONNECTOR_ACCOUNT
+        if self.kube.get_or_none(f"/api/v1/namespaces/{namespace}") is None:
+            self.kube.create("/api/v1/namespaces",
+                             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})  # fmt: skip
+        for doc in yaml.safe_load_all(DEPLOY_RBAC.read_text()):
+            if not doc:
+                continue
+            collection = RBAC_COLLECTIONS[doc["kind"]].format(namespace=doc["metadata"].get("namespace", ""))
+            path = f"{collection}/{doc['metadata']['name']}"
+            try:
+                self.kube.create(collection, doc)
+                self.made_rbac.append(path)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+                self.kube.apply(path, doc, manager="connector-scale-benchmark")
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                   "spec": {"expirationSeconds": 3600}}  # fmt: skip
+        answer = self.kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", request)
+        return str(answer["status"]["token"])
+
+    def remove_rbac(self) -> None:
+        for path in self.made_rbac:
+            self.kube.delete(path)
+        self.made_rbac = []
+
+    def held(self, namespaces: list[str]) -> tuple[int, int]:
+        """The jobs, and the pods, in `namespaces` now."""
+        jobs = sum(len(self.kube.get(self.jobs_path(ns))["items"]) for ns in namespaces)
+        pods = sum(len(self.kube.get(f"/api/v1/namespaces/{ns}/pods")["items"]) for ns in namespaces)
+        return jobs, pods
+
+    def clean(self, namespaces: list[str]) -> dict[str, Any]:
+        """Delete every job the connector left in `namespaces` (as the admin), wait until none is left, then delete the
+        namespaces and wait until they are gone.
+
+        Returns:
+            What was left after the connector's deletes, and after this cleanup (all zero and empty when clean).
+        """
+        from devcluster.kube import ApiError
+
+        out: dict[str, Any] = {}
+        # A job DeleteTask deleted may still be there, being deleted (foreground: until its dependents are gone); one
+        # with no deletionTimestamp was not deleted
+        kept = [(ns, job["metadata"]["name"]) for ns in namespaces for job in self.kube.get(self.jobs_path(ns))["items"]
+                if not job["metadata"].get("deletionTimestamp")]  # fmt: skip
+        out["jobs_not_deleted_by_deletetask"] = len(kept)
+        for ns, name in kept:
+            self.kube.delete(f"{self.jobs_path(ns)}/{name}")
+        deadline = time.monotonic() + CLEANUP_TIMEOUT_S
+        while time.monotonic() < deadline and self.held(namespaces) != (0, 0):
+            time.sleep(0.5)
+        out["jobs_left"], out["pods_left"] = self.held(namespaces)
+        for ns in namespaces:
+            self.kube.delete(f"/api/v1/namespaces/{ns}")
+        left = list(namespaces)
+        while time.monotonic() < deadline + CLEANUP_TIMEOUT_S:
+            try:
+                left = [ns for ns in namespaces if self.kube.get_or_none(f"/api/v1/namespaces/{ns}") is not None]
+            except ApiError:
+                left = namespaces
+            if not left:
+                break
+            time.sleep(0.5)
+        out["namespaces_left"] = left
+        return out
+
+
+def _task_template() -> Any:
+    """The task the real run creates: `REAL_TEMPLATE`, held by `pytorch.suspend`."""
+    from flyteidl.core import tasks_pb2
+    from flytekit.models.task import TaskTemplate
+    from google.protobuf import json_format
+
+    from pytorch_contract.template_keys import SUSPEND
+
+    data = json.loads(REAL_TEMPLATE.read_text())
+    data["config"] = {**data.get("config", {}), SUSPEND: "true"}
+    return TaskTemplate.from_flyte_idl(json_format.ParseDict(data, tasks_pb2.TaskTemplate()))
+
+
+async def _create(stub: Any, template: Any, names: list[str], namespace: str, callers: int,
+                  created: dict[str, bytes]) -> tuple[list[float], list[str]]:  # fmt: skip
+    """CreateTask for every name (one execution each, as propeller sends it) by `callers` concurrent callers; each
+    created job's resource meta goes into `created` as it comes.
+
+    Returns:
+        The latencies, and the errors (a failed call, or a create whose metadata says the job can never run).
+    """
+    from flyteidl.admin import agent_pb2
+    from flytekit.models.literals import LiteralMap
+
+    from tests.connector.helpers import execution_metadata
+
+    latencies: list[float] = []
+    errors: list[str] = []
+    todo = list(names)
+    inputs = LiteralMap({}).to_flyte_idl()
+
+    async def caller() -> None:
+        while todo:
+            name = todo.pop(0)
+            meta = execution_metadata(name, namespace=namespace, environment={}, annotations={})
+            request = agent_pb2.CreateTaskRequest(inputs=inputs, template=template.to_flyte_idl(),
+                                                  output_prefix=_prefix(name, namespace),
+                                                  task_execution_metadata=meta.to_flyte_idl())  # fmt: skip
+            started = time.perf_counter()
+            try:
+                answer = await stub.CreateTask(request, timeout=60)
+            except Exception as e:  # noqa: BLE001 - counted and shown; the run goes on
+                errors.append(f"{namespace}/{name}: {e}")
+                continue
+            latencies.append(time.perf_counter() - started)
+            resource_meta = bytes(answer.resource_meta)
+            if json.loads(resource_meta).get("error"):
+                errors.append(f"{namespace}/{name}: {json.loads(resource_meta)['error']}")
+                continue
+            created[name] = resource_meta
+
+    await asyncio.gather(*(caller() for _ in range(callers)))
+    return latencies, errors
+
+
+async def _delete(stub: Any, created: dict[str, bytes], callers: int) -> tuple[int, list[str]]:
+    """DeleteTask for every created job, as propeller sends it at the end of an attempt (or an abort).
+
+    Returns:
+        The jobs deleted, and the errors.
+    """
+    from flyteidl.admin import agent_pb2
+
+    todo = list(created.values())
+    done = 0
+    errors: list[str] = []
+
+    async def caller() -> None:
+        nonlocal done
+        while todo:
+            meta = todo.pop(0)
+            request = agent_pb2.DeleteTaskRequest(task_category=agent_pb2.TaskCategory(name="pytorch", version=1),
+                                                  resource_meta=meta)  # fmt: skip
+            try:
+                await stub.DeleteTask(request, timeout=60)
+                done += 1
+            except Exception as e:  # noqa: BLE001 - the admin's cleanup deletes what is left
+                errors.append(str(e))
+
+    await asyncio.gather(*(caller() for _ in range(callers)))
+    return done, errors
+
+
+def _get_requests(created: dict[str, bytes]) -> dict[str, Any]:
+    from flyteidl.admin import agent_pb2
+
+    category = agent_pb2.TaskCategory(name="pytorch", version=1)
+    return {name: agent_pb2.GetTaskRequest(task_category=category, resource_meta=meta)
+            for name, meta in created.items()}  # fmt: skip
+
+
+async def _measure_real(args: argparse.Namespace, cluster: _RealCluster, conn: _Child, namespaces: list[str],
+                        figures: dict[str, Any]) -> None:  # fmt: skip
+    """Create the jobs through the connector, run `_measure`'s window on them, and delete them through it again.
+
+    The figures go into `figures` as they come, so that a failure keeps what was measured before it."""
+    import grpc
+    from flyteidl.service.agent_pb2_grpc import AsyncAgentServiceStub
+
+    namespace, warm_namespace = namespaces
+    names = [f"job-{i:05d}" for i in range(args.jobs)]
+    warm = [f"warm-{i:05d}" for i in range(REAL_WARMUP_JOBS)]
+    pid = conn.proc.pid
+    template = _task_template()
+    created: dict[str, bytes] = {}
+    warm_created: dict[str, bytes] = {}
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{conn.hello['port']}") as channel:
+        stub = AsyncAgentServiceStub(channel)
+        try:
+            _, warm_errors = await _create(stub, template, warm, warm_namespace, args.pollers, warm_created)
+            started = time.monotonic()
+            latencies, create_errors = await _create(stub, template, names, namespace, args.pollers, created)
+            elapsed = time.monotonic() - started
+            figures["created"] = len(created)
+            figures["create_per_s"] = round(len(latencies) / elapsed, 1)
+            figures["create_p50_ms"] = round(_pct(latencies, 0.50) * 1000, 1)
+            figures["create_p99_ms"] = round(_pct(latencies, 0.99) * 1000, 1)
+            figures["create_errors"] = len(create_errors) + len(warm_errors)
+            if create_errors or warm_errors:
+                figures["create_error_examples"] = (create_errors + warm_errors)[:3]
+                raise RuntimeError(f"{figures['create_errors']} CreateTask failed: {figures['create_error_examples']}")
+
+            requests = _get_requests(created)
+            warm_requests = _get_requests(warm_created)
+            await stub.GetTask(warm_requests[warm[0]], timeout=60)  # imports, client, config: not counted
+            await _poll(stub, warm, args.pollers, 3.0, warm_namespace, warm_requests, "QUEUED")
+            rss_before = _rss_mib(pid)
+            started = time.monotonic()
+            first, errors = await _poll(stub, names, args.pollers, None, namespace, requests, "QUEUED")
+            figures["first_pass_s"] = round(time.monotonic() - started, 2)
+            figures["first_pass_answers"] = len(first)  # calls answered (an answer not QUEUED is in `errors`)
+            figures["rss_before_mib"] = round(rss_before, 1)
+            figures["rss_after_all_polled_mib"] = round(_rss_mib(pid), 1)
+            figures["rss_per_1000_jobs_mib"] = round((_rss_mib(pid) - rss_before) / args.jobs * 1000, 2)
+
+            # What every other client of the API server reads of the same resources in a window without polls
+            resources = (cluster.plural, "pods", "events", "customresourcedefinitions")
+            idle = cluster.metrics()
+            await asyncio.sleep(args.seconds)
+            before = cluster.metrics()
+            figures["api_requests_without_polls"] = request_deltas(idle, before, resources)
+
+            cpu0, t0 = _cpu_s(pid), time.monotonic()
+            latencies, window_errors = await _poll(stub, names, args.pollers, args.seconds, namespace, requests,
+                                                   "QUEUED")  # fmt: skip
+            elapsed, cpu = time.monotonic() - t0, _cpu_s(pid) - cpu0
+            counts = request_deltas(before, cluster.metrics(), resources)
+            errors += window_errors
+            calls = len(latencies)
+            figures["gettask_per_s"] = round(calls / elapsed, 1)
+            figures["p50_ms"] = round(_pct(latencies, 0.50) * 1000, 1)
+            figures["p99_ms"] = round(_pct(latencies, 0.99) * 1000, 1)
+            figures["connector_cores"] = round(cpu / elapsed, 2)
+            figures["connector_cpu_ms_per_gettask"] = round(cpu / max(calls, 1) * 1000, 3)
+            reads = sum(n for key, n in counts.items() if key.split()[0] in ("get", "list"))
+            watches = sum(n for key, n in counts.items() if key.split()[0] == "watch")
+            figures["api_requests_per_gettask"] = round(reads / max(calls, 1), 3)
+            figures["pod_lists_per_gettask"] = round(counts.get("list pods", 0) / max(calls, 1), 3)
+            figures["api_watch_requests_in_window"] = watches
+            figures["api_requests_by_verb"] = counts
+            figures["rss_end_mib"] = round(_rss_mib(pid), 1)
+            figures["jobs_held"], figures["pods_seen"] = cluster.held(namespaces)
+            figures["errors"] = errors
+        finally:
+            deleted, delete_errors = await _delete(stub, {**created, **warm_created}, args.pollers)
+            figures["deleted_through_connector"] = deleted
+            figures["delete_errors"] = len(delete_errors)
+
+
+def run_real(args: argparse.Namespace) -> dict[str, Any]:
+    """One measurement on a real API server (`--api real`): namespaces of their own, a connector of its own (local,
+    as the connector's ServiceAccount or as the kubeconfig's user), the jobs created through it, then deleted through
+    it; whatever it left is deleted as the admin and the namespaces removed, whatever happened before.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The figures, with the load average before and after and each goal's verdict.
+    """
+    global BLOBS
+    load = os.getloadavg()
+    print(f"real API server: load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs "
+          "(a loaded machine's figures are not final)", flush=True)  # fmt: skip
+    if args.kind != "pytorchjob":
+        _META_KIND["kind"] = KIND_NAMES[args.kind][0]
+    cluster = _RealCluster(args.kubeconfig, args.kind)
+    left_before = cluster.remove_leftovers()
+    if left_before:
+        print(f"removed namespaces an earlier run left: {', '.join(left_before)}", flush=True)
+    run_id = uuid.uuid4().hex[:6]
+    namespaces = [f"connector-scale-{run_id}", f"connector-scale-{run_id}-warmup"]
+    figures: dict[str, Any] = {}
+    conn = None
+    server = cluster.kube.get("/version")
+    try:
+        for ns in namespaces:
+            cluster.make_namespace(ns)
+        env = {f"PYTORCHJOB_{args.cache_setting.upper()}": "true" if args.cache == "on" else "false",
+               "PYTORCHJOB_TARGET": args.kind}  # fmt: skip
+        if args.get_threads:
+            env["PYTORCHJOB_GET_THREADS"] = str(args.get_threads)
+        if args.connector_identity == "serviceaccount":
+            env[TOKEN_VARIABLE] = cluster.connector_token()
+        with tempfile.TemporaryDirectory(prefix="connector-scale-blobs-") as blobs:
+            BLOBS = Path(blobs)
+            conn = _Child(["--role", "connector", "--kubeconfig", args.kubeconfig, "--cache", args.cache,
+                           "--cache-setting", args.cache_setting, "--executor-threads", str(args.executor_threads),
+                           *(["--sync-get"] if args.sync_get else [])],
+                          env=env)  # fmt: skip
+            try:
+                asyncio.run(_measure_real(args, cluster, conn, namespaces, figures))
+            finally:
+                conn.stop()
+    except BaseException:
+        print(f"the real run failed; its figures so far: {figures}", flush=True)
+        raise
+    finally:
+        figures.update(cluster.clean(namespaces))
+        cluster.remove_rbac()
+    after = os.getloadavg()
+    result = {
+        "api": "real", "server": f"kube-apiserver {server.get('gitVersion', '?')}",
+        "connector_identity": ("ServiceAccount " + "/".join(CONNECTOR_ACCOUNT) if args.connector_identity ==
+                               "serviceaccount" else "the kubeconfig's user"),
+        "namespace": namespaces[0],
+        "jobs": args.jobs, "pollers": args.pollers, "seconds": args.seconds, "kind": args.kind, "cache": args.cache,
+        "cpus": conn.hello["cpus"] if conn else None,
+        "executor_threads": conn.hello["executor_threads"] if conn else None, "sync_get": args.sync_get,
+        "get_threads": args.get_threads or None,
+        "load_before": [round(x, 2) for x in load], "load_after": [round(x, 2) for x in after], **figures,
+    }  # fmt: skip
+    result["goals"] = goals(result)
+    for key, value in result.items():
+        print(f"{key:32} {value}")
+    if figures.get("jobs_left") or figures.get("pods_left") or figures.get("namespaces_left"):
+        raise RuntimeError(f"the cleanup left jobs, pods or namespaces: {figures}")
+    return result
+
+
+REAL_SIDE_BY_SIDE = (
+    ("load_before", "1-minute load average before"),
+    ("gettask_per_s", "GetTask/s"),
+    ("p50_ms", "p50 ms"),
+    ("p99_ms", "p99 ms"),
+    ("api_requests_per_gettask", "API requests per GetTask"),
+    ("pod_lists_per_gettask", "pod lists per GetTask"),
+    ("connector_cpu_ms_per_gettask", "connector CPU ms per GetTask"),
+    ("rss_per_1000_jobs_mib", "RSS MiB per 1,000 jobs"),
+    ("first_pass_s", "first pass over every job, s"),
+    ("create_per_s", "CreateTask/s"),
+    ("create_p99_ms", "CreateTask p99 ms"),
+    ("errors", "errors"),
+)
+"""The figures printed side by side by `--api both`."""
+
+
 GOALS = {
     "gettask_per_s": (">=", 1000.0),
     "p99_ms": ("<=", 50.0),
@@ -691,6 +1193,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json", metavar="PATH", help="also write the figures to PATH as JSON (--progress both: {off: ..., on: ...})"
     )
+    parser.add_argument(
+        "--api", choices=("fake", "real", "both"), default="fake",
+        help="the fake API server (default), a real one (--kubeconfig: jobs created through the connector, held by "
+             "their suspend, deleted at the end), or both, one after the other, printed side by side",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kubeconfig", default=os.environ.get("KUBECONFIG"),
+        help="--api real|both: a kubeconfig of the cluster with admin rights (default $KUBECONFIG)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--connector-identity", choices=("serviceaccount", "admin"), default="serviceaccount",
+        help="--api real|both: the connector authenticates as its ServiceAccount of deploy/rbac.yaml (default; a "
+             "token from the TokenRequest API) or as the kubeconfig's user",
+    )  # fmt: skip
     parser.add_argument("--role", choices=("api", "connector"), help=argparse.SUPPRESS)
     parser.add_argument("--pods", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--api-host", help=argparse.SUPPRESS)
@@ -704,8 +1220,11 @@ def main(argv: list[str] | None = None) -> int:
         _serve_api(args.jobs, args.big_workers, args.latency_ms, args.kind, args.pods)
         return 0
     if args.role == "connector":
-        _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads, args.sync_get)
+        _serve_connector(args.api_host, args.cache, args.cache_setting, args.executor_threads, args.sync_get,
+                         args.kubeconfig if args.api_host is None else None)  # fmt: skip
         return 0
+    if args.api != "fake":
+        return _main_real(parser, args)
 
     progress_modes = ("off", "on") if args.progress == "both" else (args.progress,)
     link_modes = ("off", "on") if args.log_links == "both" else (args.log_links,)
@@ -719,6 +1238,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         named = {f"progress {p}, log links {links}": r for (p, links), r in results.items()}
         Path(args.json).write_text(json.dumps(named if len(named) > 1 else next(iter(named.values())), indent=1))
+    return 0
+
+
+def _main_real(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`--api real` and `--api both`: the real API server's run (then the fake API's, printed beside it)."""
+    if not args.kubeconfig:
+        parser.error(f"--api {args.api} needs a kubeconfig of the cluster: --kubeconfig PATH, or KUBECONFIG")
+    if not Path(args.kubeconfig).is_file():
+        parser.error(f"--kubeconfig={args.kubeconfig}: no such file")
+    if args.kind not in REAL_KINDS:
+        parser.error(f"--api {args.api} --kind {args.kind}: the connector creates only {', '.join(REAL_KINDS)} held "
+                     "by their suspend (a TrainJob's pods would start)")  # fmt: skip
+    for name in ("progress", "log_links"):
+        if getattr(args, name) != "off":
+            parser.error(f"--api {args.api} measures with --{name.replace('_', '-')} off only "
+                         f"(got {getattr(args, name)})")  # fmt: skip
+
+    def stop(signum: int, _frame: Any) -> None:  # a terminated run still deletes its jobs (the `finally`s)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    results = {"real": run_real(args)}
+    if args.api == "both":
+        results["fake"] = run(args, "off", "off")
+        print(side_by_side(results["real"], results["fake"], rows=REAL_SIDE_BY_SIDE,
+                           labels=("real API server", "fake API server")))  # fmt: skip
+        print(f"(the fake API adds {args.latency_ms:g} ms to every request and holds Running jobs; the real jobs are "
+              "QUEUED, held by their suspend)")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(results if len(results) > 1 else results["real"], indent=1))
     return 0
 
 
@@ -800,13 +1349,18 @@ SIDE_BY_SIDE = (
 """The figures printed side by side by `--progress both` and `--log-links both`."""
 
 
-def side_by_side(off: dict[str, Any], on: dict[str, Any], what: str = "progress") -> str:
-    """Two runs as a table: without, then with (progress records beside every job, or a log link and the pods).
+def side_by_side(off: dict[str, Any], on: dict[str, Any], what: str = "progress",
+                 rows: tuple[tuple[str, str], ...] = SIDE_BY_SIDE,
+                 labels: tuple[str, str] | None = None) -> str:  # fmt: skip
+    """Two runs as a table: without, then with (progress records beside every job, or a log link and the pods), or
+    the two runs `labels` names (`--api both`: the real API server, then the fake one).
 
     Args:
-        off: the figures of the run without.
-        on: the figures of the run with.
+        off: the figures of the run without (the first of `labels`).
+        on: the figures of the run with (the second).
         what: what the two runs differ in, for the header.
+        rows: the figures shown, (key, label) each.
+        labels: the two runs' names; `"<what> off"` and `"<what> on"` when None.
 
     Returns:
         The table's text.
@@ -814,12 +1368,16 @@ def side_by_side(off: dict[str, Any], on: dict[str, Any], what: str = "progress"
 
     def shown(result: dict[str, Any], key: str) -> str:
         value = result.get(key)
+        if value is None:  # a figure only one of the two runs has (the real API server's CreateTask)
+            return "-"
         return f"{value[0]:.2f}" if key == "load_before" and isinstance(value, list) else str(value)
 
-    lines = [f"\n{'':34} {what + ' off':>16} {what + ' on':>16}"]
-    for key, label in SIDE_BY_SIDE:
+    first, second = labels or (f"{what} off", f"{what} on")
+    modes = labels or ("off", "on")
+    lines = [f"\n{'':34} {first:>16} {second:>16}"]
+    for key, label in rows:
         lines.append(f"{label:34} {shown(off, key):>16} {shown(on, key):>16}")
-    missed = [f"{mode}: {key} {verdict}" for mode, result in (("off", off), ("on", on))
+    missed = [f"{mode}: {key} {verdict}" for mode, result in ((modes[0], off), (modes[1], on))
               for key, verdict in result["goals"].items() if verdict.startswith("MISSED")]  # fmt: skip
     lines.append("goals: " + ("; ".join(missed) if missed else "all met in both runs"))
     return "\n".join(lines)
