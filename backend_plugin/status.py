@@ -855,7 +855,7 @@ KUEUE_POD_GATE = "kueue.x-k8s.io/admission"
 """The scheduling gate Kueue's `pod` integration puts on a pod it admits as a Workload of its own."""
 
 
-def _gates(pod: Mapping) -> str:
+def _gates(pod: Mapping, kueue_framework: str) -> str:
     """The scheduling gates of a gated pod, and what Kueue's means for a job's pod."""
     gates = [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or [] if isinstance(g, Mapping)]
     if not gates:
@@ -864,15 +864,17 @@ def _gates(pod: Mapping) -> str:
     if KUEUE_POD_GATE in gates:
         said += (
             "; Kueue holds this pod as a Workload of its own (its pod integration, for a pod with a queue label), "
-            "so it does not manage the job's kind: a cluster that queues these jobs lists the kind in Kueue's "
-            "integrations.frameworks (kubeflow.org/pytorchjob, trainer.kubeflow.org/trainjob, jobset.x-k8s.io/jobset), "
-            "and Kueue then admits the job whole"
+            "so it does not manage the job's kind: a cluster that queues these jobs lists "
+            f"{kueue_framework or 'the kind'} in Kueue's integrations.frameworks, and Kueue then admits the job whole"
         )
     return said
 
 
 def pending_reason(
-    pods: Sequence[Mapping], namer: ReplicaNamer = pod_name, accelerators: frozenset[str] = frozenset()
+    pods: Sequence[Mapping],
+    namer: ReplicaNamer = pod_name,
+    accelerators: frozenset[str] = frozenset(),
+    kueue_framework: str = "",
 ) -> str:
     """What the job's waiting pods wait for (unschedulable, a container waiting reason), "" when none waits.
 
@@ -884,6 +886,7 @@ def pending_reason(
         pods: the job's pods.
         namer: the kind's name of a pod in messages.
         accelerators: the node labels of the task's accelerator (`accelerator_keys`), named as such.
+        kueue_framework: the kind's name in Kueue's `integrations.frameworks`, for a pod Kueue gates on its own.
 
     Returns:
         `; `-separated reasons, one per waiting pod.
@@ -893,7 +896,7 @@ def pending_reason(
         for cond in (pod.get("status") or {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
                 asks = _asks_of_a_node(pod, accelerators) if cond.get("reason") == "Unschedulable" else ""
-                asks = _gates(pod) if cond.get("reason") == "SchedulingGated" else asks
+                asks = _gates(pod, kueue_framework) if cond.get("reason") == "SchedulingGated" else asks
                 reasons.append(
                     f"{namer(pod)} {cond.get('reason') or 'unschedulable'}: {cond.get('message', '')}"
                     + (f" ({asks})" if asks else "")

@@ -59,6 +59,9 @@ from pytorch_contract.k8s_names import (
     JOBSET_RESTART_ATTEMPT_LABEL,
 )
 
+KUEUE_FRAMEWORK = "jobset.x-k8s.io/jobset"
+"""This kind's name in Kueue's `integrations.frameworks` (Kueue then admits the job whole, not its pods)."""
+
 __all__ = [
     "TERMINAL_CONDITIONS",
     "CONDITIONS",
@@ -424,7 +427,7 @@ def _from_jobs(read: _Read) -> JobStatus:
         message = f"running ({counts}){'; ' + disrupted if disrupted else ''}"
         return JobStatus(TaskExecution.RUNNING, _with_restarts(job, message), read.ctype)
     if active:
-        pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config))
+        pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config), KUEUE_FRAMEWORK)
         message = f"starting pods ({counts}){'; ' + pending if pending else ''}"
         return JobStatus(TaskExecution.INITIALIZING, _with_restarts(job, message), read.ctype)
     timeout = read.config.kind(JobSetSettings).start_timeout_s

@@ -45,6 +45,9 @@ from backend_plugin.status import (
 from backend_plugin.task_errors import ErrorReport
 from pytorch_contract.k8s_names import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 
+KUEUE_FRAMEWORK = "kubeflow.org/pytorchjob"
+"""This kind's name in Kueue's `integrations.frameworks` (Kueue then admits the job whole, not its pods)."""
+
 __all__ = [
     "CONDITION_PHASES",
     "TERMINAL_CONDITIONS",
@@ -263,7 +266,7 @@ def _restarting(read: _Read) -> JobStatus:
 def _created(read: _Read) -> JobStatus:
     if needs_events(read.job, read.config, read.now) and not started(read.job, read.pods, read.events):
         return _not_started(read)
-    pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config))
+    pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config), KUEUE_FRAMEWORK)
     message = f"waiting for replicas to start: {pending}" if pending else "pods created"
     return JobStatus(read.phase, message, read.ctype)
 
@@ -283,7 +286,7 @@ def _not_started(read: _Read) -> JobStatus:
 def _running(read: _Read) -> JobStatus:
     counts = f"{active_replicas(read.job)}/{expected_replicas(read.job)} replicas active"
     # the pods are read only while a replica is missing (`needs_pods`), never on a steady poll
-    pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config))
+    pending = pending_reason(read.pods, replica_name, accelerator_keys(read.config), KUEUE_FRAMEWORK)
     notes = [n for n in (disruption_text(read.pods, replica_name), pending) if n]
     return JobStatus(read.phase, f"running ({counts}); {'; '.join(notes)}" if notes else f"running ({counts})",
                      read.ctype)  # fmt: skip

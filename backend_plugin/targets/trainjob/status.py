@@ -52,6 +52,9 @@ from backend_plugin.status import (
 from backend_plugin.task_errors import ErrorReport
 from pytorch_contract.k8s_names import COMPLETION_INDEX_LABEL, JOBSET_RESTART_ATTEMPT_LABEL
 
+KUEUE_FRAMEWORK = "trainer.kubeflow.org/trainjob"
+"""This kind's name in Kueue's `integrations.frameworks` (Kueue then admits the job whole, not its pods)."""
+
 __all__ = [
     "TERMINAL_CONDITIONS",
     "CONDITIONS",
@@ -278,7 +281,7 @@ def _from_nodes(read: _Read, config: BackendConfig, now: datetime.datetime) -> J
         return JobStatus(TaskExecution.RUNNING, f"the nodes ended ({nodes}){detail}; {waiting}")
     restart = _restart_attempt(read.nodes)
     if row == "active":
-        pending = pending_reason(read.nodes, node_name, accelerator_keys(config))
+        pending = pending_reason(read.nodes, node_name, accelerator_keys(config), KUEUE_FRAMEWORK)
         if restart:
             return JobStatus(TaskExecution.RUNNING, f"restarting nodes ({nodes}; the JobSet's restart {restart}, not "
                                                     f"all ready yet){'; ' + pending if pending else ''}")  # fmt: skip
