@@ -48,6 +48,7 @@ CONTROLLERS = (
     "pod-garbage-collector-controller",
     "disruption-controller",
     "clusterrole-aggregation-controller",
+    "resourcequota-controller",  # a quota's status (its usage); without it, admission refuses every pod it covers
 )
 
 

@@ -19,7 +19,7 @@ from typing import Any, Optional
 from flyteidl.core.execution_pb2 import TaskExecution, TaskLog
 
 from backend_plugin.connector import blobs, shapes
-from backend_plugin.connector.log_pods import HeldPods, run_key
+from backend_plugin.connector.log_pods import HeldPods, run_key, with_pods_gone
 from backend_plugin.connector.metadata import Answer, JobMetadata
 from backend_plugin.connector.recovery import of_attempt, recoveries
 from backend_plugin.connector.session import Session
@@ -130,8 +130,10 @@ class JobReader:
                 pods = held
             else:
                 try:
-                    pods = listed = self._list("pods", ns, name, target, deadline)
-                    self.session.log_pods.put(_uid(job), run_key(job), listed, target.link_pod_keys, self.monotonic())
+                    listed = self._list("pods", ns, name, target, deadline)
+                    # the links also name the pods held before that are gone now (a finished JobSet's workers)
+                    pods = with_pods_gone(listed, self.session.log_pods.last(_uid(job)))
+                    self.session.log_pods.put(_uid(job), run_key(job), pods, target.link_pod_keys, self.monotonic())
                 except KubeApiError as e:  # the job's own conditions still decide the phase
                     logger.warning("%s", e)
                     note = f" (replica details unavailable: {e.reason})"

@@ -29,7 +29,7 @@ from typing import Any, Optional, Union, overload
 
 from flyteidl.core.execution_pb2 import TaskLog
 
-__all__ = ["HeldPods", "LogPods", "MAX_JOBS", "run_key", "slim_pod"]
+__all__ = ["HeldPods", "LogPods", "MAX_JOBS", "run_key", "slim_pod", "with_pods_gone"]
 
 MAX_JOBS = 100_000
 """The most jobs whose pods are held (the least recently polled go first), as `progress.MAX_ATTEMPTS`."""
@@ -92,6 +92,26 @@ def slim_pod(pod: Mapping[str, Any], keys: Collection[str]) -> dict[str, Any]:
     if slim_status:
         out["status"] = slim_status
     return out
+
+
+def with_pods_gone(
+    listed: Sequence[Mapping[str, Any]], held: Optional[Sequence[Mapping[str, Any]]]
+) -> list[Mapping[str, Any]]:
+    """The pods as listed, and the pods held before that the list no longer has: a JobSet that met its success policy
+    deletes its workers' Jobs, and their pods, while the master's completes, so the final answer would otherwise link
+    the master alone. A kind's links take the newest pod of each replica of the job's current run, so a pod replaced
+    since (a restart, a new pod of the same replica) gives way to the new one.
+
+    Args:
+        listed: the job's pods as listed now.
+        held: the pods held for it before (`LogPods.last`), or None.
+
+    Returns:
+        The pods for the links.
+    """
+    names = {str((p.get("metadata") or {}).get("name", "")) for p in listed if isinstance(p, Mapping)}
+    gone = [p for p in held or () if str((p.get("metadata") or {}).get("name", "")) not in names]
+    return [*gone, *listed]  # listed last: of two pods of a replica created in the same second, the listed one
 
 
 class HeldPods(Sequence[Mapping[str, Any]]):
@@ -199,6 +219,20 @@ class LogPods:
             with self._lock:
                 self.lists += 1
                 self._hold(uid, _Held(key, text, len(slim), now), now)
+
+    def last(self, uid: str) -> Optional[HeldPods]:
+        """The pods held for the job under whatever status they were listed for (those a new list no longer has still
+        name their replica: `with_pods_gone`).
+
+        Args:
+            uid: the job's uid.
+
+        Returns:
+            The pods, or None when none are held.
+        """
+        with self._lock:
+            held = self._jobs.get(uid)
+            return HeldPods(held.pods, held.count) if held is not None and held.pods is not None else None
 
     def links(self, uid: str, key: str, variant: Hashable, now: float) -> Optional[tuple[TaskLog, ...]]:
         """The links made for the job under `key` and `variant` (what else they depend on: the task's config).

@@ -15,7 +15,7 @@ import pytest
 from flyteidl.core.execution_pb2 import TaskLog
 
 from backend_plugin.config import BackendConfig
-from backend_plugin.connector.log_pods import HeldPods, LogPods, slim_pod
+from backend_plugin.connector.log_pods import HeldPods, LogPods, slim_pod, with_pods_gone
 from backend_plugin.log_templates import VARIABLES
 from backend_plugin.targets.registry import KINDS
 from backend_plugin.template import read_template
@@ -277,3 +277,24 @@ def test_a_held_jobset_of_three_pods_and_its_link_costs_under_3_kib() -> None:
     entry = memory._jobs[uid]
     cost = _size(entry, {id(key)})  # the key is the job's own resourceVersion, held by the job too
     assert 1500 < cost < 3 * 1024, cost
+
+
+def test_the_pods_a_finished_job_deleted_keep_their_links(kind: Kind) -> None:
+    """A JobSet that met its success policy deletes its workers' Jobs, and their pods, while the master's completes:
+    the list of the final answer has the master's pod alone. The links are made of it and of the pods held before that
+    it no longer has (`with_pods_gone`), so every replica keeps its link; a pod replaced since gives way to the new."""
+    job = job_of(kind, startTime="2025-01-01T00:00:30Z")
+    running = [as_listed(kind.pod(job, i), i) for i in range(3)]
+    memory = LogPods(idle_s=60)
+    memory.put("uid", "rv-running", running, kind.target.link_pod_keys, 0.0)
+    assert memory.last("uid") is not None and len(memory.last("uid") or ()) == 3
+    final = running[:1]
+    every = kind.target.links(job, running, CONFIG, NOW, TASK_CONFIG)
+    assert kind.target.links(job, with_pods_gone(final, memory.last("uid")), CONFIG, NOW, TASK_CONFIG) == every
+    if len(kind.target.links(job, final, CONFIG, NOW, TASK_CONFIG)) < len(every):  # a kind whose links need its pods
+        replaced = copy.deepcopy(running[1])
+        replaced["metadata"].update(name=replaced["metadata"]["name"] + "r", creationTimestamp="2025-01-01T00:30:00Z")
+        links = kind.target.links(job, with_pods_gone([*final, replaced], memory.last("uid")), CONFIG, NOW, TASK_CONFIG)
+        assert links == kind.target.links(job, [*final, replaced, running[2]], CONFIG, NOW, TASK_CONFIG)
+        assert links != every  # the replaced replica's link names its new pod
+    assert with_pods_gone(final, None) == final and memory.last("other") is None
