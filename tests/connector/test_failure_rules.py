@@ -278,3 +278,20 @@ def test_the_replica_that_wrote_the_error_leads_the_root_cause_line(flytekit_err
     error = doc(flytekit_errors["user_worker"], 9.5, "job-worker-1")
     status = failed_job_status("failed.", replica_failures(pods, replica_name), ErrorReport((error,)))
     assert "Root cause: worker-1 (pytorch): exit code 1 (first of 2 failed replicas)" in status.message
+
+
+def test_refused_pods_and_no_condition_fail_after_the_pickup_timeout_naming_the_events():
+    """training-operator v1.9 writes no condition at all while the API server refuses its pod creates (seen on the
+    real operator with a ResourceQuota): past `operator_pickup_timeout_s` its FailedCreate events say the operator is
+    there and the pods are refused, not that it is missing."""
+    config = BackendConfig.from_dict(dict(operator_pickup_timeout_s=300, job_start_timeout_s=600))
+    bare = {**JOB, "status": {}}
+    assert not needs_events(bare, config, T0 + datetime.timedelta(seconds=299))
+    now = T0 + datetime.timedelta(seconds=301)
+    assert needs_events(bare, config, now)
+    status = job_status(bare, [], config, now, events=[REJECTED])
+    assert status.phase == TE.FAILED
+    assert status.message.startswith("PyTorchJob ns/job has not started 301s after creation (operator_pickup_timeout")
+    assert 'Invalid value: "A=B"' in status.message
+    missing = job_status(bare, [], config, now, events=[])  # no operator: no events; the message says so, as before
+    assert "may not be installed" in missing.message and "could not create its pods" not in missing.message

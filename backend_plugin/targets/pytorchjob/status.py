@@ -174,12 +174,16 @@ def needs_events(job: Mapping[str, Any], config: BackendConfig, now: datetime.da
         True for a job whose deciding condition is Created, created at least `job_start_timeout_s` ago (a suspended
         job never is: it waits for admission on purpose). With or without `status.startTime`: training-operator
         v1.9 sets it at its first reconcile, before any pod is created, so only the pods and the events tell
-        (`started`).
+        (`started`). Also for a job with no condition past `operator_pickup_timeout_s`: v1.9 writes none while the
+        API server refuses its pods, and its `FailedCreate` events tell that from an operator that is not there.
     """
-    timeout = config.kind(PyTorchJobSettings).start_timeout_s
-    if timeout is None or suspended(job):
+    if suspended(job):
         return False
-    if deciding_type(job, TERMINAL_CONDITIONS) != "Created":
+    ctype = deciding_type(job, TERMINAL_CONDITIONS)
+    if ctype is None:  # no condition past the pickup timeout: the operator's refused creates, or no operator
+        return job_age(job, now) >= config.kind(PyTorchJobSettings).pickup_timeout_s
+    timeout = config.kind(PyTorchJobSettings).start_timeout_s
+    if timeout is None or ctype != "Created":
         return False
     return job_age(job, now) >= timeout
 
@@ -336,6 +340,18 @@ def job_status(
         why = condition_text(condition) if condition is not None and ctype == "Suspended" else ""
         return JobStatus(TaskExecution.QUEUED, f"suspended, waiting for admission: {why or 'runPolicy.suspend'}", ctype)
     if condition is None:
+        if needs_events(job, config, now) and _create_refused(events):
+            # training-operator v1.9 writes no condition at all while the API server refuses its pod creates: the
+            # operator is there (its FailedCreate events say so), and the job will not start
+            timeout = float(config.kind(PyTorchJobSettings).pickup_timeout_s)
+            explanation = start_explanation(events, pods or [], events_problem, replica_name)
+            return JobStatus(
+                TaskExecution.FAILED,
+                f"PyTorchJob {name} has not started {job_age(job, now):.0f}s after creation (operator_pickup_timeout_s="
+                f"{timeout:g}; the operator wrote no condition): the training operator could not create its pods. "
+                f"{explanation}",
+                "",
+            )
         return _not_picked_up(job, name, config, now)
     if ctype not in _REPORTS:
         logger.warning("PyTorchJob %s has unknown condition %r; reporting it as running", name, ctype)
