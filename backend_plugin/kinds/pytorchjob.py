@@ -66,8 +66,10 @@ class PyTorchJobSettings(Section):
 
     pickup_timeout_s: float = 300.0
     """A job with no conditions this long after creation is failed with a message saying the Kubeflow training
-    operator may not be installed (or not watching the namespace). The operator adds `Created` within seconds;
-    five minutes tolerates an operator restart. Key: `operator_pickup_timeout_s`."""
+    operator may not be installed (or not watching the namespace), or, when the job's events hold the operator's
+    `FailedCreate` warnings, naming them: training-operator v1.9 writes no condition while the API server refuses its
+    pods. The operator adds `Created` within seconds; five minutes tolerates an operator restart. Key:
+    `operator_pickup_timeout_s`."""
 
     start_timeout_s: Optional[float] = 600.0
     """A job the operator has seen (it has a condition) but not started this long after creation is failed, with
