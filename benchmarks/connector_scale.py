@@ -585,18 +585,7 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
         figures["answers_with_progress"] = round(PROGRESS_SEEN[0] / max(calls, 1), 4)
         figures["progress_reads_per_s"] = round((progress["reads"] - reads_before) / elapsed, 1)
         figures["progress_reads"] = progress
-        figures["gettask_per_s"] = round(calls / elapsed, 1)
-        figures["p50_ms"] = round(_pct(latencies, 0.50) * 1000, 1)
-        figures["p99_ms"] = round(_pct(latencies, 0.99) * 1000, 1)
-        figures["connector_cores"] = round(cpu / elapsed, 2)
-        figures["connector_cpu_ms_per_gettask"] = round(cpu / max(calls, 1) * 1000, 3)
-        reads = sum(n for key, n in counts.items() if key.split()[0] in ("get", "list"))
-        watches = sum(n for key, n in counts.items() if key.split()[0] == "watch")
-        figures["api_requests_per_gettask"] = round(reads / max(calls, 1), 3)
-        figures["pod_lists_per_gettask"] = round(counts.get("list pods", 0) / max(calls, 1), 3)
-        figures["api_watch_requests_in_window"] = watches
-        figures["api_requests_by_verb"] = counts
-        figures["rss_end_mib"] = round(_rss_mib(pid), 1)
+        figures.update(_window_figures(latencies, elapsed, cpu, counts, pid))
 
         figures["staleness_s"] = await _staleness(stub, api)
         if args.watch_faults == "on":
@@ -611,6 +600,27 @@ async def _measure(args: argparse.Namespace, api: _Child, conn: _Child) -> dict[
                                             "max": round(max(big), 3)}  # fmt: skip
         figures["errors"] = errors
     return figures
+
+
+def _window_figures(latencies: list[float], elapsed: float, cpu: float, counts: dict[str, int],
+                    pid: int) -> dict[str, Any]:  # fmt: skip
+    """The measured window's figures, on the fake API or a real one: GetTask/s and latency, the connector's CPU and
+    RSS, and the API requests by verb (`counts`: "<verb> <resource>" -> requests in the window)."""
+    calls = len(latencies)
+    reads = sum(n for key, n in counts.items() if key.split()[0] in ("get", "list"))
+    watches = sum(n for key, n in counts.items() if key.split()[0] == "watch")
+    return {
+        "gettask_per_s": round(calls / elapsed, 1),
+        "p50_ms": round(_pct(latencies, 0.50) * 1000, 1),
+        "p99_ms": round(_pct(latencies, 0.99) * 1000, 1),
+        "connector_cores": round(cpu / elapsed, 2),
+        "connector_cpu_ms_per_gettask": round(cpu / max(calls, 1) * 1000, 3),
+        "api_requests_per_gettask": round(reads / max(calls, 1), 3),
+        "pod_lists_per_gettask": round(counts.get("list pods", 0) / max(calls, 1), 3),
+        "api_watch_requests_in_window": watches,
+        "api_requests_by_verb": counts,
+        "rss_end_mib": round(_rss_mib(pid), 1),
+    }
 
 
 async def _watch_faults(args: argparse.Namespace, stub: Any, api: _Child, names: list[str],
@@ -994,19 +1004,7 @@ async def _measure_real(args: argparse.Namespace, cluster: _RealCluster, conn: _
             elapsed, cpu = time.monotonic() - t0, _cpu_s(pid) - cpu0
             counts = request_deltas(before, cluster.metrics(), resources)
             errors += window_errors
-            calls = len(latencies)
-            figures["gettask_per_s"] = round(calls / elapsed, 1)
-            figures["p50_ms"] = round(_pct(latencies, 0.50) * 1000, 1)
-            figures["p99_ms"] = round(_pct(latencies, 0.99) * 1000, 1)
-            figures["connector_cores"] = round(cpu / elapsed, 2)
-            figures["connector_cpu_ms_per_gettask"] = round(cpu / max(calls, 1) * 1000, 3)
-            reads = sum(n for key, n in counts.items() if key.split()[0] in ("get", "list"))
-            watches = sum(n for key, n in counts.items() if key.split()[0] == "watch")
-            figures["api_requests_per_gettask"] = round(reads / max(calls, 1), 3)
-            figures["pod_lists_per_gettask"] = round(counts.get("list pods", 0) / max(calls, 1), 3)
-            figures["api_watch_requests_in_window"] = watches
-            figures["api_requests_by_verb"] = counts
-            figures["rss_end_mib"] = round(_rss_mib(pid), 1)
+            figures.update(_window_figures(latencies, elapsed, cpu, counts, pid))
             figures["jobs_held"], figures["pods_seen"] = cluster.held(namespaces)
             figures["errors"] = errors
         finally:
