@@ -11,24 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
+
+from tests.connector.local_store import LocalUnderProtocol
 
 PROTOCOL = "flaky"
 
 
-class FlakyStore(LocalFileSystem):
+class FlakyStore(LocalUnderProtocol):
     """`flaky://<path>` is the local `<path>`; reads fail while `broken`."""
 
     protocol = PROTOCOL
-    root_marker = "/"
     broken = False
-
-    @classmethod
-    def _strip_protocol(cls, path: Any) -> str:
-        text = str(path)
-        if text.startswith(f"{PROTOCOL}://"):
-            text = text[len(PROTOCOL) + 3 :]
-        return super()._strip_protocol(text)
 
     def _fail(self) -> None:
         if FlakyStore.broken:

@@ -17,23 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
+
+from tests.connector.local_store import LocalUnderProtocol
 
 PROTOCOL = "listed"
 
 
-class ListingStore(LocalFileSystem):
+class ListingStore(LocalUnderProtocol):
     """`listed://<path>` is the local `<path>`, its listings kept until `invalidate_cache`."""
 
     protocol = PROTOCOL
-    root_marker = "/"
-
-    @classmethod
-    def _strip_protocol(cls, path: Any) -> str:
-        text = str(path)
-        if text.startswith(f"{PROTOCOL}://"):
-            text = text[len(PROTOCOL) + 3 :]
-        return super()._strip_protocol(text)
 
     def ls(self, path: Any, detail: bool = False, **kwargs: Any) -> Any:
         path = self._strip_protocol(path).rstrip("/")
