@@ -372,22 +372,30 @@ def failed_job_status(
     return JobStatus(phase, message, condition)
 
 
-def never_started_status(what: str, age_s: float, timeout_s: float, explanation: str, condition: str = "") -> JobStatus:
+def never_started_status(
+    what: str,
+    age_s: float,
+    timeout_s: float,
+    explanation: str,
+    condition: str = "",
+    setting: str = "job_start_timeout_s",
+) -> JobStatus:
     """FAILED (not retried: a new attempt would hit the same wall) for a job whose pods were never created.
 
     Args:
         what: the job, as its kind names it (`<kind> <namespace>/<name>`).
         age_s: seconds since it was created.
-        timeout_s: the configured limit (`job_start_timeout_s`).
+        timeout_s: the configured limit.
         explanation: why, from `start_explanation`.
         condition: the deciding condition type.
+        setting: the limit's key (`job_start_timeout_s`; `operator_pickup_timeout_s` for a job with no condition).
 
     Returns:
         The status.
     """
     return JobStatus(
         TaskExecution.FAILED,
-        f"{what} has not started {age_s:.0f}s after creation (job_start_timeout_s={timeout_s:g}): the training "
+        f"{what} has not started {age_s:.0f}s after creation ({setting}={timeout_s:g}): the training "
         f"operator could not create its pods. {explanation}",
         condition,
     )

@@ -344,14 +344,10 @@ def job_status(
             # training-operator v1.9 writes no condition at all while the API server refuses its pod creates: the
             # operator is there (its FailedCreate events say so), and the job will not start
             timeout = float(config.kind(PyTorchJobSettings).pickup_timeout_s)
-            explanation = start_explanation(events, pods or [], events_problem, replica_name)
-            return JobStatus(
-                TaskExecution.FAILED,
-                f"PyTorchJob {name} has not started {job_age(job, now):.0f}s after creation (operator_pickup_timeout_s="
-                f"{timeout:g}; the operator wrote no condition): the training operator could not create its pods. "
-                f"{explanation}",
-                "",
-            )
+            refused = start_explanation(events, pods or [], events_problem, replica_name)
+            explanation = f"It wrote no condition. {refused}"
+            return never_started_status(f"PyTorchJob {name}", job_age(job, now), timeout, explanation, "",
+                                        "operator_pickup_timeout_s")  # fmt: skip
         return _not_picked_up(job, name, config, now)
     if ctype not in _REPORTS:
         logger.warning("PyTorchJob %s has unknown condition %r; reporting it as running", name, ctype)
