@@ -53,6 +53,7 @@ SLOW_SAVE_GRACE_S = 3.0
 """The grace in the slow-save drill."""
 SLOW_SAVE_S = 8.0
 """The checkpoint at a preemption in the slow-save drill: longer than its grace."""
+FIRST_STEP_S = 0.6  # `step_seconds` of the first-step drill: the drill signals a worker inside step 1
 JOB_TIMEOUT_S = float(os.environ.get("PREEMPT_KIND_TIMEOUT_S", "150"))
 MAX_PROCS = 3 * 6
 """Processes the job's pods may hold at once: pyflyte-execute, the launcher's rank and its helpers, per pod."""
@@ -143,7 +144,10 @@ def _steps_done(directory: Path) -> int:
 def _act(drill: str, player: FakeOperator, run: JobRun, kind: str, directory: Path, connector: Any, meta: Any) -> str:
     """Disrupt the job; returns the phase the connector reported while it was disrupted ("" when not polled)."""
     if drill == "first-step":
-        _wait("every rank in the group", lambda: len(list(directory.glob("pid-a-*"))) >= 3)
+        # every rank armed: `on_preemption` comes before `load_checkpoint`, which notes the start. A rank signalled
+        # before it armed ends at once, as under torchrun, and stops at no agreed step (seen under load, when the
+        # drill waited for the ranks' pids only)
+        _wait("every rank armed", lambda: len(list(directory.glob("start-a-*"))) >= 3)
         assert _steps_done(directory) == 0
         player.preempt(run, WORKER[kind])
         return ""
@@ -174,6 +178,8 @@ def test_a_preemption_on_each_kind(kind: str, drill: str, templates, baseline, t
     task = TASKS[kind]
     interface = getattr(preempt_kind_tasks, task).python_interface
     inputs = {**INPUTS, "directory": str(directory), "slow_save_s": SLOW_SAVE_S if drill == "slow-save" else 0.0}
+    if drill == "first-step":  # a first step long enough to be signalled in on a loaded machine (same weights)
+        inputs["step_seconds"] = FIRST_STEP_S
     literals = harness.to_literal_map(inputs, interface.inputs)
     grace_s = SLOW_SAVE_GRACE_S if drill == "slow-save" else GRACE_S
     env = {"PREEMPT_DRILL_RUN": "a", "FLYTE_PYTORCH_TERMINATION_GRACE_S": f"{grace_s:g}"}
