@@ -147,7 +147,7 @@ def _act(drill: str, player: FakeOperator, run: JobRun, kind: str, directory: Pa
         # every rank armed: `on_preemption` comes before `load_checkpoint`, which notes the start. A rank signalled
         # before it armed ends at once, as under torchrun, and stops at no agreed step (seen under load, when the
         # drill waited for the ranks' pids only)
-        _wait("every rank armed", lambda: len(list(directory.glob("start-a-*"))) >= 3)
+        _wait("every rank armed", drills._ready_after(directory, "a", "start"))
         assert _steps_done(directory) == 0
         player.preempt(run, WORKER[kind])
         return ""
