@@ -19,8 +19,8 @@ medians), on the same machine. For each run:
 
 Sampling cost: RSS is read from ``/proc/<pid>/statm`` every 50 ms (microseconds per process; the list of processes
 is refreshed every 0.5 s). ``smaps_rollup`` walks the page tables (several ms per process), so PSS is read only when
-the tree's RSS passes its previous high by 2% (at most twice a second), and every 5 s otherwise. ``--detail`` prints
-the sampler's own CPU time.
+the RSS of one of the processes passes its high at the previous reads by 2% (at most twice a second), and every 5 s
+otherwise, and once more when the command exits if one grew since. ``--detail`` prints the sampler's own CPU time.
 
 The single-process reference slows down far more than our ranks when other work shares the cores, so a busy machine
 flatters us: the script warns when the 1-minute load average is above 0.5 or other processes are busy before it
@@ -193,12 +193,21 @@ class TreeSampler(threading.Thread):
         self.join()
 
     def run(self) -> None:
-        pss_at, pss_rss_high, tree_at = 0.0, 0, 0.0
+        pss_at, tree_at = 0.0, 0.0
         pids: list[int] = []
         rss_peaks: dict[int, int] = {}
-        while not self._stop_event.is_set():
+        # Each process's RSS high at the PSS reads so far. Growth is judged per process, not on the tree's sum: a
+        # rank that grows while another exits can leave the sum below its old high, and its peak would be missed.
+        pss_rss_high: dict[int, int] = {}
+        while True:
+            # The last pass comes once the root has exited. The processes it left behind are this process's
+            # children now (it is their subreaper), and what they grew since the last PSS read is read then, even
+            # within the 0.5 s spacing: a tree that forks and grows in its last half second is counted too.
+            stopping = self._stop_event.is_set()
             now = time.monotonic()
-            if now - tree_at >= TREE_INTERVAL_S:
+            if stopping:
+                pids = sorted(set(pids) | {pid for orphan in _children(os.getpid()) for pid in _tree(orphan)})
+            elif now - tree_at >= TREE_INTERVAL_S:
                 pids, tree_at = _tree(self.root), now
             rss_by_pid = {pid: _rss(pid) for pid in pids}
             for pid, rss in rss_by_pid.items():
@@ -206,17 +215,24 @@ class TreeSampler(threading.Thread):
             total_rss = sum(rss_by_pid.values())
             self.peak_rss = max(self.peak_rss, total_rss)
             since = now - pss_at
-            if (total_rss > pss_rss_high * PSS_GROWTH and since >= PSS_MIN_INTERVAL_S) or since >= PSS_HEARTBEAT_S:
+            grew = any(rss > pss_rss_high.get(pid, 0) * PSS_GROWTH for pid, rss in rss_by_pid.items())
+            if (grew and (since >= PSS_MIN_INTERVAL_S or stopping)) or since >= PSS_HEARTBEAT_S:
                 total_pss = 0
                 for pid in pids:
-                    pss, _ = _pss_rss(pid)
+                    pss, rss = _pss_rss(pid)
+                    if not rss:  # gone since the list was made: keep what was read while it ran
+                        continue
                     total_pss += pss
                     label, old_pss = self.per_process.get(pid, ("", 0, 0))[:2]
                     if not label or label.startswith("python"):  # a fresh fork names itself a moment later
                         label = _label(pid)
                     self.per_process[pid] = (label, max(old_pss, pss), 0)
                 self.peak_pss = max(self.peak_pss, total_pss)
-                pss_at, pss_rss_high = now, max(pss_rss_high, total_rss)
+                pss_at = now
+                for pid, rss in rss_by_pid.items():
+                    pss_rss_high[pid] = max(pss_rss_high.get(pid, 0), rss)
+            if stopping:
+                break
             self._stop_event.wait(RSS_INTERVAL_S)
         for pid, (label, pss, _) in self.per_process.items():
             self.per_process[pid] = (label, pss, rss_peaks.get(pid, 0))

@@ -29,22 +29,94 @@ MIB = 2**20
 
 # A parent that starts a child, prints the markers, and exits while the child still runs (as pyflyte leaves its
 # forkserver behind). The child holds 64 MiB of private memory and burns about 0.3 s of CPU after its parent is gone.
+# The parent waits until the block is written, however slowly a busy machine runs the child.
 TREE = textwrap.dedent(
     """
     import os, sys, time
+    r, w = os.pipe()
     if os.fork() == 0:
         block = bytearray(64 * 2**20)
         for i in range(0, len(block), 4096):
             block[i] = 1
-        time.sleep(1.2)  # outlives its parent (which exits 0.8 s after the fork) by 0.4 s or more
+        os.write(w, b"1")
+        time.sleep(1.2)  # outlives its parent (which exits 0.8 s after this write) by 0.4 s or more
         end = time.process_time() + 0.3
         while time.process_time() < end:
             pass
         os._exit(0)
+    os.read(r, 1)
     print("training: go", flush=True)
     time.sleep(0.3)
     print("epoch 1/1: test accuracy 12.50%", flush=True)
     time.sleep(0.5)
+    """
+)
+
+# A parent that exits as soon as its child has written 64 MiB, well within the sampler's half second between
+# PSS reads; the child lives on for a second.
+LATE_ORPHAN = textwrap.dedent(
+    """
+    import os, time
+    r, w = os.pipe()
+    if os.fork() == 0:
+        block = bytearray(64 * 2**20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        os.write(w, b"1")
+        time.sleep(1.0)
+        os._exit(0)
+    os.read(r, 1)
+    print("training: go", flush=True)
+    print("epoch 1/1: test accuracy 12.50%", flush=True)
+    """
+)
+
+# Two children: A holds 96 MiB; B holds 32 MiB, and grows by 64 MiB only once A has exited, so the tree's sum never
+# passes its high again while B reaches its own. Each step waits for the one before (pipes), not for a clock.
+GROW_AFTER_EXIT = textwrap.dedent(
+    """
+    import mmap, os, time
+    def child(size, told, done):
+        for fd in range(3, 64):  # no other pipe's end stays open here, so closing it elsewhere is seen
+            if fd not in (told, done):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        block = mmap.mmap(-1, size)  # anonymous: a page takes memory when first written, not before
+        for i in range(0, 32 * 2**20, 4096):
+            block[i] = 1
+        os.write(done, b"1")
+        if os.read(told, 1):  # b"g": grow to the whole block; EOF: exit
+            for i in range(0, size, 4096):
+                block[i] = 1
+            os.write(done, b"1")
+            os.read(told, 1)
+        os._exit(0)
+    def start(size):
+        told_r, told_w = os.pipe()
+        done_r, done_w = os.pipe()
+        if os.fork() == 0:
+            child(size, told_r, done_w)
+        os.close(told_r)
+        os.close(done_w)
+        return told_w, done_r
+    a_told, a_done = start(96 * 2**20)
+    os.read(a_done, 1)
+    os.write(a_told, b"g")
+    os.read(a_done, 1)  # A: 96 MiB written
+    b_told, b_done = start(96 * 2**20)
+    os.read(b_done, 1)  # B: 32 MiB written
+    print("training: go", flush=True)
+    time.sleep(1.0)  # the sampler reads both: the tree's sum is at its high
+    os.close(a_told)
+    os.wait()  # A is gone
+    os.write(b_told, b"g")
+    os.read(b_done, 1)  # B: 96 MiB written
+    time.sleep(1.0)
+    print("epoch 1/1: test accuracy 12.50%", flush=True)
+    os.close(b_told)
+    os.wait()
     """
 )
 
@@ -88,6 +160,24 @@ def test_run_measured_counts_the_whole_tree_and_its_orphans() -> None:
     assert run["cpu_s"] >= 0.3  # the orphan's busy loop, reaped by the subreaper, is counted
     assert run["leftover"] == []
     assert any(pss >= 64 * MIB for pss, _ in run["per_process"].values())
+
+
+def test_an_orphan_that_grew_in_its_parents_last_moment_is_read_when_the_parent_exits() -> None:
+    run = _measure(LATE_ORPHAN)
+    if not run["reaper"]:
+        pytest.skip("cannot become a child subreaper here")
+    assert "12.50%" in run["output"]
+    assert run["peak_pss"] >= 64 * MIB, run["per_process"]
+    assert run["leftover"] == []
+
+
+def test_a_process_that_grows_after_another_exits_has_its_own_peak_read() -> None:
+    run = _measure(GROW_AFTER_EXIT)
+    assert "12.50%" in run["output"]
+    peaks = sorted(pss for pss, _ in run["per_process"].values())
+    assert len(peaks) == 3, run["per_process"]  # the parent, A and B
+    assert peaks[-2] >= 96 * MIB, run["per_process"]  # B's peak as well as A's, though the sum stayed below its high
+    assert run["peak_pss"] >= (96 + 32) * MIB  # A and B at once, before A exited
 
 
 def test_run_measured_raises_with_the_output_of_a_failed_run() -> None:
