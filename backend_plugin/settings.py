@@ -889,7 +889,7 @@ class WatchSettings(Section):
     gone. On by default because Flyte polls every running task every few seconds, which without it is one GET per
     task per poll (10,000 tasks polled every 10 s: 1,000 GETs/s). It costs one watch connection per kind and polled
     namespace (renewed every `watch_silence_s`) and, per job, its status and the part of its spec the status reads
-    (about 4 KiB per tracked job of RSS in the connector-scale benchmark); RBAC needs `list` and `watch` on the job
+    (about 3 KiB per tracked job of RSS in the connector-scale benchmark); RBAC needs `list` and `watch` on the job
     kinds. False reads every job with a GET on every poll, exactly as before the cache. Key: `watch_cache`."""
 
     silence_s: float = 20.0
