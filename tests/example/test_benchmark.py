@@ -27,49 +27,47 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), re
 
 MIB = 2**20
 
-# A parent that starts a child, prints the markers, and exits while the child still runs (as pyflyte leaves its
-# forkserver behind). The child holds 64 MiB of private memory and burns about 0.3 s of CPU after its parent is gone.
-# The parent waits until the block is written, however slowly a busy machine runs the child.
-TREE = textwrap.dedent(
+
+def _forked_block(child_then: str, parent_then: str) -> str:
+    """A parent that forks a child holding 64 MiB of private memory, waits (through a pipe) until the block is
+    written, however slowly a busy machine runs the child, prints "training: go", then runs ``parent_then``; the
+    child runs ``child_then`` after writing the block, then exits."""
+    return textwrap.dedent(
+        """
+            import os, sys, time
+            r, w = os.pipe()
+            if os.fork() == 0:
+                block = bytearray(64 * 2**20)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                os.write(w, b"1")
+            {child}
+                os._exit(0)
+            os.read(r, 1)
+            print("training: go", flush=True)
+            """
+    ).format(child=textwrap.indent(textwrap.dedent(child_then).strip(), "    ")) + textwrap.dedent(parent_then)
+
+
+# The parent exits while the child still runs (as pyflyte leaves its forkserver behind); the child burns about 0.3 s
+# of CPU after its parent is gone.
+TREE = _forked_block(
     """
-    import os, sys, time
-    r, w = os.pipe()
-    if os.fork() == 0:
-        block = bytearray(64 * 2**20)
-        for i in range(0, len(block), 4096):
-            block[i] = 1
-        os.write(w, b"1")
-        time.sleep(1.2)  # outlives its parent (which exits 0.8 s after this write) by 0.4 s or more
-        end = time.process_time() + 0.3
-        while time.process_time() < end:
-            pass
-        os._exit(0)
-    os.read(r, 1)
-    print("training: go", flush=True)
+    time.sleep(1.2)  # outlives its parent (which exits 0.8 s after the block is written) by 0.4 s or more
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    """,
+    """
     time.sleep(0.3)
     print("epoch 1/1: test accuracy 12.50%", flush=True)
     time.sleep(0.5)
-    """
+    """,
 )
 
-# A parent that exits as soon as its child has written 64 MiB, well within the sampler's half second between
-# PSS reads; the child lives on for a second.
-LATE_ORPHAN = textwrap.dedent(
-    """
-    import os, time
-    r, w = os.pipe()
-    if os.fork() == 0:
-        block = bytearray(64 * 2**20)
-        for i in range(0, len(block), 4096):
-            block[i] = 1
-        os.write(w, b"1")
-        time.sleep(1.0)
-        os._exit(0)
-    os.read(r, 1)
-    print("training: go", flush=True)
-    print("epoch 1/1: test accuracy 12.50%", flush=True)
-    """
-)
+# The parent exits as soon as the block is written, well within the sampler's half second between PSS reads; the
+# child lives on for a second.
+LATE_ORPHAN = _forked_block("time.sleep(1.0)", 'print("epoch 1/1: test accuracy 12.50%", flush=True)')
 
 # Two children: A holds 96 MiB; B holds 32 MiB, and grows by 64 MiB only once A has exited, so the tree's sum never
 # passes its high again while B reaches its own. Each step waits for the one before (pipes), not for a clock.
