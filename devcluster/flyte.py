@@ -301,10 +301,11 @@ def propeller_rbac() -> list[dict]:
     ]
 
 
-def propeller_objects(setup: FlyteSetup, blob_endpoint: str) -> list[dict]:
-    """Propeller's RBAC, ConfigMap and Deployment for `setup`."""
+def propeller_objects(setup: FlyteSetup, blob_endpoint: str, overrides: dict | None = None) -> list[dict]:
+    """Propeller's RBAC, ConfigMap and Deployment for `setup`; `overrides` is merged over its configuration last (a
+    test's change, e.g. a poll interval)."""
     labels = {"app.kubernetes.io/name": PROPELLER, "app.kubernetes.io/part-of": "flyte"}
-    config = propeller_config(setup, blob_endpoint)
+    config = merge(propeller_config(setup, blob_endpoint), overrides or {})
     return [
         *propeller_rbac(),
         {
@@ -456,10 +457,11 @@ def deploy(kube: Kube, setup: FlyteSetup, blob_endpoint: str, state: Path, out: 
         account = f"/api/v1/namespaces/{ns}/serviceaccounts/default"
         wait_for(f"namespace {ns}'s default ServiceAccount", functools.partial(kube.get_or_none, account), 60)
     if setup.plugin == "connector":
-        # the connector serves before propeller starts: propeller's connector plugin takes the task types it
-        # registers for from the connectors' ListAgents answer when it starts (flyteplugins v1.16.8,
-        # webapi/connector/plugin.go newConnectorPlugin). Started the other way round on a cluster's first deploy, the
-        # first execution failed in 6 s: "CorruptedPluginState: Failed to unmarshal custom state" (seen in CI)
+        # the connector serves before propeller starts, so that the first execution finds it up. The order once
+        # mattered more: propeller's connector plugin takes the task types it registers for from its first ListAgents
+        # (flyteplugins v1.16.8, webapi/connector/plugin.go newConnectorPlugin), and started the other way round the
+        # first execution failed in 6 s, "CorruptedPluginState" (seen in CI). The shipped `supportedTaskTypes` now
+        # registers `pytorch` whatever that poll answers (test_flyte.py starts propeller with the connector down).
         apply_all(kube, connector_objects(setup, blob_endpoint))
         wait_for(f"Deployment {NAMESPACE}/{CONNECTOR} rolled out",
                  functools.partial(rolled_out, kube, NAMESPACE, CONNECTOR), 240, 1.0)  # fmt: skip

@@ -108,13 +108,17 @@ def test_propeller_config_routes_pytorch_to_the_connector():
 
 
 def _propeller_registry(service: dict, listed: dict[str, list]) -> dict[str, dict[int, str]]:
-    """flytepropeller v1.16.8's connector registry (task type -> template version -> endpoint), built as
-    flyteplugins `go/tasks/plugins/webapi/connector/client.go` getConnectorRegistry builds it: for each connector
-    deployment, each task category its ListAgents answer lists replaces the type's entry with {version: endpoint}
-    (so the last version listed of a type is the one kept); then every `connectorForTaskTypes` entry replaces the
-    type's entry with {0: endpoint}; `supportedTaskTypes` add {0: the default connector} where a type has none."""
+    """flytepropeller v1.16.8's connector registry (task type -> template version -> endpoint), built afresh at every
+    poll as flyteplugins `go/tasks/plugins/webapi/connector/client.go` getConnectorRegistry builds it: for each
+    connector deployment (the default connector first, then `connectors`) whose ListAgents answered (`listed`, by
+    endpoint: one missing failed), each task category listed replaces the type's entry with {version: endpoint} (so
+    the last version listed of a type is the one kept); then every `connectorForTaskTypes` entry replaces the type's
+    entry with {0: endpoint}; `supportedTaskTypes` add {0: the default connector} where a type has none. Its types
+    are also those the connector plugin registers for at propeller's start (plugin.go newConnectorPlugin)."""
     registry: dict[str, dict[int, str]] = {}
-    for deployment in service.get("connectors", {}).values():
+    default = service.get("defaultConnector") or {}
+    deployments = ([default] if default.get("endpoint") else []) + list(service.get("connectors", {}).values())
+    for deployment in deployments:
         for agent in listed.get(deployment["endpoint"], []):
             for category in agent.supported_task_categories:
                 registry[category.name] = {category.version: deployment["endpoint"]}
@@ -150,6 +154,35 @@ def test_propeller_sends_the_sdk_template_version_to_the_connector():
     ]
     registry = _propeller_registry(service, {deployment["endpoint"]: ours})
     assert _propeller_route(service, registry, TASK_TYPE, TASK_TYPE_VERSION) == deployment["endpoint"]
+
+
+def test_a_poll_that_failed_leaves_pytorch_registered_and_sent_to_the_connector():
+    """Propeller's table comes from one poll's answers alone: a ListAgents that fails (the connector restarting or
+    rolling out) empties it until the next poll, 10 s later, or for good at propeller's start the types its plugin
+    registers for. The shipped `supportedTaskTypes` and `defaultConnector` keep `pytorch` registered and sent here.
+    Without them (the config before), the same poll registers nothing and routes the task nowhere: in the cluster
+    tier a task created right after a connector rollout failed in 2 s ("received empty target")."""
+    from pytorch_contract.template_keys import TASK_TYPE, TASK_TYPE_VERSION
+
+    cfg = yaml.safe_load((DEPLOY / "propeller-config.yaml").read_text())
+    service = cfg["plugins"]["connector-service"]
+    (deployment,) = service["connectors"].values()
+    failed = _propeller_registry(service, {})
+    assert TASK_TYPE in failed
+    assert _propeller_route(service, failed, TASK_TYPE, TASK_TYPE_VERSION) == deployment["endpoint"]
+    before = {"connectors": service["connectors"]}
+    failed = _propeller_registry(before, {})
+    assert TASK_TYPE not in failed
+    assert _propeller_route(before, failed, TASK_TYPE, TASK_TYPE_VERSION) == ""
+
+
+def test_the_default_connector_is_the_listed_one_with_the_same_call_settings():
+    """The default connector is the same Service as the listed one, called the same way (a task sent to it after a
+    failed poll must be served as any other: the same timeout, the same transport)."""
+    cfg = yaml.safe_load((DEPLOY / "propeller-config.yaml").read_text())
+    service = cfg["plugins"]["connector-service"]
+    (deployment,) = service["connectors"].values()
+    assert service["defaultConnector"] == deployment
 
 
 def test_the_propeller_model_sends_a_listed_version_and_nothing_else():

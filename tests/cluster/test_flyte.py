@@ -12,8 +12,9 @@ read it: the FlyteWorkflow's status (phases, attempts, errors), the task events 
 links), the outputs in the blob store.
 
 Each execution costs the tier 30 to 60 s (the MNIST slice about three minutes), so CI runs one per question: the
-README example on every kind through path a, the MNIST example through a and b on PyTorchJob, a failing rank
-(retried or not) through a, a bad setting refused, an abort. `DEVCLUSTER_FLYTE_ALL=1` adds the other paths and kinds
+README example on every kind through path a (on JobSet launched while propeller has no answer from the connector),
+the MNIST example through a and b on PyTorchJob, a failing rank (retried or not) through a, a bad setting refused, an
+abort. `DEVCLUSTER_FLYTE_ALL=1` adds the other paths and kinds
 of the same scenarios, an evicted replica and live progress (`LOCAL_ONLY`).
 """
 
@@ -30,6 +31,7 @@ from typing import Any
 import pytest
 
 from devcluster import flyte as dcflyte
+from devcluster.addons import apply_all
 from devcluster.kube import wait_for
 from tests.cluster.flyte_harness import Execution, FlyteStack, readme_example_source
 from tests.cluster.harness import RealCluster
@@ -154,8 +156,8 @@ def check_log_links(done: Run, node: str = "n0") -> None:
 # --- the README example (an all-reduce over 3 ranks): every kind through the connector ---------------------------
 
 
-@pytest.mark.parametrize("stack", ["a-pytorchjob", "a-trainjob", "a-jobset", local("b-pytorchjob")], indirect=True)
-def test_readme_example_returns_world_size_and_total(stack: FlyteStack, flyte_work: Path) -> None:
+def run_readme_example(stack: FlyteStack, flyte_work: Path) -> Run:
+    """The README example (an all-reduce of x over 3 ranks), x = 2.0; checks its outputs, phases and log links."""
     folder = flyte_work / "readme"
     folder.mkdir(exist_ok=True)
     (folder / "readme_example.py").write_text(readme_example_source())
@@ -168,6 +170,14 @@ def test_readme_example_returns_world_size_and_total(stack: FlyteStack, flyte_wo
     assert outputs == {"world_size": 3, "total": 6.0}  # 2.0 summed over the master and 2 workers
     check_phases(done)
     check_log_links(done)
+    return done
+
+
+# JobSet's run in CI is the next test's: the same example, launched while propeller's table of connectors is empty
+@pytest.mark.parametrize("stack", ["a-pytorchjob", "a-trainjob", local("a-jobset"), local("b-pytorchjob")],
+                         indirect=True)  # fmt: skip
+def test_readme_example_returns_world_size_and_total(stack: FlyteStack, flyte_work: Path) -> None:
+    run_readme_example(stack, flyte_work)
 
 
 # --- the MNIST example on a slice: both paths ---------------------------------------------------------------------
@@ -349,6 +359,66 @@ def test_live_progress_while_the_task_runs(stack: FlyteStack, scenarios: Path, f
         (marker / "release").write_text("")
         execution.wait(RUN_TIMEOUT_S)
     assert "3/5" in message
+
+
+# --- propeller with no answer from the connector -------------------------------------------------------------
+
+
+LISTED = "ConnectorDeployment [{}] supports the following task types"
+"""Propeller's log line for a connector whose ListAgents answered (flyteplugins v1.16.8 client.go)."""
+LIST_FAILED = "failed to list connector: [{}]"
+POLLED = "ConnectorDeployments support the following task types"
+"""Its line at the end of each poll of every connector, answered or not."""
+
+
+# last of the module's JobSet tests: it leaves propeller changed, and the next stack deploys afresh
+@pytest.mark.parametrize("stack", ["a-jobset"], indirect=True)
+def test_a_task_created_while_propeller_has_no_answer_from_the_connector_still_reaches_it(
+    stack: FlyteStack, flyte_work: Path
+) -> None:
+    """Propeller rebuilds its table of connectors at every poll (10 s) from that poll's ListAgents answers alone, and
+    takes the task types of its connector plugin from the first. A connector restarting or rolling out (one failed
+    ListAgents) left the table empty: a task created then went to propeller's `defaultConnector`, none, and failed in
+    2 s, "received empty target", charged to the user's retries (seen in this tier, right after a connector rollout).
+    Here the table stays empty on purpose: propeller starts while the connector is down, with a poll interval of an
+    hour, and the connector comes back. With the shipped `backend_plugin/deploy/propeller-config.yaml` (its
+    `supportedTaskTypes` and `defaultConnector`), the README example still runs to its outputs."""
+    kube = stack.real.kube
+    connector = f"/apis/apps/v1/namespaces/{dcflyte.NAMESPACE}/deployments/{dcflyte.CONNECTOR}"
+    selector = f"app.kubernetes.io/name={dcflyte.CONNECTOR}"
+    endpoint = dcflyte.connector_propeller_config()["plugins"]["connector-service"]["defaultConnector"]["endpoint"]
+    # whatever happens below, the next test gets the stack deployed afresh (replicas, propeller's configuration)
+    _now.pop("stack", None)
+    kube.merge_patch(connector, {"spec": {"replicas": 0}})
+    wait_for("the connector's pods gone", lambda: not stack.real.pods(dcflyte.NAMESPACE, selector), 120, 1.0)
+    overrides = {"plugins": {"connector-service": {"pollInterval": "1h"}}}
+    apply_all(kube, dcflyte.propeller_objects(stack.setup, stack.info.blob_endpoint, overrides))
+    wait_for("propeller restarted", lambda: dcflyte.rolled_out(kube, dcflyte.NAMESPACE, dcflyte.PROPELLER), 180, 1.0)
+    # both polls of its start are over (the plugin's first, then its watch's immediate one), and they failed; the
+    # next is in an hour
+    wait_for("propeller's two polls at start over", lambda: new_propeller_log(stack).count(POLLED) >= 2, 180, 1.0)
+    log = new_propeller_log(stack)
+    assert LIST_FAILED.format(endpoint) in log and LISTED.format(endpoint) not in log, log[-3000:]
+    kube.merge_patch(connector, {"spec": {"replicas": 1}})
+    wait_for("the connector back", lambda: dcflyte.rolled_out(kube, dcflyte.NAMESPACE, dcflyte.CONNECTOR), 240, 1.0)
+
+    run_readme_example(stack, flyte_work)
+    # the table was still the one propeller started with, no answer in it: the task went to the default connector
+    log = new_propeller_log(stack)
+    assert LISTED.format(endpoint) not in log, log[-3000:]
+
+
+def new_propeller_log(stack: FlyteStack) -> str:
+    """The log of propeller's pod of the Deployment's current template (not of one still stopping)."""
+    path = f"/apis/apps/v1/namespaces/{dcflyte.NAMESPACE}/deployments/{dcflyte.PROPELLER}"
+    digest = stack.real.kube.get(path)["spec"]["template"]["metadata"]["annotations"]["devcluster/config-digest"]
+    pods = stack.real.pods(dcflyte.NAMESPACE, f"app.kubernetes.io/name={dcflyte.PROPELLER}")
+    return "\n".join(
+        stack.real.pod_log(p)
+        for p in pods
+        if (p["metadata"].get("annotations") or {}).get("devcluster/config-digest") == digest
+        and not p["metadata"].get("deletionTimestamp")
+    )
 
 
 @pytest.fixture(autouse=True)
