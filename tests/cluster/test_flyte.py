@@ -157,7 +157,8 @@ def check_log_links(done: Run, node: str = "n0") -> None:
 
 
 def run_readme_example(stack: FlyteStack, flyte_work: Path) -> Run:
-    """The README example (an all-reduce of x over 3 ranks), x = 2.0; checks its outputs, phases and log links."""
+    """The README example (an all-reduce of x over 3 ranks), x = 2.0, run as one job of 3 pods; checks its outputs,
+    phases and log links."""
     folder = flyte_work / "readme"
     folder.mkdir(exist_ok=True)
     (folder / "readme_example.py").write_text(readme_example_source())
@@ -165,6 +166,8 @@ def run_readme_example(stack: FlyteStack, flyte_work: Path) -> Run:
     # the pods run this machine's environment: the example's module reaches them on PYTHONPATH, as an image has it
     env = {"PYTHONPATH": f"{dcflyte.REPO}:{folder}"}
     done = run(stack, package, "readme_example.wf", {"x": 2.0}, {"x": float}, "readme", env)
+    # one pod would be propeller's pod plugin running the task, its 3 ranks launched inside it (the outputs would agree)
+    assert len(ranks_of(done.pods)) == 3, f"not one job of 3 pods: {sorted(done.pods)}"
     assert done.phase == "Succeeded", done.execution.describe()
     outputs = done.execution.outputs({"world_size": int, "total": float})
     assert outputs == {"world_size": 3, "total": 6.0}  # 2.0 summed over the master and 2 workers
@@ -382,11 +385,13 @@ def test_a_task_created_while_propeller_has_no_answer_from_the_connector_still_r
     2 s, "received empty target", charged to the user's retries (seen in this tier, right after a connector rollout).
     Here the table stays empty on purpose: propeller starts while the connector is down, with a poll interval of an
     hour, and the connector comes back. With the shipped `backend_plugin/deploy/propeller-config.yaml` (its
-    `supportedTaskTypes` and `defaultConnector`), the README example still runs to its outputs."""
+    `supportedTaskTypes` and `defaultConnector`), the README example still runs as a JobSet to its outputs. With the
+    config before, propeller's pod plugin ran it: one pod, its 3 ranks inside, the same outputs."""
     kube = stack.real.kube
     connector = f"/apis/apps/v1/namespaces/{dcflyte.NAMESPACE}/deployments/{dcflyte.CONNECTOR}"
     selector = f"app.kubernetes.io/name={dcflyte.CONNECTOR}"
-    endpoint = dcflyte.connector_propeller_config()["plugins"]["connector-service"]["defaultConnector"]["endpoint"]
+    (listed,) = dcflyte.connector_propeller_config()["plugins"]["connector-service"]["connectors"].values()
+    endpoint = listed["endpoint"]
     # whatever happens below, the next test gets the stack deployed afresh (replicas, propeller's configuration)
     _now.pop("stack", None)
     kube.merge_patch(connector, {"spec": {"replicas": 0}})
