@@ -14,8 +14,8 @@ links), the outputs in the blob store.
 Each execution costs the tier 30 to 60 s (the MNIST slice about three minutes), so CI runs one per question: the
 README example on every kind through path a (on JobSet launched while propeller has no answer from the connector),
 the MNIST example through a and b on PyTorchJob, a failing rank (retried or not) through a, a bad setting refused, an
-abort. `DEVCLUSTER_FLYTE_ALL=1` adds the other paths and kinds
-of the same scenarios, an evicted replica and live progress (`LOCAL_ONLY`).
+abort. `DEVCLUSTER_FLYTE_ALL=1` adds the other paths and kinds of the same scenarios, an evicted replica and live
+progress (`LOCAL_ONLY`).
 """
 
 from __future__ import annotations
