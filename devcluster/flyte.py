@@ -422,16 +422,42 @@ def namespace_objects() -> list[dict]:
 
 
 def rolled_out(kube: Kube, namespace: str, name: str) -> bool:
-    """The Deployment's newest template runs, alone and ready (a Recreate rollout: the old pod is gone first)."""
+    """The Deployment's newest template runs, alone and ready: no pod of an older one is left, not even stopping (a
+    Deployment's status does not count a pod being deleted, and in a rolling update the old connector pod still serves
+    its old configuration while it stops)."""
     d = kube.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
     status = d.get("status") or {}
     want = d["spec"].get("replicas", 1)
-    return (
+    if not (
         status.get("observedGeneration", 0) >= d["metadata"]["generation"]
         and status.get("updatedReplicas", 0) == want
         and status.get("readyReplicas", 0) == want
         and status.get("replicas", 0) == want
-    )
+    ):
+        return False
+    selector = ",".join(f"{k}={v}" for k, v in d["spec"]["selector"]["matchLabels"].items())
+    pods = kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"]
+    return len(pods) == want and not any(p["metadata"].get("deletionTimestamp") for p in pods)
+
+
+LISTED = "ConnectorDeployment [{}] supports the following task types"
+"""Propeller's log line for a connector whose ListAgents answered a poll (flyteplugins v1.16.8 client.go)."""
+
+
+def propeller_listings(kube: Kube, state: Path) -> dict[str, int]:
+    """How many times each running propeller pod (by uid) has logged an answer of our connector to its ListAgents
+    (the node agent keeps each container's output under the state folder, as the kubelet under /var/log/pods)."""
+    (listed,) = connector_propeller_config()["plugins"]["connector-service"]["connectors"].values()
+    line = LISTED.format(listed["endpoint"])
+    pods = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"app.kubernetes.io/name={PROPELLER}")
+    out: dict[str, int] = {}
+    for pod in pods["items"]:
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        folder = state / "logs" / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / PROPELLER
+        out[meta["uid"]] = sum(f.read_text(errors="replace").count(line) for f in folder.glob("*.log"))
+    return out
 
 
 def deploy(kube: Kube, setup: FlyteSetup, blob_endpoint: str, state: Path, out: TextIO | None = None) -> dict:
@@ -465,9 +491,19 @@ def deploy(kube: Kube, setup: FlyteSetup, blob_endpoint: str, state: Path, out: 
         apply_all(kube, connector_objects(setup, blob_endpoint))
         wait_for(f"Deployment {NAMESPACE}/{CONNECTOR} rolled out",
                  functools.partial(rolled_out, kube, NAMESPACE, CONNECTOR), 240, 1.0)  # fmt: skip
+        before = propeller_listings(kube, state)
     apply_all(kube, events_objects() + propeller_objects(setup, blob_endpoint))
     for name in (PROPELLER, EVENTS):
         wait_for(f"Deployment {NAMESPACE}/{name} rolled out", functools.partial(rolled_out, kube, NAMESPACE, name), 240,
+                 1.0)  # fmt: skip
+    if setup.plugin == "connector":
+        # Ready is not yet reachable: for a second or two after a connector pod is replaced, the Service's rules in
+        # propeller's namespace still lead to the pod that is gone (the node agent rewrites them in every namespace,
+        # as kube-proxy on every node), and a task created then failed ("connection reset by peer", a user retry
+        # charged). A ListAgents answer in propeller's log since the new pod rolled out shows that its calls reach
+        # the new pod (a poll every 10 s; a restarted propeller's first is at its start).
+        wait_for(f"propeller has had an answer from {CONNECTOR} since it rolled out",
+                 lambda: any(n > before.get(uid, 0) for uid, n in propeller_listings(kube, state).items()), 60,
                  1.0)  # fmt: skip
     wait_for(
         f"CRD {FLYTEWORKFLOW_CRD} established (propeller makes it)",
