@@ -35,6 +35,7 @@ import yaml
 
 from devcluster.components import FLYTE_VERSION
 from devcluster.kube import Kube, wait_for
+from devcluster.paths import container_log
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "backend_plugin" / "deploy"
@@ -444,20 +445,26 @@ LISTED = "ConnectorDeployment [{}] supports the following task types"
 """Propeller's log line for a connector whose ListAgents answered a poll (flyteplugins v1.16.8 client.go)."""
 
 
-def propeller_listings(kube: Kube, state: Path) -> dict[str, int]:
-    """How many times each running propeller pod (by uid) has logged an answer of our connector to its ListAgents
-    (the node agent keeps each container's output under the state folder, as the kubelet under /var/log/pods)."""
+def connector_endpoint() -> str:
+    """The endpoint propeller calls the connector at (`propeller-config.yaml`'s one listed connector)."""
     (listed,) = connector_propeller_config()["plugins"]["connector-service"]["connectors"].values()
-    line = LISTED.format(listed["endpoint"])
+    return str(listed["endpoint"])
+
+
+def propeller_logs(kube: Kube, state: Path) -> dict[str, str]:
+    """The output of each propeller pod that runs and is not being deleted, by the pod's uid."""
     pods = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"app.kubernetes.io/name={PROPELLER}")
-    out: dict[str, int] = {}
-    for pod in pods["items"]:
-        meta = pod["metadata"]
-        if meta.get("deletionTimestamp"):
-            continue
-        folder = state / "logs" / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / PROPELLER
-        out[meta["uid"]] = sum(f.read_text(errors="replace").count(line) for f in folder.glob("*.log"))
-    return out
+    return {
+        p["metadata"]["uid"]: container_log(state, p)
+        for p in pods["items"]
+        if not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def propeller_listings(kube: Kube, state: Path) -> dict[str, int]:
+    """How many times each running propeller pod (by uid) has logged an answer of our connector to its ListAgents."""
+    line = LISTED.format(connector_endpoint())
+    return {uid: log.count(line) for uid, log in propeller_logs(kube, state).items()}
 
 
 def deploy(kube: Kube, setup: FlyteSetup, blob_endpoint: str, state: Path, out: TextIO | None = None) -> dict:

@@ -28,3 +28,18 @@ def state_root() -> Path:
     name = os.environ.get("DEVCLUSTER_NAME", "dc")
     default = "/tmp/devcluster" if name == "dc" else f"/tmp/devcluster-{name}"
     return Path(os.environ.get("DEVCLUSTER_STATE", default))
+
+
+def pod_log_folder(state: Path, namespace: str, name: str, uid: str) -> Path:
+    """Where the node agent keeps a pod's container output: one folder per container, one `<restart>.log` per run,
+    as the kubelet keeps them under `/var/log/pods/<namespace>_<name>_<uid>/`."""
+    return state / "logs" / "pods" / f"{namespace}_{name}_{uid}"
+
+
+def container_log(state: Path, pod: dict, container: str | None = None) -> str:
+    """A container's output, every run of it in order (the pod's first container by default)."""
+    meta = pod["metadata"]
+    name = container or pod["spec"]["containers"][0]["name"]
+    folder = pod_log_folder(state, meta["namespace"], meta["name"], meta["uid"]) / name
+    files = sorted(folder.glob("*.log"), key=lambda f: int(f.stem))
+    return "".join(f.read_text(errors="replace") for f in files)

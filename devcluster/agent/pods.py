@@ -28,6 +28,7 @@ from devcluster.agent.envvars import EnvError, make_env
 from devcluster.agent.probes import Prober
 from devcluster.agent.volumes import PodVolumes, VolumeError, ensure_mount_point, mount_targets
 from devcluster.kube import UNREACHABLE, ApiError
+from devcluster.paths import pod_log_folder
 
 if TYPE_CHECKING:
     from devcluster.agent.node import NodeAgent
@@ -65,7 +66,7 @@ class PodRuntime:
         self.gone = threading.Event()  # the API object is gone (deleted for good)
         self.done = threading.Event()  # this runtime has nothing left to do
         self.dir = self.agent.state / "pods" / self.uid
-        self.log_dir = self.agent.state / "logs" / "pods" / f"{self.ns}_{self.name}_{self.uid}"
+        self.log_dir = pod_log_folder(self.agent.state, self.ns, self.name, self.uid)
         self.netns = ""
         self.ip = ""
         self.ip_index: int | None = None

@@ -221,8 +221,8 @@ class FlyteStack:
         return out
 
     def propeller_log(self) -> str:
-        pods = self.real.pods(dcflyte.NAMESPACE, f"app.kubernetes.io/name={dcflyte.PROPELLER}")
-        return "\n".join(self.real.pod_log(p)[-20000:] for p in pods)
+        """The log of propeller's running pods (after `rolled_out`, the one of its current configuration alone)."""
+        return "\n".join(dcflyte.propeller_logs(self.real.kube, self.info.state).values())
 
 
 def unpack(tgz: Path, into: Path) -> Path:

@@ -27,6 +27,7 @@ from flytekit.models.literals import LiteralMap
 from flytekit.models.task import TaskExecutionMetadata, TaskTemplate
 
 from devcluster.kube import ApiError, Kube, wait_for
+from devcluster.paths import container_log
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "backend_plugin" / "deploy"
@@ -210,11 +211,7 @@ class RealCluster:
 
     def pod_log(self, pod: dict, container: str | None = None) -> str:
         """A container's output: the node agent keeps it under the state folder, as the kubelet under /var/log/pods."""
-        meta = pod["metadata"]
-        folder = self.info.state / "logs" / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}"
-        name = container or pod["spec"]["containers"][0]["name"]
-        files = sorted((folder / name).glob("*.log"), key=lambda p: int(p.stem))
-        return "".join(f.read_text(errors="replace") for f in files)
+        return container_log(self.info.state, pod, container)
 
     def logs_of(self, namespace: str, selector: str) -> str:
         return "\n".join(f"----- {p['metadata']['name']} ({p['status'].get('phase')})\n{self.pod_log(p)[-3000:]}"

@@ -367,7 +367,6 @@ def test_live_progress_while_the_task_runs(stack: FlyteStack, scenarios: Path, f
 # --- propeller with no answer from the connector -------------------------------------------------------------
 
 
-LISTED = dcflyte.LISTED
 LIST_FAILED = "failed to list connector: [{}]"
 POLLED = "ConnectorDeployments support the following task types"
 """Its line at the end of each poll of every connector, answered or not."""
@@ -389,8 +388,7 @@ def test_a_task_created_while_propeller_has_no_answer_from_the_connector_still_r
     kube = stack.real.kube
     connector = f"/apis/apps/v1/namespaces/{dcflyte.NAMESPACE}/deployments/{dcflyte.CONNECTOR}"
     selector = f"app.kubernetes.io/name={dcflyte.CONNECTOR}"
-    (listed,) = dcflyte.connector_propeller_config()["plugins"]["connector-service"]["connectors"].values()
-    endpoint = listed["endpoint"]
+    endpoint = dcflyte.connector_endpoint()
     # whatever happens below, the next test gets the stack deployed afresh (replicas, propeller's configuration)
     _now.pop("stack", None)
     kube.merge_patch(connector, {"spec": {"replicas": 0}})
@@ -401,9 +399,9 @@ def test_a_task_created_while_propeller_has_no_answer_from_the_connector_still_r
     wait_for("propeller restarted", lambda: dcflyte.rolled_out(kube, dcflyte.NAMESPACE, dcflyte.PROPELLER), 180, 1.0)
     # both polls of its start are over (the plugin's first, then its watch's immediate one), and they failed; the
     # next is in an hour
-    wait_for("propeller's two polls at start over", lambda: new_propeller_log(stack).count(POLLED) >= 2, 180, 1.0)
-    log = new_propeller_log(stack)
-    assert LIST_FAILED.format(endpoint) in log and LISTED.format(endpoint) not in log, log[-3000:]
+    wait_for("propeller's two polls at start over", lambda: stack.propeller_log().count(POLLED) >= 2, 180, 1.0)
+    log = stack.propeller_log()
+    assert LIST_FAILED.format(endpoint) in log and dcflyte.LISTED.format(endpoint) not in log, log[-3000:]
     kube.merge_patch(connector, {"spec": {"replicas": 1}})
     wait_for("the connector back", lambda: dcflyte.rolled_out(kube, dcflyte.NAMESPACE, dcflyte.CONNECTOR), 240, 1.0)
     # Propeller's calls go over one channel it made at its start, which has failed to connect since then; gRPC tries
@@ -412,25 +410,12 @@ def test_a_task_created_while_propeller_has_no_answer_from_the_connector_still_r
     # before that try fails at once ("Unavailable", not what this test asks about): wait it out.
     down_s = time.monotonic() - applied + 3.0
     time.sleep(min(down_s + 5.0, 90.0))
-    assert LISTED.format(endpoint) not in new_propeller_log(stack)  # the table is still empty
+    assert dcflyte.LISTED.format(endpoint) not in stack.propeller_log()  # the table is still empty
 
     run_readme_example(stack, flyte_work)
     # the table was still the one propeller started with, no answer in it: the task went to the default connector
-    log = new_propeller_log(stack)
-    assert LISTED.format(endpoint) not in log, log[-3000:]
-
-
-def new_propeller_log(stack: FlyteStack) -> str:
-    """The log of propeller's pod of the Deployment's current template (not of one still stopping)."""
-    path = f"/apis/apps/v1/namespaces/{dcflyte.NAMESPACE}/deployments/{dcflyte.PROPELLER}"
-    digest = stack.real.kube.get(path)["spec"]["template"]["metadata"]["annotations"]["devcluster/config-digest"]
-    pods = stack.real.pods(dcflyte.NAMESPACE, f"app.kubernetes.io/name={dcflyte.PROPELLER}")
-    return "\n".join(
-        stack.real.pod_log(p)
-        for p in pods
-        if (p["metadata"].get("annotations") or {}).get("devcluster/config-digest") == digest
-        and not p["metadata"].get("deletionTimestamp")
-    )
+    log = stack.propeller_log()
+    assert dcflyte.LISTED.format(endpoint) not in log, log[-3000:]
 
 
 @pytest.fixture(autouse=True)

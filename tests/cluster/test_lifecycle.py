@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from devcluster.kube import wait_for
+from devcluster.paths import pod_log_folder
 from tests.cluster.harness import (
     TASK_NS,
     THROUGH_PROPELLER,
@@ -142,7 +143,7 @@ def test_delete_while_running_deletes_the_job_and_the_garbage_collector_takes_it
         assert not left, left
         assert not [pid for pid in pids if pid_alive(pid)]
         for name, uid in pods.items():  # they really ran here: the node agent's logs of each pod's container
-            folder = real.info.state / "logs" / "pods" / f"{TASK_NS}_{name}_{uid}"
+            folder = pod_log_folder(real.info.state, TASK_NS, name, uid)
             assert any(folder.rglob("*.log")), folder
         # gone: reported, not an exception (a retryable failure, or as the task's error document says if a rank wrote
         # one), and deleting again is success
