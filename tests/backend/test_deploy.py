@@ -107,6 +107,14 @@ def test_propeller_config_routes_pytorch_to_the_connector():
     assert deployment["endpoint"] == f"dns:///{service_obj['name']}.{service_obj['namespace']}.svc.cluster.local:8000"
 
 
+def _shipped_connector_service() -> tuple[dict, dict]:
+    """`propeller-config.yaml`'s `plugins.connector-service` section, and the one connector it lists."""
+    cfg = yaml.safe_load((DEPLOY / "propeller-config.yaml").read_text())
+    service = cfg["plugins"]["connector-service"]
+    (deployment,) = service["connectors"].values()
+    return service, deployment
+
+
 def _propeller_registry(service: dict, listed: dict[str, list]) -> dict[str, dict[int, str]]:
     """flytepropeller v1.16.8's connector registry (task type -> template version -> endpoint), built afresh at every
     poll as flyteplugins `go/tasks/plugins/webapi/connector/client.go` getConnectorRegistry builds it: for each
@@ -146,9 +154,7 @@ def test_propeller_sends_the_sdk_template_version_to_the_connector():
     import backend_plugin.connector  # noqa: F401 - registers the served connector, as `pyflyte serve connector` does
     from pytorch_contract.template_keys import TASK_TYPE, TASK_TYPE_VERSION
 
-    cfg = yaml.safe_load((DEPLOY / "propeller-config.yaml").read_text())
-    service = cfg["plugins"]["connector-service"]
-    (deployment,) = service["connectors"].values()
+    service, deployment = _shipped_connector_service()
     ours = [
         a for a in ConnectorRegistry.list_connectors() if TASK_TYPE in {c.name for c in a.supported_task_categories}
     ]
@@ -164,9 +170,7 @@ def test_a_poll_that_failed_leaves_pytorch_registered_and_sent_to_the_connector(
     tier a task created right after a connector rollout failed in 2 s ("received empty target")."""
     from pytorch_contract.template_keys import TASK_TYPE, TASK_TYPE_VERSION
 
-    cfg = yaml.safe_load((DEPLOY / "propeller-config.yaml").read_text())
-    service = cfg["plugins"]["connector-service"]
-    (deployment,) = service["connectors"].values()
+    service, deployment = _shipped_connector_service()
     failed = _propeller_registry(service, {})
     assert TASK_TYPE in failed
     assert _propeller_route(service, failed, TASK_TYPE, TASK_TYPE_VERSION) == deployment["endpoint"]
@@ -179,9 +183,7 @@ def test_a_poll_that_failed_leaves_pytorch_registered_and_sent_to_the_connector(
 def test_the_default_connector_is_the_listed_one_with_the_same_call_settings():
     """The default connector is the same Service as the listed one, called the same way (a task sent to it after a
     failed poll must be served as any other: the same timeout, the same transport)."""
-    cfg = yaml.safe_load((DEPLOY / "propeller-config.yaml").read_text())
-    service = cfg["plugins"]["connector-service"]
-    (deployment,) = service["connectors"].values()
+    service, deployment = _shipped_connector_service()
     assert service["defaultConnector"] == deployment
 
 
